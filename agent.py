@@ -1,0 +1,228 @@
+"""The agent loop and the model client with its retry policy."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import openai
+from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_random_exponential
+
+from tools import Tool, call_tool
+from trajectory import ToolCall, Turn, split_reasoning
+
+USAGE_KEYS = ("prompt_tokens", "completion_tokens", "total_tokens", "reasoning_tokens")
+STOP_RUN = {401: "the API key was refused", 402: "the account has no credits left", 403: "access was refused"}
+RETRY_AFTER_CAP = 300.0
+
+
+@dataclass(frozen=True)
+class ModelSettings:
+    model: str
+    base_url: str
+    api_key: str
+    max_tokens: int | None = None
+    extra_body: dict = field(default_factory=dict)  # OpenRouter `provider` and `reasoning` options
+    request_timeout: float = 600.0
+    max_retries: int = 6
+    stream: bool = False
+
+
+class RunStopped(Exception):
+    """The endpoint refused us (401/402/403): every further request would fail too."""
+
+
+class BadReply(Exception):
+    """A 200 answer without a usable choice (OpenRouter sends upstream errors this way)."""
+
+
+class ModelCallFailed(Exception):
+    def __init__(self, kind: str, message: str, attempts: int):
+        super().__init__(message)
+        self.kind, self.attempts = kind, attempts
+
+
+def transient(exc: BaseException) -> bool:
+    if isinstance(exc, openai.APIStatusError):
+        return exc.status_code in (408, 409, 429) or exc.status_code >= 500
+    return isinstance(exc, (openai.APIConnectionError, BadReply))
+
+
+def _retry_after(exc: BaseException | None) -> float | None:
+    headers = exc.response.headers if isinstance(exc, openai.APIStatusError) else {}
+    for name, scale in (("retry-after-ms", 0.001), ("retry-after", 1.0)):
+        try:
+            return min(float(headers[name]) * scale, RETRY_AFTER_CAP)
+        except (KeyError, ValueError):
+            continue
+    return None
+
+
+def _error_kind(exc: BaseException) -> str:
+    if isinstance(exc, openai.APIStatusError):
+        return f"http_{exc.status_code}"
+    if isinstance(exc, openai.APITimeoutError):
+        return "timeout"
+    return "connection" if isinstance(exc, openai.APIConnectionError) else "bad_reply"
+
+
+class ModelClient:
+    def __init__(self, settings: ModelSettings):
+        self.settings = settings
+        self.client = openai.AsyncOpenAI(
+            base_url=settings.base_url, api_key=settings.api_key, max_retries=0, timeout=settings.request_timeout
+        )
+        self._backoff = wait_random_exponential(multiplier=1, max=60)
+
+    def _wait(self, state) -> float:
+        retry_after = _retry_after(state.outcome.exception())
+        return retry_after if retry_after is not None else self._backoff(state)
+
+    async def complete(self, messages: list[dict], tools: list[dict], log=None) -> tuple[dict, dict, int]:
+        """(assistant message, usage, retries) for one model call, retried by our policy."""
+
+        def before_sleep(state) -> None:
+            if log:
+                attempt = f"{state.attempt_number}/{self.settings.max_retries}"
+                log(f"retry {attempt} in {state.upcoming_sleep:.1f}s", str(state.outcome.exception()))
+
+        retrying = AsyncRetrying(
+            stop=stop_after_attempt(self.settings.max_retries + 1),
+            wait=self._wait,
+            retry=retry_if_exception(transient),
+            before_sleep=before_sleep,
+            reraise=True,
+        )
+        try:
+            async for attempt in retrying:
+                with attempt:
+                    data = await (
+                        self._stream(messages, tools) if self.settings.stream else self._once(messages, tools)
+                    )
+                    choices = data.get("choices") or []
+                    if not choices or not isinstance(choices[0].get("message"), dict):
+                        raise BadReply(f"reply without a message: {json.dumps(data.get('error') or data)[:300]}")
+            return choices[0]["message"], data.get("usage") or {}, attempt.retry_state.attempt_number - 1
+        except openai.APIStatusError as exc:
+            if exc.status_code in STOP_RUN:
+                reason = STOP_RUN[exc.status_code]
+                raise RunStopped(f"{reason} (HTTP {exc.status_code} from {self.settings.base_url})") from exc
+            raise ModelCallFailed(_error_kind(exc), str(exc), attempt.retry_state.attempt_number) from exc
+        except (openai.APIConnectionError, BadReply) as exc:
+            raise ModelCallFailed(_error_kind(exc), str(exc), attempt.retry_state.attempt_number) from exc
+
+    def _request(self, messages: list[dict], tools: list[dict]) -> dict:
+        request = {"model": self.settings.model, "messages": messages}
+        if tools:
+            request["tools"] = tools
+        if self.settings.max_tokens:
+            request["max_tokens"] = self.settings.max_tokens
+        if self.settings.extra_body:
+            request["extra_body"] = self.settings.extra_body
+        return request
+
+    async def _once(self, messages: list[dict], tools: list[dict]) -> dict:
+        # The raw body skips building pydantic models and keeps provider fields such as `reasoning`.
+        raw = await self.client.chat.completions.with_raw_response.create(**self._request(messages, tools))
+        return json.loads(raw.http_response.content)
+
+    async def _stream(self, messages: list[dict], tools: list[dict]) -> dict:
+        """Assemble a streamed reply into the shape of a non-streamed one."""
+        message: dict = {"role": "assistant", "content": ""}
+        calls: dict[int, dict] = {}
+        data: dict = {"choices": [{"message": message}]}
+        stream = await self.client.chat.completions.create(
+            **self._request(messages, tools), stream=True, stream_options={"include_usage": True}
+        )
+        async for chunk in stream:
+            chunk = chunk.to_dict()
+            data["usage"] = chunk.get("usage") or data.get("usage")
+            for choice in chunk.get("choices") or []:
+                delta = choice.get("delta") or {}
+                for key in ("content", "reasoning", "reasoning_content"):
+                    if delta.get(key):
+                        message[key] = message.get(key, "") + delta[key]
+                if delta.get("reasoning_details"):
+                    message.setdefault("reasoning_details", []).extend(delta["reasoning_details"])
+                for part in delta.get("tool_calls") or []:
+                    call = calls.setdefault(
+                        part["index"], {"id": "", "type": "function", "function": {"name": "", "arguments": ""}}
+                    )
+                    call["id"] = part.get("id") or call["id"]
+                    function = part.get("function") or {}
+                    call["function"]["name"] += function.get("name") or ""
+                    call["function"]["arguments"] += function.get("arguments") or ""
+        if calls:
+            message["tool_calls"] = [calls[i] for i in sorted(calls)]
+        return data
+
+
+@dataclass
+class AgentResult:
+    turns: list[Turn]
+    api_calls: int
+    retries: int
+    exit_reason: str  # "completed" | "max_turns"
+    usage: dict
+
+
+def add_usage(total: dict, usage: dict) -> None:
+    details = usage.get("completion_tokens_details") or {}
+    for key in USAGE_KEYS:
+        total[key] += int(usage.get(key) or details.get(key) or 0)
+    total["cost"] += float(usage.get("cost") or 0.0)
+
+
+def _tool_calls(message: dict, turn: int) -> list[ToolCall]:
+    calls = []
+    for i, call in enumerate(message.get("tool_calls") or []):
+        function = call.get("function") or {}
+        arguments = function.get("arguments")
+        if not isinstance(arguments, str):  # some servers send an object
+            arguments = json.dumps(arguments or {})
+        calls.append(ToolCall(call.get("id") or f"call_{turn}_{i}", function.get("name") or "", arguments))
+    return calls
+
+
+async def run_agent(
+    client: ModelClient,
+    env,
+    prompt: str,
+    tools: dict[str, Tool],
+    max_turns: int,
+    preamble: list[dict],
+    log: Callable[[str, str], None] | None = None,
+) -> AgentResult:
+    """Send messages and tools; run each tool call and send the results back; stop on a reply
+    without tool calls (completed) or after `max_turns` model calls (partial)."""
+    schemas = [t.schema for t in tools.values()]
+    messages = [{"role": "user", "content": prompt}]
+    result = AgentResult([], 0, 0, "max_turns", dict.fromkeys(USAGE_KEYS, 0) | {"cost": 0.0})
+    while result.api_calls < max_turns:
+        message, usage, retries = await client.complete(preamble + messages, schemas, log)
+        result.api_calls += 1
+        result.retries += retries
+        add_usage(result.usage, usage)
+        reasoning, content = split_reasoning(message)
+        turn = Turn(content, reasoning, _tool_calls(message, result.api_calls))
+        result.turns.append(turn)
+        if log:
+            names = ", ".join(c.name for c in turn.calls) or "none"
+            log(f"turn {result.api_calls} (tool calls: {names})", content or reasoning)
+        reply = {"role": "assistant", "content": content}
+        if message.get("reasoning_details"):  # echoed so providers keep their reasoning across tool use
+            reply["reasoning_details"] = message["reasoning_details"]
+        if not turn.calls:
+            result.exit_reason = "completed"
+            break
+        reply["tool_calls"] = [
+            {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}} for c in turn.calls
+        ]
+        messages.append(reply)
+        for call in turn.calls:
+            call.result = await call_tool(env, call.name, call.arguments, tools)
+            if log:
+                log(f"  {call.name} ->", json.dumps(call.result))
+            messages.append({"role": "tool", "tool_call_id": call.id, "content": json.dumps(call.result)})
+    return result

@@ -1,0 +1,355 @@
+"""Run a tool-using agent over every prompt of a JSONL dataset and write ShareGPT trajectories.
+
+python batch_runner.py --dataset_file=data/example_prompts.jsonl --batch_size=4 --run_name=demo --model=mock
+python batch_runner.py --dataset_file=data/prompts.jsonl --batch_size=10 --run_name=my_run --resume
+python batch_runner.py --list_distributions
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import queue
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from contextlib import contextmanager
+from dataclasses import replace
+from datetime import UTC, datetime
+from pathlib import Path
+
+import fire
+import orjson
+from rich.console import Console
+from rich.markup import escape
+
+import tools
+from config import RunConfig, build_config
+from dataset import Entry, UsageError, load_dataset
+from merge import merge
+from report import ProgressView, print_summary
+from runfolder import RunFolder, entry_key, write_json_atomic
+from toolset_distributions import DISTRIBUTIONS, distributions_table, usable
+from worker import Batch, WorkerSetup, worker_main
+
+HERE = Path(__file__).resolve().parent
+CHECKPOINT_EVERY = 1.0  # seconds; batch files, not the checkpoint, are the record of what is done
+
+
+def unavailable_toolsets(toolsets: dict) -> dict[str, str]:
+    names = {name for weights in DISTRIBUTIONS.values() for name in weights}
+    return {name: "not implemented in this version" for name in sorted(names - set(toolsets))}
+
+
+@contextmanager
+def mock_endpoint(config: RunConfig):
+    """For --model=mock: the scripted OpenAI-compatible server, on 127.0.0.1, for this run only."""
+    if not config.mock:
+        yield config
+        return
+    server = subprocess.Popen(
+        [sys.executable, str(HERE / "mock_server.py"), "--port", "0", "--exit_with_stdin"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        line = server.stdout.readline().strip()
+        if not line.startswith("MOCK_SERVER_URL="):
+            raise RuntimeError(f"the mock server did not start (it printed {line!r})")
+        yield replace(config, model=replace(config.model, base_url=line.split("=", 1)[1]))
+    finally:
+        server.kill()
+        server.wait()
+
+
+class BatchRunner:
+    def __init__(self, config: RunConfig, console: Console):
+        self.config = config
+        self.console = console
+        self.folder = RunFolder(config.run_dir)
+        self.warned: set[str] = set()
+
+    def warn(self, text: str) -> None:
+        if text not in self.warned:
+            self.warned.add(text)
+            self.console.print(f"[yellow]warning:[/] {escape(text)}")
+
+    # -- planning ------------------------------------------------------------------------------
+    def plan(self, entries: list[Entry]) -> tuple[list[Entry], list[int]]:
+        """(entries still to run, indices already done), matched by content with multiplicity."""
+        if not self.config.resume:
+            if self.folder.has_run():
+                raise UsageError(
+                    f"--run_name: {self.folder.path} already holds a run; pass --resume to continue it "
+                    "or choose another --run_name"
+                )
+            return entries, []
+        finished = Counter(entry_key(record["metadata"]["source"]) for _, record in self.folder.batch_lines(self.warn))
+        pending, done = [], []
+        for entry in entries:
+            key = entry_key(entry.data)
+            if finished[key]:
+                finished[key] -= 1
+                done.append(entry.index)
+            else:
+                pending.append(entry)
+        return pending, done
+
+    # -- running -------------------------------------------------------------------------------
+    def run(self) -> int:
+        config = self.config
+        started = time.time()
+        entries = load_dataset(config.dataset_file, config.max_samples)
+        toolsets = tools.load_toolsets()
+        weights = usable(config.distribution, set(toolsets))
+        if not weights:
+            raise UsageError(
+                f"--distribution {config.distribution}: none of its toolsets is available here "
+                f"({', '.join(DISTRIBUTIONS[config.distribution])}); try --distribution=terminal_only"
+            )
+        pending, done = self.plan(entries)
+        skipped = sorted(set(DISTRIBUTIONS[config.distribution]) - set(weights))
+        if skipped:
+            self.warn(f"toolsets {', '.join(skipped)} of distribution {config.distribution} are not available; skipped")
+        self.folder.path.mkdir(parents=True, exist_ok=True)
+        first = self.folder.next_batch_num()
+        size = config.batch_size
+        batches = [
+            Batch(first + i, [(e.index, e.data) for e in pending[start : start + size]])
+            for i, start in enumerate(range(0, len(pending), size))
+        ]
+        if config.resume:
+            self.console.print(f"Resuming {config.run_name}: {len(done)} prompts already done, {len(pending)} to run")
+        tool_names = sorted(tools.TOOLS)
+        state = RunState(self.folder, config, done, self.folder.load_checkpoint().get("batch_stats", {}))
+        interrupted = False
+        if batches:
+            with mock_endpoint(config) as live:
+                setup = WorkerSetup(live, weights, toolsets, tool_names)
+                interrupted = self.execute(setup, batches, state)
+        state.save()
+        totals = merge(self.folder, config.require_reasoning, tool_names, self.warn)
+        stats = {
+            "run_name": config.run_name,
+            "model": config.model.model,
+            "distribution": config.distribution,
+            "dataset_file": str(config.dataset_file),
+            "total_prompts": len(entries),
+            "completed": totals.completed,
+            "partial": totals.partial,
+            "failed": len(state.failed),
+            "discarded_no_reasoning": totals.discarded_no_reasoning,
+            "discarded_hallucinated_tools": totals.discarded_hallucinated_tools,
+            "trajectories": totals.trajectories,
+            "batch_size": config.batch_size,
+            "total_batches": len(self.folder.batch_files()),
+            "duration_seconds": round(time.time() - started, 3),
+            "completed_at": datetime.now(UTC).isoformat(timespec="seconds"),
+            "retries": state.retries,
+            "tool_statistics": totals.tool_statistics,
+            "reasoning_statistics": totals.reasoning_statistics,
+            "usage": totals.usage,
+            "errors": self.folder.error_counts(),
+        }
+        write_json_atomic(self.folder.statistics, stats)
+        paths = {"Trajectories": self.folder.trajectories, "Statistics": self.folder.statistics}
+        counts = {"planned": len(pending), "ended": state.ended, "failed": len(state.failed)}
+        print_summary(self.console, stats, counts, paths)
+        if interrupted:
+            self.console.print("[red]Interrupted.[/] Finished prompts are saved; rerun with --resume to go on.")
+            return 130
+        if state.stopped:
+            self.console.print(
+                f"[red]Stopped:[/] {escape(state.stopped)}. Fix the key or account, then rerun with --resume."
+            )
+            return 1
+        return 1 if state.failed else 0
+
+    def execute(self, setup: WorkerSetup, batches: list[Batch], state: RunState) -> bool:
+        """Run the batches on the worker pool; returns True when interrupted."""
+        context = multiprocessing.get_context("fork")
+        tasks, events = context.Queue(), context.Queue()
+        workers = [
+            context.Process(target=worker_main, args=(setup, tasks, events, os.getpid()), daemon=True)
+            for _ in range(min(self.config.num_workers, len(batches)))
+        ]
+        for process in workers:
+            process.start()
+        for batch in batches:
+            tasks.put(batch)
+        for _ in workers:
+            tasks.put(None)
+        members = {b.num: {index for index, _ in b.entries} for b in batches}
+        outstanding = set().union(*members.values())
+        claims: dict[int, list[int]] = {}
+        previous = signal.signal(signal.SIGTERM, _interrupt)
+        try:
+            with ProgressView(self.console, len(outstanding)) as view:
+                while outstanding and not state.stopped:
+                    try:
+                        event = events.get(timeout=0.5)
+                    except queue.Empty:
+                        self._reap(workers, claims, members, outstanding, state, view)
+                        continue
+                    kind = event[0]
+                    if kind == "log":
+                        view.log(event[1])
+                    elif kind == "claim":
+                        claims.setdefault(event[2], []).append(event[1])
+                    else:
+                        _, index, batch_num, detail = event[:4]
+                        outstanding.discard(index)
+                        state.record(kind, index, batch_num, detail, event[4:])
+                        view.update(detail if kind == "done" else "failed")
+                    state.save_every(CHECKPOINT_EVERY)
+            return False
+        except KeyboardInterrupt:
+            return True
+        finally:
+            signal.signal(signal.SIGTERM, previous)
+            _stop(workers)
+
+    def _reap(self, workers, claims, members, outstanding, state, view) -> None:
+        """A worker that died (OOM, segfault) takes its claimed prompts with it: they fail."""
+        for process in workers:
+            if process.exitcode not in (None, 0) and claims.get(process.pid) is not None:
+                lost = {i for num in claims.pop(process.pid) for i in members[num]} & outstanding
+                for index in sorted(lost):
+                    outstanding.discard(index)
+                    failure = {"error_type": "worker_died", "message": f"worker exited with {process.exitcode}"}
+                    state.record("failed", index, None, failure | {"attempts": 1}, ())
+                    view.update("failed")
+        if outstanding and not any(p.is_alive() for p in workers):
+            for index in sorted(outstanding):
+                state.record("failed", index, None, {"error_type": "worker_died", "message": "no worker left"}, ())
+            outstanding.clear()
+        view.tick()
+
+
+class RunState:
+    """What the parent learns from worker events: checkpoint, errors.jsonl, counts."""
+
+    def __init__(self, folder: RunFolder, config: RunConfig, done: list[int], batch_stats: dict):
+        self.folder = folder
+        self.config = config
+        self.completed = set(done)
+        self.failed: set[int] = set()
+        self.batch_stats = batch_stats
+        self.ended = self.retries = 0
+        self.stopped: str | None = None
+        self.saved_at = 0.0
+        self.dirty = True
+
+    def record(self, kind: str, index: int, batch_num: int | None, detail, extra) -> None:
+        self.ended += 1
+        self.dirty = True
+        stats = self.batch_stats.setdefault(str(batch_num), {}) if batch_num is not None else {}
+        if kind == "done":
+            self.completed.add(index)
+            self.retries += extra[0]
+            stats[detail] = stats.get(detail, 0) + 1
+            return
+        if kind == "fatal":
+            self.stopped = detail
+            detail = {"error_type": "api_refused", "message": detail, "attempts": 1}
+        self.failed.add(index)
+        stats["failed"] = stats.get("failed", 0) + 1
+        line = {"prompt_index": index, "batch_num": batch_num, **detail, "time": datetime.now(UTC).isoformat()}
+        with open(self.folder.errors, "ab") as handle:
+            handle.write(orjson.dumps(line) + b"\n")
+
+    def save_every(self, seconds: float) -> None:
+        if self.dirty and time.monotonic() - self.saved_at >= seconds:
+            self.save()
+
+    def save(self) -> None:
+        write_json_atomic(
+            self.folder.checkpoint,
+            {
+                "run_name": self.config.run_name,
+                "dataset_file": str(self.config.dataset_file),
+                "completed_prompts": sorted(self.completed),
+                "failed_prompts": sorted(self.failed),
+                "batch_stats": self.batch_stats,
+                "last_updated": datetime.now(UTC).isoformat(timespec="seconds"),
+            },
+        )
+        self.saved_at, self.dirty = time.monotonic(), False
+
+
+def _interrupt(signum, frame) -> None:
+    raise KeyboardInterrupt
+
+
+def _stop(workers) -> None:
+    """End the workers: SIGTERM lets them close their environments; SIGKILL after a grace period."""
+    for process in workers:
+        if process.is_alive():
+            process.terminate()
+    deadline = time.monotonic() + 15
+    for process in workers:
+        process.join(max(deadline - time.monotonic(), 0.1))
+        if process.is_alive():
+            process.kill()
+            process.join()
+
+
+def main(
+    dataset_file: str | None = None,
+    batch_size: int | None = None,
+    run_name: str | None = None,
+    distribution: str = "default",
+    model: str = "anthropic/claude-sonnet-4.6",
+    base_url: str = "https://openrouter.ai/api/v1",
+    api_key: str | None = None,
+    max_turns: int = 10,
+    num_workers: int = 4,
+    resume: bool = False,
+    verbose: bool = False,
+    max_samples: int | None = None,
+    max_tokens: int | None = None,
+    providers_allowed: str | None = None,
+    providers_ignored: str | None = None,
+    providers_order: str | None = None,
+    provider_sort: str | None = None,
+    reasoning_effort: str | None = None,
+    reasoning_disabled: bool = False,
+    ephemeral_system_prompt: str | None = None,
+    log_prefix_chars: int = 100,
+    prefill_messages_file: str | None = None,
+    list_distributions: bool = False,
+    concurrency: int = 1,
+    seed: int | None = None,
+    require_reasoning: bool | None = None,
+    command_timeout: float = 180,
+    request_timeout: float = 600,
+    max_retries: int = 6,
+    stream: bool = False,
+    output_dir: str = "data",
+) -> None:
+    """Run the agent over every prompt of --dataset_file; outputs go to <output_dir>/<run_name>/.
+
+    See README.md for every flag. --require_reasoning defaults to true (false with --reasoning_disabled).
+    """
+    console = Console(highlight=False)
+    if list_distributions:
+        console.print(distributions_table(unavailable_toolsets(tools.load_toolsets())))
+        return
+    try:
+        config = build_config(dict(locals()))
+        code = BatchRunner(config, console).run()
+    except UsageError as exc:
+        Console(stderr=True, highlight=False).print(f"[red]error:[/] {escape(str(exc))}")
+        sys.exit(2)
+    sys.exit(code)
+
+
+def cli() -> None:
+    fire.Fire(main)
+
+
+if __name__ == "__main__":
+    cli()

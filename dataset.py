@@ -1,0 +1,66 @@
+"""The JSONL dataset: one object per line with a non-empty string `prompt`."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+MAX_LISTED = 20
+OPTIONAL_STRINGS = ("image", "docker_image", "cwd")
+
+
+class UsageError(Exception):
+    """Bad arguments or dataset: printed as one message, exit status 2, no request sent."""
+
+
+@dataclass(frozen=True)
+class Entry:
+    index: int  # 0-based position among the dataset's non-blank lines
+    data: dict
+
+
+def _problem(data) -> str | None:
+    if not isinstance(data, dict):
+        return f"expected a JSON object, got {type(data).__name__}"
+    prompt = data.get("prompt")
+    if not isinstance(prompt, str) or not prompt.strip():
+        return 'needs a non-empty string "prompt"' if "prompt" in data else 'has no "prompt" field'
+    for key in OPTIONAL_STRINGS:
+        if key in data and not (isinstance(data[key], str) and data[key]):
+            return f'"{key}" must be a non-empty string'
+    return None
+
+
+def load_dataset(path: Path, max_samples: int | None = None) -> list[Entry]:
+    """Every entry of the dataset (the first `max_samples`), or UsageError naming each bad line."""
+    if not path.is_file():
+        raise UsageError(f"--dataset_file: {path} does not exist or is not a file")
+    entries: list[Entry] = []
+    bad: list[str] = []
+    with open(path, encoding="utf-8", errors="strict") as handle:
+        try:
+            for number, line in enumerate(handle, 1):
+                if not line.strip():
+                    continue
+                if max_samples is not None and len(entries) >= max_samples:
+                    break
+                try:
+                    data = json.loads(line)
+                except json.JSONDecodeError as exc:
+                    bad.append(f"line {number}: not valid JSON ({exc.msg} at column {exc.colno})")
+                    continue
+                problem = _problem(data)
+                if problem:
+                    bad.append(f"line {number}: {problem}")
+                else:
+                    entries.append(Entry(len(entries) + len(bad), data))
+        except UnicodeDecodeError as exc:
+            raise UsageError(f"--dataset_file: {path} is not UTF-8 text ({exc.reason} at byte {exc.start})") from exc
+    if bad:
+        shown = "\n  ".join(bad[:MAX_LISTED])
+        more = f"\n  ... and {len(bad) - MAX_LISTED} more" if len(bad) > MAX_LISTED else ""
+        raise UsageError(f"--dataset_file: {path} has {len(bad)} bad line(s); nothing was sent:\n  {shown}{more}")
+    if not entries:
+        raise UsageError(f"--dataset_file: {path} has no prompts")
+    return entries

@@ -1,0 +1,111 @@
+"""What the user sees: a progress bar on a terminal, plain periodic lines in cron logs, the summary."""
+
+from __future__ import annotations
+
+import time
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+from rich.table import Table
+
+PLAIN_EVERY = 10.0  # seconds between progress lines when stdout is not a terminal
+
+
+class ProgressView:
+    def __init__(self, console: Console, total: int):
+        self.console = console
+        self.total = total
+        self.done = self.failed = self.discarded = 0
+        self.started = self.last_line = time.monotonic()
+        self.bar = None
+        if console.is_terminal:
+            self.bar = Progress(
+                TextColumn("[bold]prompts"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TextColumn("failed [red]{task.fields[failed]}[/] discarded [yellow]{task.fields[discarded]}[/]"),
+                TextColumn("{task.fields[rate]}/s"),
+                TimeRemainingColumn(),
+                console=console,
+            )
+            self.task = self.bar.add_task("prompts", total=total, failed=0, discarded=0, rate="0.0")
+
+    def __enter__(self) -> ProgressView:
+        if self.bar:
+            self.bar.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.bar:
+            self.bar.stop()
+        else:
+            self._line()
+
+    def log(self, text: str) -> None:
+        self.console.print(text, markup=False, highlight=False)
+
+    def update(self, outcome: str) -> None:
+        """Count one prompt that ended: completed / max_turns, a discard reason, or failed."""
+        self.done += 1
+        self.failed += outcome == "failed"
+        self.discarded += outcome in ("no_reasoning", "hallucinated_tool")
+        self.tick()
+
+    def tick(self) -> None:
+        rate = self.done / max(time.monotonic() - self.started, 1e-9)
+        if self.bar:
+            self.bar.update(
+                self.task, completed=self.done, failed=self.failed, discarded=self.discarded, rate=f"{rate:.1f}"
+            )
+        elif time.monotonic() - self.last_line >= PLAIN_EVERY:
+            self._line()
+
+    def _line(self) -> None:
+        self.last_line = now = time.monotonic()
+        rate = self.done / max(now - self.started, 1e-9)
+        eta = (self.total - self.done) / rate if rate else float("nan")
+        self.log(
+            f"[{time.strftime('%H:%M:%S')}] {self.done}/{self.total} prompts ended, {self.failed} failed, "
+            f"{self.discarded} discarded, {rate:.1f}/s, ETA {eta:.0f}s"
+        )
+
+
+def print_summary(console: Console, stats: dict, run_counts: dict, paths: dict) -> None:
+    console.rule(f"[bold]Run {stats['run_name']}")
+    console.print(
+        f"This invocation: {run_counts['ended']} prompts ended ({run_counts['failed']} failed) "
+        f"of {run_counts['planned']} planned, in {stats['duration_seconds']:.1f}s"
+    )
+    console.print(
+        f"Run folder: {stats['trajectories']} trajectories written ({stats['completed']} completed, "
+        f"{stats['partial']} partial); discarded: {stats['discarded_no_reasoning']} without reasoning, "
+        f"{stats['discarded_hallucinated_tools']} with hallucinated tools; {stats['failed']} failed"
+    )
+    table = Table(title="Tool usage")
+    for column in ("tool", "calls", "success", "failure", "success rate"):
+        table.add_column(column, justify="left" if column == "tool" else "right")
+    for name, entry in stats["tool_statistics"].items():
+        if entry["count"]:
+            table.add_row(
+                name, str(entry["count"]), str(entry["success"]), str(entry["failure"]), f"{entry['success_rate']:.0%}"
+            )
+    console.print(table if table.row_count else "Tool usage: no tool calls")
+    reasoning = stats["reasoning_statistics"]
+    console.print(
+        f"Reasoning coverage: {reasoning['coverage']:.1%} of {reasoning['total_assistant_turns']} assistant turns "
+        f"({reasoning['turns_without_reasoning']} without reasoning)"
+    )
+    usage = stats["usage"]
+    if usage.get("total_tokens"):
+        line = (
+            f"Tokens: {usage['prompt_tokens']:,} prompt, {usage['completion_tokens']:,} completion "
+            f"({usage['reasoning_tokens']:,} reasoning), {usage['total_tokens']:,} total"
+        )
+        console.print(line + (f"; cost ${usage['cost']:.4f}" if usage.get("cost") else ""))
+    for label, path in paths.items():
+        console.print(f"{label}: {path}")
+    if stats["failed"]:
+        console.print(
+            f"[red]{stats['failed']} prompt(s) failed[/] (see errors.jsonl); rerun the same command with --resume "
+            "to retry them."
+        )

@@ -1,0 +1,110 @@
+"""The run folder `data/<run_name>/`: batch files, checkpoint, errors, atomic writes."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import tempfile
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import orjson
+
+BATCH_FILE = re.compile(r"batch_(\d+)\.jsonl$")
+
+
+def entry_key(entry: dict) -> str:
+    """What makes two dataset entries the same task: the prompt and where it runs."""
+    return json.dumps(
+        [entry.get("prompt"), entry.get("image"), entry.get("docker_image"), entry.get("cwd")], ensure_ascii=False
+    )
+
+
+def write_atomic(path: Path, write: Callable) -> None:
+    """Write through a temporary file in the same folder, fsync, then rename over `path`."""
+    fd, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            write(handle)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(temp, path)
+    except BaseException:
+        os.unlink(temp)
+        raise
+
+
+def write_json_atomic(path: Path, data: dict) -> None:
+    write_atomic(path, lambda handle: handle.write(orjson.dumps(data, option=orjson.OPT_INDENT_2)))
+
+
+@dataclass(frozen=True)
+class RunFolder:
+    path: Path
+
+    @property
+    def checkpoint(self) -> Path:
+        return self.path / "checkpoint.json"
+
+    @property
+    def statistics(self) -> Path:
+        return self.path / "statistics.json"
+
+    @property
+    def trajectories(self) -> Path:
+        return self.path / "trajectories.jsonl"
+
+    @property
+    def errors(self) -> Path:
+        return self.path / "errors.jsonl"
+
+    def batch_file(self, batch_num: int) -> Path:
+        return self.path / f"batch_{batch_num}.jsonl"
+
+    def batch_files(self) -> list[tuple[int, Path]]:
+        """Every batch file, in batch order."""
+        if not self.path.is_dir():
+            return []
+        found = ((BATCH_FILE.match(p.name), p) for p in self.path.iterdir())
+        return sorted((int(m.group(1)), p) for m, p in found if m)
+
+    def has_run(self) -> bool:
+        return bool(self.batch_files()) or self.checkpoint.exists() or self.errors.exists()
+
+    def next_batch_num(self) -> int:
+        files = self.batch_files()
+        return files[-1][0] + 1 if files else 0
+
+    def batch_lines(self, warn: Callable[[str], None]) -> Iterator[tuple[bytes, dict]]:
+        """(raw line, record) of every finished prompt, streaming. A torn last line (a write cut
+        short by a crash) is skipped with a warning: that prompt simply runs again on --resume."""
+        for _, path in self.batch_files():
+            with open(path, "rb") as handle:
+                for number, line in enumerate(handle, 1):
+                    if not line.strip():
+                        continue
+                    try:
+                        record = orjson.loads(line)
+                    except orjson.JSONDecodeError:
+                        warn(f"{path.name} line {number} is incomplete (cut off by a crash?); ignoring it")
+                        continue
+                    yield (line if line.endswith(b"\n") else line + b"\n"), record
+
+    def load_checkpoint(self) -> dict:
+        try:
+            return json.loads(self.checkpoint.read_text())
+        except (FileNotFoundError, json.JSONDecodeError):
+            return {}
+
+    def error_counts(self) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        if self.errors.exists():
+            for line in self.errors.read_bytes().splitlines():
+                try:
+                    kind = orjson.loads(line)["error_type"]
+                except (orjson.JSONDecodeError, KeyError, TypeError):
+                    continue
+                counts[kind] = counts.get(kind, 0) + 1
+        return counts

@@ -1,0 +1,64 @@
+"""Toolset distributions: each toolset is switched on independently with its probability (percent).
+
+The names and percentages are those the Hermes agent ships, so runs are comparable with it.
+"""
+
+from __future__ import annotations
+
+import random
+
+ALL_SIX = ("web", "vision", "image_gen", "terminal", "file", "browser")
+
+DISTRIBUTIONS: dict[str, dict[str, int]] = {
+    "default": dict.fromkeys(ALL_SIX, 100),
+    "image_gen": {"image_gen": 90, "vision": 90, "web": 55, "terminal": 45},
+    "research": {"web": 90, "browser": 70, "vision": 50, "terminal": 10},
+    "science": {"web": 94, "terminal": 94, "file": 94, "vision": 65, "browser": 50, "image_gen": 15},
+    "development": {"terminal": 80, "file": 80, "web": 30, "vision": 10},
+    "safe": {"web": 80, "browser": 70, "vision": 60, "image_gen": 60},
+    "balanced": dict.fromkeys(ALL_SIX, 50),
+    "minimal": {"web": 100},
+    "terminal_only": {"terminal": 100, "file": 100},
+    "terminal_web": {"terminal": 100, "file": 100, "web": 100},
+    "creative": {"image_gen": 90, "vision": 90, "web": 30},
+    "reasoning": {"web": 90, "file": 60, "terminal": 20},
+    "browser_use": {"browser": 100, "web": 80, "vision": 70},
+    "browser_only": {"browser": 100},
+    "browser_tasks": {"browser": 97, "terminal": 15, "vision": 12},
+    "terminal_tasks": {"terminal": 97, "file": 97, "web": 97, "browser": 75, "vision": 50, "image_gen": 10},
+    "mixed_tasks": {"browser": 92, "terminal": 92, "file": 92, "web": 35, "vision": 15, "image_gen": 15},
+}
+
+
+def usable(distribution: str, available: set[str]) -> dict[str, int]:
+    """The distribution restricted to the toolsets this run can offer."""
+    return {name: pct for name, pct in DISTRIBUTIONS[distribution].items() if name in available}
+
+
+def sample_toolsets(weights: dict[str, int], rng: random.Random) -> list[str]:
+    """One coin flip per toolset; if every flip fails, the most likely toolset is used."""
+    chosen = [name for name, pct in weights.items() if rng.random() * 100 < pct]
+    if not chosen and weights:
+        chosen = [max(weights, key=weights.get)]
+    return sorted(chosen)
+
+
+def prompt_rng(seed: int | None, prompt_index: int) -> random.Random:
+    """A draw per prompt that depends only on the seed and the prompt, never on scheduling."""
+    return random.Random(f"{seed}:{prompt_index}") if seed is not None else random.Random()
+
+
+def distributions_table(unavailable: dict[str, str]):
+    """The --list_distributions table; `unavailable` maps a toolset to why this machine lacks it."""
+    from rich.table import Table
+
+    table = Table(title="Toolset distributions (each toolset switched on independently)")
+    table.add_column("distribution", style="bold")
+    table.add_column("toolsets (probability)")
+    for name, weights in DISTRIBUTIONS.items():
+        parts = [f"[dim strike]{ts} {pct}%[/]" if ts in unavailable else f"{ts} {pct}%" for ts, pct in weights.items()]
+        table.add_row(name, ", ".join(parts))
+    if unavailable:
+        reasons = "; ".join(f"{ts}: {why}" for ts, why in sorted(unavailable.items()))
+        table.caption = f"struck out = unavailable here ({reasons})"
+    return table

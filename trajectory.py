@@ -1,0 +1,153 @@
+"""An agent session -> one ShareGPT trajectory record; reasoning extraction; tool statistics.
+
+The record's format is fixed in DESIGN.md: the same top-level keys and nested key sets on every row,
+so HuggingFace `datasets` loads trajectories.jsonl without schema errors.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+EMPTY_THINK = "<think>\n\n</think>"
+_TAGGED = re.compile(r"<(think|REASONING_SCRATCHPAD)>(.*?)</\1>\s*", re.S)
+
+SYSTEM_TEMPLATE = (
+    "You are a function calling AI model. You are given function signatures within <tools></tools> "
+    "XML tags. You may call one or more functions to help with the user's request; if none is relevant, "
+    "answer in plain language. Do not guess values to pass to functions. Function results come back "
+    "within <tool_response></tool_response> XML tags.\n<tools>\n{tools}\n</tools>\n"
+    "For each function call, return a JSON object with the function name and arguments within "
+    '<tool_call></tool_call> XML tags:\n<tool_call>\n{{"name": <function-name>, "arguments": <args-dict>}}\n'
+    "</tool_call>"
+)
+
+
+@dataclass
+class ToolCall:
+    id: str
+    name: str
+    arguments: str  # as the model sent it: a JSON string, possibly broken
+    result: dict = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return not self.result.get("error")
+
+
+@dataclass
+class Turn:
+    """One assistant reply and the results of its tool calls."""
+
+    content: str
+    reasoning: str
+    calls: list[ToolCall] = field(default_factory=list)
+
+
+def split_reasoning(message: dict) -> tuple[str, str]:
+    """(reasoning, content) of an assistant message: native fields first (`reasoning`,
+    `reasoning_content`, `reasoning_details`), then <think> / <REASONING_SCRATCHPAD> in the content."""
+    parts = [message.get(key) for key in ("reasoning", "reasoning_content")]
+    for detail in message.get("reasoning_details") or []:
+        if isinstance(detail, dict):
+            parts.append(detail.get("text") or detail.get("summary"))
+    content = message.get("content") or ""
+    if not isinstance(content, str):  # a list of content parts
+        content = "".join(p.get("text", "") for p in content if isinstance(p, dict))
+    if "</think>" in content and "<think>" not in content:
+        # Templates that open <think> in the prompt leave only the closing tag in the reply.
+        head, _, content = content.partition("</think>")
+        parts.append(head)
+    parts.extend(match.group(2) for match in _TAGGED.finditer(content))
+    content = _TAGGED.sub("", content)
+    reasoning = "\n".join(p.strip() for p in parts if isinstance(p, str) and p.strip())
+    return reasoning, content.strip()
+
+
+def system_turn(tool_schemas: list[dict]) -> str:
+    return SYSTEM_TEMPLATE.format(tools=json.dumps([s["function"] for s in tool_schemas], ensure_ascii=False))
+
+
+def _arguments_value(raw: str):
+    try:
+        return json.loads(raw or "{}")
+    except json.JSONDecodeError:
+        return raw
+
+
+def conversations(prompt: str, tool_schemas: list[dict], turns: list[Turn]) -> list[dict]:
+    convo = [{"from": "system", "value": system_turn(tool_schemas)}, {"from": "human", "value": prompt}]
+    for turn in turns:
+        value = f"<think>\n{turn.reasoning}\n</think>\n{turn.content}"
+        for call in turn.calls:
+            body = json.dumps({"name": call.name, "arguments": _arguments_value(call.arguments)}, ensure_ascii=False)
+            value += f"\n<tool_call>\n{body}\n</tool_call>"
+        gpt = {"from": "gpt", "value": value}
+        if turn.calls:
+            gpt["tool_calls"] = [{"id": c.id, "name": c.name, "arguments": c.arguments} for c in turn.calls]
+        convo.append(gpt)
+        if turn.calls:
+            responses = (
+                json.dumps({"tool_call_id": c.id, "name": c.name, "content": c.result}, ensure_ascii=False)
+                for c in turn.calls
+            )
+            convo.append(
+                {"from": "tool", "value": "\n".join(f"<tool_response>\n{r}\n</tool_response>" for r in responses)}
+            )
+    return convo
+
+
+def tool_stats(turns: list[Turn], tool_names: list[str]) -> tuple[dict, dict]:
+    """(tool_stats, tool_error_counts) over every registered tool, zeros included."""
+    stats = {name: {"count": 0, "success": 0, "failure": 0} for name in tool_names}
+    for call in (c for turn in turns for c in turn.calls):
+        if call.name in stats:
+            entry = stats[call.name]
+            entry["count"] += 1
+            entry["success" if call.ok else "failure"] += 1
+    return stats, {name: entry["failure"] for name, entry in stats.items()}
+
+
+def discard_reason(turns: list[Turn], offered: set[str]) -> str | None:
+    """Why the merge drops this sample: a tool it was not offered, or no reasoning at all."""
+    if any(call.name not in offered for turn in turns for call in turn.calls):
+        return "hallucinated_tool"
+    if not any(turn.reasoning for turn in turns):
+        return "no_reasoning"
+    return None
+
+
+def build_record(
+    *,
+    prompt_index: int,
+    entry: dict,
+    turns: list[Turn],
+    tool_schemas: list[dict],
+    toolsets: list[str],
+    tool_names: list[str],
+    api_calls: int,
+    exit_reason: str,
+    usage: dict,
+    metadata: dict,
+) -> dict:
+    """The trajectory record; `metadata` carries batch_num, model, run_name and duration_seconds."""
+    stats, errors = tool_stats(turns, tool_names)
+    return {
+        "prompt_index": prompt_index,
+        "conversations": conversations(entry["prompt"], tool_schemas, turns),
+        "metadata": {
+            **metadata,
+            "timestamp": datetime.now(UTC).isoformat(timespec="seconds"),
+            "exit_reason": exit_reason,
+            "usage": usage,
+            "source": entry,
+        },
+        "completed": exit_reason == "completed",
+        "partial": exit_reason == "max_turns",
+        "api_calls": api_calls,
+        "toolsets_used": toolsets,
+        "tool_stats": stats,
+        "tool_error_counts": errors,
+    }

@@ -1,0 +1,199 @@
+"""A worker process: takes batches from the task queue and runs up to `--concurrency` prompts at once.
+
+Each finished prompt is one whole line appended to its `batch_N.jsonl`, flushed and fsynced before
+the parent hears of it. This is the only place where a prompt's exception becomes data (`failed`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import queue
+import signal
+import time
+import traceback
+from dataclasses import dataclass
+
+import orjson
+
+from agent import ModelCallFailed, ModelClient, RunStopped, run_agent
+from config import RunConfig
+from environments import SetupError, open_environment
+from runfolder import RunFolder
+from tools import Tool
+from toolset_distributions import prompt_rng, sample_toolsets
+from trajectory import build_record, discard_reason
+
+
+@dataclass(frozen=True)
+class Batch:
+    num: int
+    entries: list  # [(prompt_index, entry dict)]
+
+
+@dataclass(frozen=True)
+class WorkerSetup:
+    config: RunConfig
+    weights: dict[str, int]  # the distribution, restricted to available toolsets
+    toolsets: dict[str, list[Tool]]
+    tool_names: list[str]  # every registered tool: the keys of tool_stats
+
+
+class BatchFiles:
+    """Appends whole lines to batch files, one descriptor per open batch."""
+
+    def __init__(self, folder: RunFolder):
+        self.folder = folder
+        self.open: dict[int, int] = {}
+        self.remaining: dict[int, int] = {}
+
+    def start(self, batch: Batch) -> None:
+        self.remaining[batch.num] = len(batch.entries)
+
+    def append(self, batch_num: int, record: dict) -> None:
+        fd = self.open.get(batch_num)
+        if fd is None:
+            path = self.folder.batch_file(batch_num)
+            fd = self.open[batch_num] = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        os.write(fd, orjson.dumps(record) + b"\n")
+        os.fsync(fd)
+
+    def finish(self, batch_num: int) -> None:
+        self.remaining[batch_num] -= 1
+        if not self.remaining[batch_num]:
+            del self.remaining[batch_num]
+            fd = self.open.pop(batch_num, None)
+            if fd is not None:
+                os.close(fd)
+
+
+class Worker:
+    def __init__(self, setup: WorkerSetup, events):
+        self.setup = setup
+        self.config = setup.config
+        self.events = events
+        self.files = BatchFiles(RunFolder(self.config.run_dir))
+        self.client = ModelClient(self.config.model)
+
+    def _logger(self, index: int):
+        if not self.config.verbose:
+            return None
+        width = self.config.log_prefix_chars
+
+        def log(label: str, text: str) -> None:
+            preview = " ".join(text.split())
+            preview = preview[:width] + ("…" if len(preview) > width else "")
+            self.events.put(("log", f"[prompt {index}] {label}: {preview}"))
+
+        return log
+
+    async def run(self, tasks) -> None:
+        """Keep every slot busy: take the next batch as soon as a slot frees and the current batch
+        has no prompt left to start."""
+        slots = asyncio.Semaphore(self.config.concurrency)
+        running: set[asyncio.Task] = set()
+        pending = iter(())
+        while True:
+            await slots.acquire()
+            item = next(pending, None)
+            if item is None:
+                batch = await _next_batch(tasks)
+                if batch is None:
+                    break
+                self.files.start(batch)
+                self.events.put(("claim", batch.num, os.getpid()))
+                pending = ((batch.num, index, entry) for index, entry in batch.entries)
+                item = next(pending)
+            task = asyncio.create_task(self.run_prompt(*item))
+            running.add(task)
+            task.add_done_callback(lambda done: (running.discard(done), slots.release()))
+        await asyncio.gather(*running)
+
+    async def run_prompt(self, batch_num: int, index: int, entry: dict) -> None:
+        setup, config = self.setup, self.config
+        started = time.monotonic()
+        toolsets = sample_toolsets(setup.weights, prompt_rng(config.seed, index))
+        tools = {t.name: t for name in toolsets for t in setup.toolsets[name]}
+        env = None
+        try:
+            env = await open_environment(config.environment, entry)
+            result = await run_agent(
+                self.client, env, entry["prompt"], tools, config.max_turns, config.preamble, self._logger(index)
+            )
+            record = build_record(
+                prompt_index=index,
+                entry=entry,
+                turns=result.turns,
+                tool_schemas=[t.schema for t in tools.values()],
+                toolsets=toolsets,
+                tool_names=setup.tool_names,
+                api_calls=result.api_calls,
+                exit_reason=result.exit_reason,
+                usage=result.usage,
+                metadata={
+                    "batch_num": batch_num,
+                    "model": config.model.model,
+                    "run_name": config.run_name,
+                    "duration_seconds": round(time.monotonic() - started, 3),
+                },
+            )
+            reason = discard_reason(result.turns, set(tools))
+            if reason:
+                record["discarded"] = reason
+            self.files.append(batch_num, record)
+            outcome = reason or result.exit_reason
+            self.events.put(("done", index, batch_num, outcome, result.retries))
+        except RunStopped as exc:
+            self.events.put(("fatal", index, batch_num, str(exc)))
+        except Exception as exc:
+            self.events.put(("failed", index, batch_num, _failure(exc, entry, config.log_prefix_chars)))
+        finally:
+            if env is not None:
+                await env.close()
+            self.files.finish(batch_num)
+
+
+async def _next_batch(tasks) -> Batch | None:
+    # A short timeout keeps the helper thread from outliving a cancelled worker.
+    while True:
+        try:
+            return await asyncio.to_thread(tasks.get, True, 0.2)
+        except queue.Empty:
+            continue
+
+
+async def _exit_with_parent(parent: int, task: asyncio.Task) -> None:
+    """An orphaned worker must not go on writing into a run folder that a --resume may reuse."""
+    while os.getppid() == parent:
+        await asyncio.sleep(0.5)
+    task.cancel()
+
+
+def _failure(exc: Exception, entry: dict, width: int) -> dict:
+    if isinstance(exc, ModelCallFailed):
+        kind, attempts = f"api_{exc.kind}", exc.attempts
+    elif isinstance(exc, SetupError):
+        kind, attempts = "environment", 1
+    else:
+        kind, attempts = f"crash_{type(exc).__name__}", 1
+    message = str(exc) or type(exc).__name__
+    if kind.startswith("crash_"):
+        message += "\n" + "".join(traceback.format_exception(exc)[-3:])
+    return {"error_type": kind, "message": message, "attempts": attempts, "prompt_preview": entry["prompt"][:width]}
+
+
+def worker_main(setup: WorkerSetup, tasks, events, parent: int) -> None:
+    """Entry point of a worker process. Ctrl-C goes to the parent, which ends us with SIGTERM; we
+    then cancel the running prompts so their environments are closed."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+    async def main() -> None:
+        task = asyncio.current_task()
+        asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, task.cancel)
+        watchdog = asyncio.create_task(_exit_with_parent(parent, task))
+        await Worker(setup, events).run(tasks)
+        watchdog.cancel()
+
+    with contextlib.suppress(asyncio.CancelledError):
+        asyncio.run(main())
