@@ -1,0 +1,100 @@
+"""Shared fixtures: a real OpenAI-compatible server (the scripted model) on 127.0.0.1, and a helper
+that runs the real batch_runner.py as a subprocess against it."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from mock_server import MockServer  # noqa: E402
+
+API_KEY = "sk-test-SECRET-0123456789"
+
+
+@pytest.fixture
+def server():
+    mock = MockServer()
+    mock.base_url = mock.start()
+    yield mock
+    mock.stop()
+
+
+@dataclass
+class Result:
+    code: int
+    stdout: str
+    stderr: str
+    run_dir: Path
+
+    def jsonl(self, name: str) -> list[dict]:
+        path = self.run_dir / name
+        return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
+
+    @property
+    def trajectories(self) -> list[dict]:
+        return self.jsonl("trajectories.jsonl")
+
+    @property
+    def batch_lines(self) -> list[dict]:
+        return [r for p in sorted(self.run_dir.glob("batch_*.jsonl")) for r in self.jsonl(p.name)]
+
+    @property
+    def statistics(self) -> dict:
+        return json.loads((self.run_dir / "statistics.json").read_text())
+
+    @property
+    def checkpoint(self) -> dict:
+        return json.loads((self.run_dir / "checkpoint.json").read_text())
+
+
+def write_dataset(path: Path, entries: list) -> Path:
+    path.write_text("".join((e if isinstance(e, str) else json.dumps(e)) + "\n" for e in entries))
+    return path
+
+
+class Runner:
+    """Runs batch_runner.py in `tmp_path` against `server` with a dataset given as a list of entries."""
+
+    def __init__(self, tmp_path: Path, server: MockServer | None):
+        self.tmp_path = tmp_path
+        self.server = server
+
+    def command(self, entries, *flags: str, run_name: str = "run", batch_size: int = 2) -> list[str]:
+        dataset = entries if isinstance(entries, Path) else write_dataset(self.tmp_path / "prompts.jsonl", entries)
+        command = [
+            sys.executable,
+            str(ROOT / "batch_runner.py"),
+            f"--dataset_file={dataset}",
+            f"--batch_size={batch_size}",
+            f"--run_name={run_name}",
+            f"--output_dir={self.tmp_path / 'out'}",
+        ]
+        if self.server is not None:
+            command += [f"--base_url={self.server.base_url}", "--model=test-model", f"--api_key={API_KEY}"]
+        return command + [*flags]
+
+    def __call__(self, entries, *flags: str, run_name: str = "run", batch_size: int = 2, timeout: float = 120):
+        env = {k: v for k, v in os.environ.items() if not k.endswith("API_KEY")}
+        proc = subprocess.run(
+            self.command(entries, *flags, run_name=run_name, batch_size=batch_size),
+            cwd=self.tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env=env,
+        )
+        return Result(proc.returncode, proc.stdout, proc.stderr, self.tmp_path / "out" / run_name)
+
+
+@pytest.fixture
+def run(tmp_path, server) -> Runner:
+    return Runner(tmp_path, server)
