@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from typing import TypeVar
 
+import httpx
 import openai
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_random_exponential
 
@@ -15,6 +17,7 @@ from trajectory import ToolCall, Turn, split_reasoning
 USAGE_KEYS = ("prompt_tokens", "completion_tokens", "total_tokens", "reasoning_tokens")
 STOP_RUN = {401: "the API key was refused", 402: "the account has no credits left", 403: "access was refused"}
 RETRY_AFTER_CAP = 300.0
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -71,7 +74,11 @@ class ModelClient:
     def __init__(self, settings: ModelSettings):
         self.settings = settings
         self.client = openai.AsyncOpenAI(
-            base_url=settings.base_url, api_key=settings.api_key, max_retries=0, timeout=settings.request_timeout
+            base_url=settings.base_url,
+            api_key=settings.api_key,
+            max_retries=0,
+            timeout=settings.request_timeout,
+            http_client=openai.DefaultAioHttpClient(timeout=settings.request_timeout),
         )
         self._backoff = wait_random_exponential(multiplier=1, max=60)
 
@@ -81,6 +88,19 @@ class ModelClient:
 
     async def complete(self, messages: list[dict], tools: list[dict], log=None) -> tuple[dict, dict, int]:
         """(assistant message, usage, retries) for one model call, retried by our policy."""
+
+        async def ask() -> dict:
+            data = await (self._stream(messages, tools) if self.settings.stream else self._once(messages, tools))
+            choices = data.get("choices") or []
+            if not choices or not isinstance(choices[0].get("message"), dict):
+                raise BadReply(f"reply without a message: {json.dumps(data.get('error') or data)[:300]}")
+            return data
+
+        data, retries = await self.call(ask, log)
+        return data["choices"][0]["message"], data.get("usage") or {}, retries
+
+    async def call(self, request: Callable[[], Awaitable[T]], log=None) -> tuple[T, int]:
+        """(result, retries) of `request()`, any call on this endpoint, retried by our policy."""
 
         def before_sleep(state) -> None:
             if log:
@@ -97,13 +117,8 @@ class ModelClient:
         try:
             async for attempt in retrying:
                 with attempt:
-                    data = await (
-                        self._stream(messages, tools) if self.settings.stream else self._once(messages, tools)
-                    )
-                    choices = data.get("choices") or []
-                    if not choices or not isinstance(choices[0].get("message"), dict):
-                        raise BadReply(f"reply without a message: {json.dumps(data.get('error') or data)[:300]}")
-            return choices[0]["message"], data.get("usage") or {}, attempt.retry_state.attempt_number - 1
+                    result = await request()
+            return result, attempt.retry_state.attempt_number - 1
         except openai.APIStatusError as exc:
             if exc.status_code in STOP_RUN:
                 reason = STOP_RUN[exc.status_code]
@@ -123,9 +138,13 @@ class ModelClient:
         return request
 
     async def _once(self, messages: list[dict], tools: list[dict]) -> dict:
-        # The raw body skips building pydantic models and keeps provider fields such as `reasoning`.
-        raw = await self.client.chat.completions.with_raw_response.create(**self._request(messages, tools))
-        return json.loads(raw.http_response.content)
+        # The client's low-level post keeps its auth, URLs and error types but skips re-validating
+        # the whole conversation and building pydantic models on every call (most of its CPU time),
+        # and keeps provider fields such as `reasoning` as they came.
+        body = self._request(messages, tools)
+        body.update(body.pop("extra_body", {}))
+        response = await self.client.post("/chat/completions", body=body, cast_to=httpx.Response)
+        return json.loads(response.content)
 
     async def _stream(self, messages: list[dict], tools: list[dict]) -> dict:
         """Assemble a streamed reply into the shape of a non-streamed one."""
@@ -167,6 +186,10 @@ class AgentResult:
     usage: dict
 
 
+def empty_usage() -> dict:
+    return dict.fromkeys(USAGE_KEYS, 0) | {"cost": 0.0}
+
+
 def add_usage(total: dict, usage: dict) -> None:
     details = usage.get("completion_tokens_details") or {}
     for key in USAGE_KEYS:
@@ -198,7 +221,7 @@ async def run_agent(
     without tool calls (completed) or after `max_turns` model calls (partial)."""
     schemas = [t.schema for t in tools.values()]
     messages = [{"role": "user", "content": prompt}]
-    result = AgentResult([], 0, 0, "max_turns", dict.fromkeys(USAGE_KEYS, 0) | {"cost": 0.0})
+    result = AgentResult([], 0, 0, "max_turns", empty_usage())
     while result.api_calls < max_turns:
         message, usage, retries = await client.complete(preamble + messages, schemas, log)
         result.api_calls += 1
@@ -223,6 +246,6 @@ async def run_agent(
         for call in turn.calls:
             call.result = await call_tool(env, call.name, call.arguments, tools)
             if log:
-                log(f"  {call.name} ->", json.dumps(call.result))
+                log(f"  {call.name} result", json.dumps(call.result))
             messages.append({"role": "tool", "tool_call_id": call.id, "content": json.dumps(call.result)})
     return result

@@ -7,9 +7,7 @@ python batch_runner.py --list_distributions
 
 from __future__ import annotations
 
-import multiprocessing
-import os
-import queue
+import contextlib
 import signal
 import subprocess
 import sys
@@ -26,21 +24,19 @@ from rich.console import Console
 from rich.markup import escape
 
 import tools
-from config import RunConfig, build_config
+from config import RunConfig, build_config, tool_settings
 from dataset import Entry, UsageError, load_dataset
+from environments import SetupError, prepare_run, remove_leftovers
 from merge import merge
+from pool import ProcessPool
+from ray_pool import RayPool
 from report import ProgressView, print_summary
 from runfolder import RunFolder, entry_key, write_json_atomic
 from toolset_distributions import DISTRIBUTIONS, distributions_table, usable
-from worker import Batch, WorkerSetup, worker_main
+from worker import Batch, WorkerSetup
 
 HERE = Path(__file__).resolve().parent
 CHECKPOINT_EVERY = 1.0  # seconds; batch files, not the checkpoint, are the record of what is done
-
-
-def unavailable_toolsets(toolsets: dict) -> dict[str, str]:
-    names = {name for weights in DISTRIBUTIONS.values() for name in weights}
-    return {name: "not implemented in this version" for name in sorted(names - set(toolsets))}
 
 
 @contextmanager
@@ -65,6 +61,20 @@ def mock_endpoint(config: RunConfig):
         server.wait()
 
 
+def match(entries: list[Entry], finished: Counter) -> tuple[list[Entry], list[int]]:
+    """Subtract the finished entry keys from the dataset, counting duplicates one by one."""
+    finished = Counter(finished)
+    pending, done = [], []
+    for entry in entries:
+        key = entry_key(entry.data)
+        if finished[key]:
+            finished[key] -= 1
+            done.append(entry.index)
+        else:
+            pending.append(entry)
+    return pending, done
+
+
 class BatchRunner:
     def __init__(self, config: RunConfig, console: Console):
         self.config = config
@@ -87,23 +97,18 @@ class BatchRunner:
                     "or choose another --run_name"
                 )
             return entries, []
-        finished = Counter(entry_key(record["metadata"]["source"]) for _, record in self.folder.batch_lines(self.warn))
-        pending, done = [], []
-        for entry in entries:
-            key = entry_key(entry.data)
-            if finished[key]:
-                finished[key] -= 1
-                done.append(entry.index)
-            else:
-                pending.append(entry)
-        return pending, done
+        return match(
+            entries, Counter(entry_key(r["metadata"]["source"]) for _, r in self.folder.batch_lines(self.warn))
+        )
 
     # -- running -------------------------------------------------------------------------------
     def run(self) -> int:
         config = self.config
         started = time.time()
         entries = load_dataset(config.dataset_file, config.max_samples)
-        toolsets = tools.load_toolsets()
+        toolsets, missing = tools.available_toolsets(config.tools, DISTRIBUTIONS[config.distribution])
+        for item in missing:
+            self.warn(f"{item.tool or item.toolset} is not available here, so it is not offered: {item.reason}")
         weights = usable(config.distribution, set(toolsets))
         if not weights:
             raise UsageError(
@@ -111,10 +116,8 @@ class BatchRunner:
                 f"({', '.join(DISTRIBUTIONS[config.distribution])}); try --distribution=terminal_only"
             )
         pending, done = self.plan(entries)
-        skipped = sorted(set(DISTRIBUTIONS[config.distribution]) - set(weights))
-        if skipped:
-            self.warn(f"toolsets {', '.join(skipped)} of distribution {config.distribution} are not available; skipped")
         self.folder.path.mkdir(parents=True, exist_ok=True)
+        self.folder.remove_leftovers()
         first = self.folder.next_batch_num()
         size = config.batch_size
         batches = [
@@ -127,11 +130,13 @@ class BatchRunner:
         state = RunState(self.folder, config, done, self.folder.load_checkpoint().get("batch_stats", {}))
         interrupted = False
         if batches:
+            prepare_run(config.environment, config.resume)
             with mock_endpoint(config) as live:
                 setup = WorkerSetup(live, weights, toolsets, tool_names)
                 interrupted = self.execute(setup, batches, state)
-        state.save()
         totals = merge(self.folder, config.require_reasoning, tool_names, self.warn)
+        # The batch files, not the events that raced a kill or Ctrl-C, say what is done.
+        state.settle(match(entries, totals.finished)[1])
         stats = {
             "run_name": config.run_name,
             "model": config.model.model,
@@ -169,64 +174,43 @@ class BatchRunner:
         return 1 if state.failed else 0
 
     def execute(self, setup: WorkerSetup, batches: list[Batch], state: RunState) -> bool:
-        """Run the batches on the worker pool; returns True when interrupted."""
-        context = multiprocessing.get_context("fork")
-        tasks, events = context.Queue(), context.Queue()
-        workers = [
-            context.Process(target=worker_main, args=(setup, tasks, events, os.getpid()), daemon=True)
-            for _ in range(min(self.config.num_workers, len(batches)))
-        ]
-        for process in workers:
-            process.start()
-        for batch in batches:
-            tasks.put(batch)
-        for _ in workers:
-            tasks.put(None)
-        members = {b.num: {index for index, _ in b.entries} for b in batches}
-        outstanding = set().union(*members.values())
-        claims: dict[int, list[int]] = {}
+        """Run the batches on the executor and follow its events; returns True when interrupted."""
+        config = self.config
+        if config.executor == "ray":
+            executor = RayPool(setup, config.num_workers, config.ray_address, config.ray_shared_fs)
+        else:
+            executor = ProcessPool(setup, config.num_workers)
+        outstanding = {index for batch in batches for index, _ in batch.entries}
         previous = signal.signal(signal.SIGTERM, _interrupt)
         try:
+            executor.start(batches)
             with ProgressView(self.console, len(outstanding)) as view:
                 while outstanding and not state.stopped:
-                    try:
-                        event = events.get(timeout=0.5)
-                    except queue.Empty:
-                        self._reap(workers, claims, members, outstanding, state, view)
-                        continue
-                    kind = event[0]
-                    if kind == "log":
-                        view.log(event[1])
-                    elif kind == "claim":
-                        claims.setdefault(event[2], []).append(event[1])
-                    else:
-                        _, index, batch_num, detail = event[:4]
+                    events = executor.poll(0.5)
+                    for event in events:
+                        if event[0] == "log":
+                            view.log(event[1])
+                            continue
+                        kind, index, batch_num, detail = event[:4]
                         outstanding.discard(index)
                         state.record(kind, index, batch_num, detail, event[4:])
                         view.update(detail if kind == "done" else "failed")
+                    if not events:
+                        for index, reason in sorted(executor.lost(outstanding).items()):
+                            outstanding.discard(index)
+                            failure = {"error_type": "worker_died", "message": reason, "attempts": 1}
+                            state.record("failed", index, None, failure, ())
+                            view.update("failed")
+                    view.tick()
                     state.save_every(CHECKPOINT_EVERY)
             return False
         except KeyboardInterrupt:
             return True
         finally:
             signal.signal(signal.SIGTERM, previous)
-            _stop(workers)
-
-    def _reap(self, workers, claims, members, outstanding, state, view) -> None:
-        """A worker that died (OOM, segfault) takes its claimed prompts with it: they fail."""
-        for process in workers:
-            if process.exitcode not in (None, 0) and claims.get(process.pid) is not None:
-                lost = {i for num in claims.pop(process.pid) for i in members[num]} & outstanding
-                for index in sorted(lost):
-                    outstanding.discard(index)
-                    failure = {"error_type": "worker_died", "message": f"worker exited with {process.exitcode}"}
-                    state.record("failed", index, None, failure | {"attempts": 1}, ())
-                    view.update("failed")
-        if outstanding and not any(p.is_alive() for p in workers):
-            for index in sorted(outstanding):
-                state.record("failed", index, None, {"error_type": "worker_died", "message": "no worker left"}, ())
-            outstanding.clear()
-        view.tick()
+            executor.stop()
+            with contextlib.suppress(SetupError):  # a worker killed after its grace period leaves containers
+                remove_leftovers(self.config.environment)
 
 
 class RunState:
@@ -261,6 +245,11 @@ class RunState:
         with open(self.folder.errors, "ab") as handle:
             handle.write(orjson.dumps(line) + b"\n")
 
+    def settle(self, done: list[int]) -> None:
+        self.completed = set(done)
+        self.failed -= self.completed
+        self.save()
+
     def save_every(self, seconds: float) -> None:
         if self.dirty and time.monotonic() - self.saved_at >= seconds:
             self.save()
@@ -282,19 +271,6 @@ class RunState:
 
 def _interrupt(signum, frame) -> None:
     raise KeyboardInterrupt
-
-
-def _stop(workers) -> None:
-    """End the workers: SIGTERM lets them close their environments; SIGKILL after a grace period."""
-    for process in workers:
-        if process.is_alive():
-            process.terminate()
-    deadline = time.monotonic() + 15
-    for process in workers:
-        process.join(max(deadline - time.monotonic(), 0.1))
-        if process.is_alive():
-            process.kill()
-            process.join()
 
 
 def main(
@@ -329,20 +305,31 @@ def main(
     max_retries: int = 6,
     stream: bool = False,
     output_dir: str = "data",
+    vision_model: str | None = None,
+    image_model: str = "gpt-image-1",
+    environment: str = "local",
+    default_image: str = "python:3.11-slim",
+    keep_workspaces: bool = False,
+    sandbox_network: bool = False,
+    executor: str = "pool",
+    ray_address: str | None = None,
+    ray_shared_fs: bool = False,
 ) -> None:
     """Run the agent over every prompt of --dataset_file; outputs go to <output_dir>/<run_name>/.
 
     See README.md for every flag. --require_reasoning defaults to true (false with --reasoning_disabled).
     """
-    console = Console(highlight=False)
+    console = Console(highlight=False, soft_wrap=True)
     if list_distributions:
-        console.print(distributions_table(unavailable_toolsets(tools.load_toolsets())))
+        every_toolset = [name for weights in DISTRIBUTIONS.values() for name in weights]
+        _, missing = tools.available_toolsets(tool_settings(dict(locals())), every_toolset)
+        console.print(distributions_table(missing))
         return
     try:
         config = build_config(dict(locals()))
         code = BatchRunner(config, console).run()
-    except UsageError as exc:
-        Console(stderr=True, highlight=False).print(f"[red]error:[/] {escape(str(exc))}")
+    except (UsageError, SetupError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
         sys.exit(2)
     sys.exit(code)
 

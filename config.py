@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 from dataclasses import dataclass, field
@@ -9,7 +10,8 @@ from pathlib import Path
 
 from agent import ModelSettings
 from dataset import UsageError
-from environments import EnvironmentSettings
+from environments import KINDS, EnvironmentSettings
+from tools.settings import ToolSettings
 from toolset_distributions import DISTRIBUTIONS
 
 OPENROUTER = "https://openrouter.ai/api/v1"
@@ -27,6 +29,7 @@ class RunConfig:
     distribution: str
     model: ModelSettings
     environment: EnvironmentSettings
+    tools: ToolSettings
     max_turns: int = 10
     num_workers: int = 4
     concurrency: int = 1
@@ -38,6 +41,9 @@ class RunConfig:
     seed: int | None = None
     require_reasoning: bool = True
     mock: bool = False  # --model=mock: start the scripted server
+    executor: str = "pool"  # "pool" (local processes) or "ray"
+    ray_address: str | None = None  # None: a private local Ray instance
+    ray_shared_fs: bool = False  # Ray tasks write batch files themselves (the run folder is on every node)
 
 
 def as_list(value, flag: str) -> list[str]:
@@ -148,6 +154,19 @@ def _api_key(flags: dict, base_url: str, mock: bool) -> str:
     return "not-needed"  # local servers (vLLM, llama.cpp) usually accept any key
 
 
+def tool_settings(flags: dict) -> ToolSettings:
+    """--vision_model defaults to the main model; search provider and browser come from the environment."""
+    vision_model = flags["vision_model"] if flags["vision_model"] is not None else flags["model"]
+    return ToolSettings.from_environment(str(vision_model), str(flags["image_model"]))
+
+
+def _executor(flags: dict) -> str:
+    executor = choice(flags["executor"], "executor", ("pool", "ray"))
+    if executor == "ray" and importlib.util.find_spec("ray") is None:
+        raise UsageError("--executor=ray needs Ray, which is not installed: pip install -e '.[ray]'")
+    return executor
+
+
 def build_config(flags: dict) -> RunConfig:
     """Check every flag; raise UsageError naming the first bad one."""
     for flag in ("dataset_file", "batch_size", "run_name"):
@@ -160,6 +179,10 @@ def build_config(flags: dict) -> RunConfig:
     if distribution not in DISTRIBUTIONS:
         raise UsageError(f"--distribution {distribution!r} does not exist; choose one of: {', '.join(DISTRIBUTIONS)}")
     model_name = str(flags["model"])
+    run_dir = Path(str(flags["output_dir"])) / run_name
+    default_image = str(flags["default_image"]).strip()
+    if not default_image:
+        raise UsageError("--default_image must name an image, such as python:3.11-slim")
     mock = model_name == "mock"
     base_url = str(flags["base_url"])
     reasoning_disabled = as_bool(flags["reasoning_disabled"], "reasoning_disabled")
@@ -181,10 +204,19 @@ def build_config(flags: dict) -> RunConfig:
         dataset_file=Path(str(flags["dataset_file"])),
         batch_size=as_int(flags["batch_size"], "batch_size", 1),
         run_name=run_name,
-        run_dir=Path(str(flags["output_dir"])) / run_name,
+        run_dir=run_dir,
         distribution=distribution,
         model=model,
-        environment=EnvironmentSettings(command_timeout=as_seconds(flags["command_timeout"], "command_timeout")),
+        environment=EnvironmentSettings(
+            kind=choice(flags["environment"], "environment", KINDS),
+            command_timeout=as_seconds(flags["command_timeout"], "command_timeout"),
+            keep_workspaces=as_bool(flags["keep_workspaces"], "keep_workspaces"),
+            default_image=default_image,
+            sandbox_network=as_bool(flags["sandbox_network"], "sandbox_network"),
+            run_name=run_name,
+            run_dir=str(run_dir.resolve()),  # labels this run's containers, whatever the cwd of a later --resume
+        ),
+        tools=tool_settings(flags),
         max_turns=as_int(flags["max_turns"], "max_turns", 1),
         num_workers=as_int(flags["num_workers"], "num_workers", 1),
         concurrency=as_int(flags["concurrency"], "concurrency", 1),
@@ -197,4 +229,7 @@ def build_config(flags: dict) -> RunConfig:
         # Without reasoning from the model, the no-reasoning filter would drop every sample.
         require_reasoning=not reasoning_disabled if require is None else as_bool(require, "require_reasoning"),
         mock=mock,
+        executor=_executor(flags),
+        ray_address=None if flags["ray_address"] is None else str(flags["ray_address"]),
+        ray_shared_fs=as_bool(flags["ray_shared_fs"], "ray_shared_fs"),
     )

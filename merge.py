@@ -6,12 +6,13 @@ model. It streams line by line, so memory stays flat however large the run folde
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import orjson
 
-from runfolder import RunFolder, write_atomic
+from runfolder import RunFolder, entry_key, write_atomic
 from trajectory import EMPTY_THINK
 
 
@@ -25,6 +26,7 @@ class Totals:
     tool_statistics: dict = field(default_factory=dict)
     reasoning_statistics: dict = field(default_factory=dict)
     usage: dict = field(default_factory=dict)
+    finished: Counter = field(default_factory=Counter)  # entry keys with a final outcome
 
 
 def _rates(stats: dict) -> dict:
@@ -58,6 +60,7 @@ def merge(folder: RunFolder, require_reasoning: bool, tool_names: list[str], war
                     known[key] += entry[key]
             for key, value in record["metadata"]["usage"].items():
                 usage[key] = usage.get(key, 0) + value
+            totals.finished[entry_key(record["metadata"]["source"])] += 1
             reason = record.pop("discarded", None)
             if reason == "hallucinated_tool":
                 totals.discarded_hallucinated_tools += 1

@@ -1,7 +1,10 @@
 """The scripted model behind `--model=mock` and the test suite.
 
 It reads an OpenAI chat-completions request and decides the reply the way a small tool-using model
-would: call the offered tools sensibly for a turn or two, reason in every turn, then answer.
+would: call every offered toolset sensibly, using what earlier results showed (the image it generated,
+the refs of a browser snapshot), reason in every turn, then answer. Web and browser tools read the
+first URL of the prompt, else the mock server's own page. A request whose user message carries an
+image is answered as a vision model would; `image_reply` answers the images API.
 A prompt can steer it with directives such as ``[mock turns=3 reasoning=think fail=429 times=2]``:
 
     turns=N          tool-calling turns before the final answer (default: what the plan needs)
@@ -11,15 +14,41 @@ A prompt can steer it with directives such as ``[mock turns=3 reasoning=think fa
     latency=S        extra seconds before answering
     bad_json         the first tool call carries arguments that are not JSON
     unknown_tool     the first tool call names a tool that was not offered
+    image=url        (in an image prompt) the images API answers a URL instead of base64 data
 """
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import json
 import re
+import struct
+import time
+import zlib
 from dataclasses import dataclass, field
 
 DIRECTIVE = re.compile(r"\[mock\s+([^\]]*)\]")
+URL = re.compile(r"https?://[^\s\"'<>\])]+")
+SNAPSHOT_REF = re.compile(r'^(\w+) ".*?" \[ref=(e\d+)\]', re.M)
+
+PAGE = """<!doctype html>
+<html><head><title>The mock page</title></head><body>
+<h1>The mock model's page</h1>
+<article>
+<p>The mock server serves this page so that web_extract and the browser tools have a real page to read
+without any network. It holds a short article and a form.</p>
+<p>Batch runs of a tool-using agent produce trajectories for fine-tuning; every tool call in them is real.</p>
+</article>
+<form method="get"><label for="name">Your name</label> <input id="name" name="name">
+<button type="submit">Greet</button></form>
+<p id="greeting"></p>
+<script>
+const name = new URLSearchParams(location.search).get("name");
+if (name) document.getElementById("greeting").textContent = `Hello, ${name}!`;
+</script>
+</body></html>
+"""
 
 
 @dataclass
@@ -32,6 +61,7 @@ class Directives:
     latency: float = 0.0
     bad_json: bool = False
     unknown_tool: bool = False
+    image: str = "b64"
 
     @classmethod
     def parse(cls, prompt: str) -> Directives:
@@ -47,6 +77,8 @@ class Directives:
                     setattr(found, key, float(value))
                 elif key == "reasoning":
                     found.reasoning = value
+                elif key == "image":
+                    found.image = value
         return found
 
 
@@ -61,8 +93,9 @@ class Reply:
     usage: dict = field(default_factory=dict)
 
 
-def first_user_text(messages: list[dict]) -> str:
-    for message in messages:
+def prompt_text(messages: list[dict]) -> str:
+    """The task: the last user message (earlier ones may be few-shot prefill)."""
+    for message in reversed(messages):
         if message.get("role") == "user":
             content = message.get("content")
             if isinstance(content, list):
@@ -80,8 +113,9 @@ def _call(turn: int, index: int, name: str, arguments: dict | str) -> dict:
     }
 
 
-def _plan(offered: set[str], prompt: str) -> list[list[tuple[str, dict]]]:
-    """Tool calls per turn, from the tools on offer."""
+def _plan(offered: set[str], prompt: str, site: str, seen: dict[str, dict]) -> list[list[tuple[str, dict]]]:
+    """Tool calls per turn, from the tools on offer. How many turns depends on the offer alone; later
+    turns use earlier results (`seen`: tool name -> its latest result), as a model would."""
     first, second = [], []
     if "terminal" in offered:
         first.append(("terminal", {"command": "echo mock-model-was-here && pwd && ls -a"}))
@@ -89,7 +123,68 @@ def _plan(offered: set[str], prompt: str) -> list[list[tuple[str, dict]]]:
         first.append(("write_file", {"path": "notes.txt", "content": f"Task: {prompt[:80]}\n"}))
         if "read_file" in offered:
             second.append(("read_file", {"path": "notes.txt"}))
-    return [turn for turn in (first, second) if turn]
+    found = URL.search(prompt)
+    url = found.group(0) if found else f"{site}/_mock/page"
+    for name, arguments in (
+        ("execute_code", {"code": "import sys\nprint(sum(range(10)))\nprint('done', file=sys.stderr)"}),
+        ("web_search", {"query": DIRECTIVE.sub("", prompt).strip()[:80]}),
+        ("web_extract", {"urls": [url]}),
+        ("image_generate", {"prompt": f"an illustration of: {prompt[:60]}", "size": "256x256"}),
+    ):
+        if name in offered:
+            first.append((name, arguments))
+    if "vision_analyze" in offered:
+        image = seen.get("image_generate", {}).get("path") or f"{site}/_mock/image.png"
+        second.append(("vision_analyze", {"image_url": image, "question": "What does this image show?"}))
+    plan = [first, second, [], []]
+    if "browser_navigate" in offered:
+        for turn, calls in zip(plan, _browse(url, seen), strict=True):
+            turn.extend(calls)
+    return [turn for turn in plan if turn]
+
+
+def _browse(url: str, seen: dict[str, dict]) -> list[list[tuple[str, dict]]]:
+    """Open the page, read it, fill in its first text field and press its first button, read the
+    result, then scroll, press a key, go back and close the browser."""
+    refs: dict[str, str] = {}
+    for role, ref in SNAPSHOT_REF.findall(seen.get("browser_snapshot", {}).get("snapshot", "")):
+        refs.setdefault(role, ref)
+    act = [("browser_type", {"ref": refs["textbox"], "text": "mock"})] if "textbox" in refs else []
+    act += [("browser_click", {"ref": refs["button"]})] if "button" in refs else []
+    leave = [("browser_scroll", {"direction": "down"}), ("browser_press", {"key": "End"}), ("browser_back", {})]
+    return [
+        [("browser_navigate", {"url": url})],
+        [("browser_snapshot", {})],
+        [*act, ("browser_snapshot", {})],
+        [*leave, ("browser_close", {})],
+    ]
+
+
+def _results_by_tool(messages: list[dict]) -> dict[str, dict]:
+    """Tool name -> its latest result, matched through the call ids."""
+    names = {
+        call.get("id"): call.get("function", {}).get("name")
+        for message in messages
+        if message.get("role") == "assistant"
+        for call in message.get("tool_calls") or []
+    }
+    seen = {}
+    for message in messages:
+        if message.get("role") == "tool":
+            try:
+                seen[names.get(message.get("tool_call_id"))] = json.loads(message.get("content") or "{}")
+            except json.JSONDecodeError:
+                continue
+    return seen
+
+
+def _image_part(messages: list[dict]) -> str | None:
+    """The image URL of the last user message, when it carries one (a vision request)."""
+    for message in reversed(messages):
+        if message.get("role") == "user":
+            parts = message.get("content") if isinstance(message.get("content"), list) else []
+            return next((p["image_url"]["url"] for p in parts if p.get("type") == "image_url"), None)
+    return None
 
 
 def _with_reasoning(kind: str, text: str, content: str) -> dict:
@@ -105,22 +200,29 @@ def _with_reasoning(kind: str, text: str, content: str) -> dict:
     return message
 
 
-def reply(request: dict, attempts: int, turns: int | None = None) -> tuple[Reply, float]:
+def reply(
+    request: dict, attempts: int, turns: int | None = None, site: str = "http://127.0.0.1"
+) -> tuple[Reply, float]:
     """The reply to one request and the extra latency before it. `attempts` counts earlier
     requests for the same prompt (fault directives with ``times`` use it); `turns` is the server's
-    default number of tool-calling turns, which a prompt's own directive overrides."""
+    default number of tool-calling turns, which a prompt's own directive overrides; `site` is the
+    mock server's own address (its page and image)."""
     messages = request.get("messages") or []
-    prompt = first_user_text(messages)
+    prompt = prompt_text(messages)
     steer = Directives.parse(prompt)
     if steer.fail and (steer.times is None or attempts < steer.times):
         headers = {} if steer.retry_after is None else {"Retry-After": f"{steer.retry_after:g}"}
         return Reply(status=steer.fail, headers=headers), steer.latency
+    image = _image_part(messages)
+    if image:
+        return _vision_reply(messages, prompt, image), steer.latency
 
     offered = {tool["function"]["name"] for tool in request.get("tools") or []}
-    plan = _plan(offered, prompt)
+    since_prompt = messages[max(i for i, m in enumerate(messages) if m.get("role") == "user") :] if prompt else []
+    plan = _plan(offered, prompt, site, _results_by_tool(since_prompt))
     turns = next((n for n in (steer.turns, turns) if n is not None), len(plan))
-    turn = sum(1 for message in messages if message.get("role") == "assistant")
-    results = [m for m in messages if m.get("role") == "tool"]
+    turn = sum(1 for message in since_prompt if message.get("role") == "assistant")
+    results = [m for m in since_prompt if m.get("role") == "tool"]
 
     if turn < turns and offered:
         calls = plan[turn] if turn < len(plan) else [_filler(offered, turn)]
@@ -142,17 +244,58 @@ def reply(request: dict, attempts: int, turns: int | None = None) -> tuple[Reply
         message = _with_reasoning(steer.reasoning, thought, answer)
         finish = "stop"
 
+    usage = _usage(messages, message, thought if steer.reasoning != "none" else "")
+    return Reply(message=message, finish_reason=finish, usage=usage), steer.latency
+
+
+def _usage(messages: list[dict], message: dict, reasoning: str) -> dict:
     prompt_tokens = sum(len(json.dumps(m)) for m in messages) // 4
     completion_tokens = len(json.dumps(message)) // 4
-    reasoning_tokens = len(thought) // 4 if steer.reasoning != "none" else 0
-    usage = {
+    return {
         "prompt_tokens": prompt_tokens,
         "completion_tokens": completion_tokens,
         "total_tokens": prompt_tokens + completion_tokens,
-        "completion_tokens_details": {"reasoning_tokens": reasoning_tokens},
+        "completion_tokens_details": {"reasoning_tokens": len(reasoning) // 4},
         "cost": round((prompt_tokens + 4 * completion_tokens) * 1e-7, 8),
     }
-    return Reply(message=message, finish_reason=finish, usage=usage), steer.latency
+
+
+def _vision_reply(messages: list[dict], question: str, image: str) -> Reply:
+    if image.startswith("data:"):
+        media_type, _, data = image[5:].partition(";base64,")
+        what = f"the {media_type} image ({len(data) * 3 // 4} bytes)"
+    else:
+        what = f"the image at {image}"
+    answer = f"(mock vision) To '{question[:80]}': {what} shows one flat colour, without text or objects."
+    message = {"role": "assistant", "content": answer}
+    return Reply(message=message, usage=_usage(messages, message, ""))
+
+
+def image_reply(request: dict, site: str) -> dict:
+    """An images API answer: a PNG of the requested size in a colour taken from the prompt, as base64
+    data or, with ``[mock image=url]`` in the prompt, as a URL of the mock server's image."""
+    prompt = str(request.get("prompt") or "")
+    size = re.fullmatch(r"(\d+)x(\d+)", str(request.get("size") or ""))
+    width, height = (min(int(n), 1024) for n in size.groups()) if size else (64, 64)
+    if Directives.parse(prompt).image == "url":
+        item = {"url": f"{site}/_mock/image.png"}
+    else:
+        colour = hashlib.md5(prompt.encode()).digest()[:3]
+        item = {"b64_json": base64.b64encode(solid_png(width, height, colour)).decode()}
+    tokens = len(prompt) // 4 + 1
+    usage = {"input_tokens": tokens, "output_tokens": 256, "total_tokens": tokens + 256}
+    return {"created": int(time.time()), "data": [item | {"revised_prompt": prompt}], "usage": usage}
+
+
+def solid_png(width: int, height: int, rgb: bytes) -> bytes:
+    """A valid PNG of one colour, written by hand so the mock needs no imaging library."""
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    rows = (b"\x00" + bytes(rgb) * width) * height
+    header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(rows)) + chunk(b"IEND", b"")
 
 
 def _filler(offered: set[str], turn: int) -> tuple[str, dict]:

@@ -46,20 +46,29 @@ class MockServer:
     def start(self, host: str = "127.0.0.1", port: int = 0) -> str:
         """Serve from a background thread; returns the base URL."""
         ready = threading.Event()
+        self._loop = asyncio.new_event_loop()
 
         def run() -> None:
-            self._loop = asyncio.new_event_loop()
-            self._loop.run_until_complete(self.listen(host, port))
+            asyncio.set_event_loop(self._loop)
+            server = self._loop.run_until_complete(self.listen(host, port))
             ready.set()
             self._loop.run_forever()
+            server.close()
+            pending = asyncio.all_tasks(self._loop)
+            for task in pending:
+                task.cancel()
+            self._loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+            self._loop.close()
 
-        threading.Thread(target=run, name="mock-server", daemon=True).start()
+        self._thread = threading.Thread(target=run, name="mock-server", daemon=True)
+        self._thread.start()
         ready.wait()
         return f"http://{host}:{self.port}/v1"
 
     def stop(self) -> None:
         if self._loop:
             self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(5)
 
     def chat_requests(self) -> list[dict]:
         return [r for r in self.requests if r["path"].endswith("/chat/completions")]
@@ -84,22 +93,31 @@ class MockServer:
             writer.close()
 
     async def _route(self, method: str, path: str, headers: dict, body: bytes, writer) -> bool:
+        site = f"http://{headers.get('host') or f'127.0.0.1:{self.port}'}"
         if path == "/_mock/requests":
             return await self._send(writer, 200, self.requests)
+        if method == "GET" and path == "/_mock/page":  # for web_extract and the browser, which send no key
+            return await self._send_bytes(writer, 200, mock_model.PAGE.encode(), "text/html; charset=utf-8")
+        if method == "GET" and path == "/_mock/image.png":
+            return await self._send_bytes(writer, 200, mock_model.solid_png(64, 64, b"\x3c\x8c\xc8"), "image/png")
         if self.api_key and headers.get("authorization") != f"Bearer {self.api_key}":
             self._log(path, {}, 401)
             return await self._send(writer, 401, _error(401, "Invalid API key"))
         if path.endswith("/models"):
             return await self._send(writer, 200, {"object": "list", "data": [{"id": "mock", "object": "model"}]})
         if method == "POST" and path.endswith("/chat/completions"):
-            return await self._chat(json.loads(body or b"{}"), path, writer)
+            return await self._chat(json.loads(body or b"{}"), path, writer, site)
+        if method == "POST" and path.endswith("/images/generations"):
+            request = json.loads(body or b"{}")
+            self._log(path, request, 200, str(request.get("prompt") or ""))
+            return await self._send(writer, 200, mock_model.image_reply(request, site))
         return await self._send(writer, 404, _error(404, f"no route for {method} {path}"))
 
-    async def _chat(self, request: dict, path: str, writer) -> bool:
-        prompt = mock_model.first_user_text(request.get("messages") or [])
+    async def _chat(self, request: dict, path: str, writer, site: str) -> bool:
+        prompt = mock_model.prompt_text(request.get("messages") or [])
         attempt = self.attempts[prompt]
         self.attempts[prompt] += 1
-        reply, extra_latency = mock_model.reply(request, attempt, self.turns)
+        reply, extra_latency = mock_model.reply(request, attempt, self.turns, site)
         delay = self.latency + extra_latency
         if delay:
             await asyncio.sleep(delay)
@@ -124,10 +142,14 @@ class MockServer:
             self.requests.append({"path": path, "prompt": prompt, "status": status, "body": request})
 
     async def _send(self, writer, status: int, payload, headers: dict | None = None) -> bool:
-        data = json.dumps(payload).encode()
+        return await self._send_bytes(writer, status, json.dumps(payload).encode(), "application/json", headers)
+
+    async def _send_bytes(
+        self, writer, status: int, data: bytes, content_type: str, headers: dict | None = None
+    ) -> bool:
         extra = "".join(f"{k}: {v}\r\n" for k, v in (headers or {}).items())
         writer.write(
-            f"HTTP/1.1 {status} {REASONS.get(status, 'Error')}\r\nContent-Type: application/json\r\n"
+            f"HTTP/1.1 {status} {REASONS.get(status, 'Error')}\r\nContent-Type: {content_type}\r\n"
             f"Content-Length: {len(data)}\r\n{extra}Connection: keep-alive\r\n\r\n".encode()
             + data
         )

@@ -98,8 +98,8 @@ def print_summary(console: Console, stats: dict, run_counts: dict, paths: dict) 
     usage = stats["usage"]
     if usage.get("total_tokens"):
         line = (
-            f"Tokens: {usage['prompt_tokens']:,} prompt, {usage['completion_tokens']:,} completion "
-            f"({usage['reasoning_tokens']:,} reasoning), {usage['total_tokens']:,} total"
+            f"Tokens: {usage.get('prompt_tokens', 0):,} prompt, {usage.get('completion_tokens', 0):,} completion "
+            f"({usage.get('reasoning_tokens', 0):,} reasoning), {usage['total_tokens']:,} total"
         )
         console.print(line + (f"; cost ${usage['cost']:.4f}" if usage.get("cost") else ""))
     for label, path in paths.items():

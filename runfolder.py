@@ -73,24 +73,37 @@ class RunFolder:
     def has_run(self) -> bool:
         return bool(self.batch_files()) or self.checkpoint.exists() or self.errors.exists()
 
+    def remove_leftovers(self) -> None:
+        """Temporary files of an atomic write that a kill interrupted."""
+        for name in ("trajectories.jsonl", "statistics.json", "checkpoint.json"):
+            for leftover in self.path.glob(f".{name}.*"):
+                leftover.unlink(missing_ok=True)
+
     def next_batch_num(self) -> int:
         files = self.batch_files()
         return files[-1][0] + 1 if files else 0
 
     def batch_lines(self, warn: Callable[[str], None]) -> Iterator[tuple[bytes, dict]]:
-        """(raw line, record) of every finished prompt, streaming. A torn last line (a write cut
-        short by a crash) is skipped with a warning: that prompt simply runs again on --resume."""
+        """(raw line, record) of every finished prompt, streaming, in batch order."""
         for _, path in self.batch_files():
-            with open(path, "rb") as handle:
-                for number, line in enumerate(handle, 1):
-                    if not line.strip():
-                        continue
-                    try:
-                        record = orjson.loads(line)
-                    except orjson.JSONDecodeError:
-                        warn(f"{path.name} line {number} is incomplete (cut off by a crash?); ignoring it")
-                        continue
-                    yield (line if line.endswith(b"\n") else line + b"\n"), record
+            yield from self.lines_in(path, warn)
+
+    @staticmethod
+    def lines_in(path: Path, warn: Callable[[str], None]) -> Iterator[tuple[bytes, dict]]:
+        """(raw line, record) of one batch file. A torn line (a write cut short by a crash) is
+        skipped with a warning: that prompt simply runs again on --resume."""
+        if not path.exists():
+            return
+        with open(path, "rb") as handle:
+            for number, line in enumerate(handle, 1):
+                if not line.strip():
+                    continue
+                try:
+                    record = orjson.loads(line)
+                except orjson.JSONDecodeError:
+                    warn(f"{path.name} line {number} is incomplete (cut off by a crash?); ignoring it")
+                    continue
+                yield (line if line.endswith(b"\n") else line + b"\n"), record
 
     def load_checkpoint(self) -> dict:
         try:

@@ -1,6 +1,7 @@
 """Toolset distributions: each toolset is switched on independently with its probability (percent).
 
-The names and percentages are those the Hermes agent ships, so runs are comparable with it.
+The names and percentages are those the Hermes agent ships, so runs are comparable with it; the last
+one, `code_execution`, is ours: no Hermes distribution offers execute_code.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ DISTRIBUTIONS: dict[str, dict[str, int]] = {
     "browser_tasks": {"browser": 97, "terminal": 15, "vision": 12},
     "terminal_tasks": {"terminal": 97, "file": 97, "web": 97, "browser": 75, "vision": 50, "image_gen": 10},
     "mixed_tasks": {"browser": 92, "terminal": 92, "file": 92, "web": 35, "vision": 15, "image_gen": 15},
+    "code_execution": {"code_execution": 100, "terminal": 100, "file": 100},
 }
 
 
@@ -48,17 +50,32 @@ def prompt_rng(seed: int | None, prompt_index: int) -> random.Random:
     return random.Random(f"{seed}:{prompt_index}") if seed is not None else random.Random()
 
 
-def distributions_table(unavailable: dict[str, str]):
-    """The --list_distributions table; `unavailable` maps a toolset to why this machine lacks it."""
+def distributions_table(unavailable: list):
+    """The --list_distributions view: every distribution with its toolsets and their probabilities, then
+    what this machine cannot offer and why (`unavailable`: tools.Unavailable items)."""
+    from rich.console import Group
     from rich.table import Table
 
+    whole = {item.toolset for item in unavailable if item.tool is None}
+    partly = {item.toolset for item in unavailable if item.tool is not None}
     table = Table(title="Toolset distributions (each toolset switched on independently)")
     table.add_column("distribution", style="bold")
     table.add_column("toolsets (probability)")
     for name, weights in DISTRIBUTIONS.items():
-        parts = [f"[dim strike]{ts} {pct}%[/]" if ts in unavailable else f"{ts} {pct}%" for ts, pct in weights.items()]
+        parts = []
+        for toolset, pct in weights.items():
+            if toolset in whole:
+                parts.append(f"[dim strike]{toolset} {pct}%[/][dim] (unavailable)[/]")
+            else:
+                parts.append(f"{toolset} {pct}%" + (" (partly)" if toolset in partly else ""))
         table.add_row(name, ", ".join(parts))
-    if unavailable:
-        reasons = "; ".join(f"{ts}: {why}" for ts, why in sorted(unavailable.items()))
-        table.caption = f"struck out = unavailable here ({reasons})"
-    return table
+    if not unavailable:
+        table.caption = "Every toolset is available on this machine."
+        return table
+    table.caption = "(partly): offered without the tools listed below; (unavailable): not offered"
+    missing = Table(title="Not available on this machine")
+    for column in ("toolset", "tool", "why"):
+        missing.add_column(column)
+    for item in unavailable:
+        missing.add_row(item.toolset, item.tool or "all its tools", item.reason)
+    return Group(table, missing)

@@ -17,11 +17,12 @@ from dataclasses import dataclass
 
 import orjson
 
-from agent import ModelCallFailed, ModelClient, RunStopped, run_agent
+from agent import ModelCallFailed, ModelClient, RunStopped, add_usage, run_agent
 from config import RunConfig
-from environments import SetupError, open_environment
+from environments import SetupError, backend_for
 from runfolder import RunFolder
 from tools import Tool
+from tools.session import ToolServices, ToolSession
 from toolset_distributions import prompt_rng, sample_toolsets
 from trajectory import build_record, discard_reason
 
@@ -51,12 +52,12 @@ class BatchFiles:
     def start(self, batch: Batch) -> None:
         self.remaining[batch.num] = len(batch.entries)
 
-    def append(self, batch_num: int, record: dict) -> None:
+    def append(self, batch_num: int, line: bytes) -> None:
         fd = self.open.get(batch_num)
         if fd is None:
             path = self.folder.batch_file(batch_num)
             fd = self.open[batch_num] = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        os.write(fd, orjson.dumps(record) + b"\n")
+        os.write(fd, line)
         os.fsync(fd)
 
     def finish(self, batch_num: int) -> None:
@@ -67,14 +68,25 @@ class BatchFiles:
             if fd is not None:
                 os.close(fd)
 
+    def close(self) -> None:
+        for fd in self.open.values():
+            os.close(fd)
+        self.open.clear()
+
 
 class Worker:
-    def __init__(self, setup: WorkerSetup, events):
+    """Runs prompts; `files` writes their lines, or, where the driver writes them (Ray without a
+    shared filesystem), each line travels in its "done" event."""
+
+    def __init__(self, setup: WorkerSetup, events, files: BatchFiles | None):
         self.setup = setup
         self.config = setup.config
         self.events = events
-        self.files = BatchFiles(RunFolder(self.config.run_dir))
+        self.files = files
+        self.stopped = False  # the endpoint refused us: start nothing more
         self.client = ModelClient(self.config.model)
+        self.services = ToolServices(self.config.tools, self.config.model)  # closed by worker_main
+        self.environments = backend_for(self.config.environment)  # shared by this process's prompts
 
     def _logger(self, index: int):
         if not self.config.verbose:
@@ -96,12 +108,15 @@ class Worker:
         pending = iter(())
         while True:
             await slots.acquire()
+            if self.stopped:
+                break
             item = next(pending, None)
             if item is None:
                 batch = await _next_batch(tasks)
                 if batch is None:
                     break
-                self.files.start(batch)
+                if self.files:
+                    self.files.start(batch)
                 self.events.put(("claim", batch.num, os.getpid()))
                 pending = ((batch.num, index, entry) for index, entry in batch.entries)
                 item = next(pending)
@@ -117,10 +132,11 @@ class Worker:
         tools = {t.name: t for name in toolsets for t in setup.toolsets[name]}
         env = None
         try:
-            env = await open_environment(config.environment, entry)
+            env = ToolSession(await self.environments.open(entry), self.services)
             result = await run_agent(
                 self.client, env, entry["prompt"], tools, config.max_turns, config.preamble, self._logger(index)
             )
+            add_usage(result.usage, env.usage)  # the tools' own model calls (vision, images) count too
             record = build_record(
                 prompt_index=index,
                 entry=entry,
@@ -141,17 +157,23 @@ class Worker:
             reason = discard_reason(result.turns, set(tools))
             if reason:
                 record["discarded"] = reason
-            self.files.append(batch_num, record)
-            outcome = reason or result.exit_reason
-            self.events.put(("done", index, batch_num, outcome, result.retries))
+            line = orjson.dumps(record) + b"\n"
+            done = ("done", index, batch_num, reason or result.exit_reason, result.retries)
+            if self.files:
+                self.files.append(batch_num, line)
+                self.events.put(done)
+            else:
+                self.events.put((*done, line))
         except RunStopped as exc:
+            self.stopped = True
             self.events.put(("fatal", index, batch_num, str(exc)))
         except Exception as exc:
             self.events.put(("failed", index, batch_num, _failure(exc, entry, config.log_prefix_chars)))
         finally:
             if env is not None:
                 await env.close()
-            self.files.finish(batch_num)
+            if self.files:
+                self.files.finish(batch_num)
 
 
 async def _next_batch(tasks) -> Batch | None:
@@ -183,6 +205,15 @@ def _failure(exc: Exception, entry: dict, width: int) -> dict:
     return {"error_type": kind, "message": message, "attempts": attempts, "prompt_preview": entry["prompt"][:width]}
 
 
+async def serve(setup: WorkerSetup, tasks, events, files: BatchFiles | None) -> None:
+    """Run batches from `tasks` until its None, then release what this process holds."""
+    worker = Worker(setup, events, files)
+    try:
+        await worker.run(tasks)
+    finally:
+        await worker.services.close()  # the worker's browser goes with it
+
+
 def worker_main(setup: WorkerSetup, tasks, events, parent: int) -> None:
     """Entry point of a worker process. Ctrl-C goes to the parent, which ends us with SIGTERM; we
     then cancel the running prompts so their environments are closed."""
@@ -192,7 +223,7 @@ def worker_main(setup: WorkerSetup, tasks, events, parent: int) -> None:
         task = asyncio.current_task()
         asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, task.cancel)
         watchdog = asyncio.create_task(_exit_with_parent(parent, task))
-        await Worker(setup, events).run(tasks)
+        await serve(setup, tasks, events, BatchFiles(RunFolder(setup.config.run_dir)))
         watchdog.cancel()
 
     with contextlib.suppress(asyncio.CancelledError):

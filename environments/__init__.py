@@ -6,13 +6,21 @@ An environment is any object with these four coroutines; a failed command is dat
     read_file(path) -> str
     write_file(path, data) -> None
     close() -> None
+
+A Backend (one per worker process) opens them: local (a temporary workspace), bwrap (the same under
+bubblewrap), docker (a container per prompt), singularity (an instance per prompt) and modal (a
+Sandbox per prompt); the last three use the entry's `image` or `docker_image`.
 """
 
 from __future__ import annotations
 
+import hashlib
+import importlib
+import posixpath
 from dataclasses import dataclass
 from typing import Protocol
 
+KINDS = ("local", "bwrap", "docker", "singularity", "modal")
 OUTPUT_LIMIT = 32_000  # bytes of command output kept: the head and the tail, half each
 FILE_LIMIT = 10_000_000  # bytes read_file will load
 
@@ -33,6 +41,32 @@ class EnvironmentSettings:
     kind: str = "local"
     command_timeout: float = 180.0
     keep_workspaces: bool = False
+    default_image: str = "python:3.11-slim"  # for prompts that name no `image` (docker, singularity, modal)
+    sandbox_network: bool = False  # bwrap, docker, singularity and modal cut the network unless this is set
+    run_name: str = "batch-runner"  # containers are labelled with the run so a later run can find leftovers
+    run_dir: str = ""
+
+    @property
+    def run_tag(self) -> str:
+        """A short name-safe digest of the run folder, for backends whose names or tags must be short."""
+        return hashlib.sha256(self.run_dir.encode()).hexdigest()[:12]
+
+    def limit(self, timeout: float | None) -> float:
+        """A command's time limit: what the model asked for, never more than --command_timeout."""
+        return min(timeout, self.command_timeout) if timeout and timeout > 0 else self.command_timeout
+
+
+def file_too_big(path: str, size: int) -> ValueError:
+    return ValueError(f"{path} is {size} bytes, more than read_file loads; use terminal with head or grep")
+
+
+def image_of(entry: dict, settings: EnvironmentSettings) -> str:
+    return entry.get("image") or entry.get("docker_image") or settings.default_image
+
+
+def container_cwd(entry: dict, base: str) -> str:
+    """The entry's `cwd` inside a container: absolute as given, relative to `base`."""
+    return posixpath.normpath(posixpath.join(base, entry.get("cwd") or "."))
 
 
 class CappedOutput:
@@ -61,8 +95,54 @@ class CappedOutput:
         return self.head.decode(errors="replace") + marker + self.tail.decode(errors="replace")
 
 
-async def open_environment(settings: EnvironmentSettings, entry: dict) -> Environment:
-    """A fresh environment for one dataset entry (its `cwd`, later its image)."""
-    from environments.local import LocalEnvironment
+class Backend:
+    """Opens the environments of one worker process and holds what its prompts share (a client, the
+    images already checked). Subclasses override `open`, and `check`/`remove_leftovers` as needed."""
 
-    return LocalEnvironment(entry.get("cwd"), settings)
+    def __init__(self, settings: EnvironmentSettings):
+        self.settings = settings
+
+    async def open(self, entry: dict) -> Environment:
+        """A fresh environment for one dataset entry; SetupError fails only that prompt."""
+        raise NotImplementedError
+
+    @classmethod
+    def check(cls, settings: EnvironmentSettings) -> None:
+        """Raise SetupError, saying how to fix it, when this backend cannot work on this machine."""
+
+    @classmethod
+    def remove_leftovers(cls, settings: EnvironmentSettings) -> None:
+        """Remove what a killed run of settings.run_dir left behind (containers, instances, sandboxes)."""
+
+
+BACKENDS = {
+    "local": "environments.local:LocalBackend",
+    "bwrap": "environments.bwrap:BwrapBackend",
+    "docker": "environments.docker:DockerBackend",
+    "singularity": "environments.singularity:SingularityBackend",
+    "modal": "environments.modal:ModalBackend",
+}
+
+
+def backend_class(kind: str) -> type[Backend]:
+    # Imported on demand: the docker and modal SDKs load only when chosen.
+    module, _, name = BACKENDS[kind].partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
+def backend_for(settings: EnvironmentSettings) -> Backend:
+    """The backend a worker process opens its prompts' environments with."""
+    return backend_class(settings.kind)(settings)
+
+
+def prepare_run(settings: EnvironmentSettings, resume: bool) -> None:
+    """Before any prompt runs: fail fast (SetupError) when the backend cannot work here, and on
+    --resume remove what a killed run of the same folder left behind."""
+    backend = backend_class(settings.kind)
+    backend.check(settings)
+    if resume:
+        backend.remove_leftovers(settings)
+
+
+def remove_leftovers(settings: EnvironmentSettings) -> None:
+    backend_class(settings.kind).remove_leftovers(settings)

@@ -4,34 +4,47 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import glob
 import os
 import shutil
 import signal
 import tempfile
 from pathlib import Path
 
-from environments import FILE_LIMIT, CappedOutput, EnvironmentSettings, SetupError
+from environments import FILE_LIMIT, OUTPUT_LIMIT, Backend, CappedOutput, EnvironmentSettings, SetupError, file_too_big
+
+# What every command sees besides PATH and HOME; nothing of ours (API keys stay out of trajectories).
+COMMAND_VARIABLES = {"LANG": "C.UTF-8", "TERM": "dumb", "PYTHONUNBUFFERED": "1"}
 
 
-async def run_process(argv: list[str], cwd: str, env: dict, timeout: float) -> dict:
-    """Run argv in its own process group; on timeout kill the whole group."""
+async def run_process(
+    argv: list[str], cwd: str, env: dict, timeout: float, stdin: bytes | None = None, limit: int = OUTPUT_LIMIT
+) -> dict:
+    """Run argv in its own process group, feeding it `stdin`; on timeout kill the whole group."""
     proc = await asyncio.create_subprocess_exec(
         *argv,
         cwd=cwd,
         env=env,
-        stdin=asyncio.subprocess.DEVNULL,
+        stdin=asyncio.subprocess.DEVNULL if stdin is None else asyncio.subprocess.PIPE,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.STDOUT,
         start_new_session=True,
     )
-    output = CappedOutput()
+    output = CappedOutput(limit)
+
+    async def feed() -> None:
+        if stdin is not None:
+            proc.stdin.write(stdin)
+            with contextlib.suppress(BrokenPipeError, ConnectionResetError):  # it may not read it all
+                await proc.stdin.drain()
+            proc.stdin.close()
 
     async def drain() -> None:
         while chunk := await proc.stdout.read(65536):
             output.feed(chunk)
 
     try:
-        await asyncio.wait_for(drain(), timeout)
+        await asyncio.wait_for(asyncio.gather(feed(), drain()), timeout)
         code = await proc.wait()
         return {"output": output.text(), "exit_code": code, "error": None}
     except TimeoutError:
@@ -43,21 +56,24 @@ async def run_process(argv: list[str], cwd: str, env: dict, timeout: float) -> d
             await proc.wait()
 
 
+def workspace_prefix(settings: EnvironmentSettings) -> str:
+    """Temporary folders of one run start with this, so a later run can remove what a killed one left."""
+    return f"batch-runner-{settings.run_tag}-"
+
+
+def make_workspace(settings: EnvironmentSettings, kind: str = "") -> str:
+    return tempfile.mkdtemp(prefix=workspace_prefix(settings) + kind)
+
+
 def command_env(home: str) -> dict:
-    """The variables a command sees: nothing of ours (API keys stay out of trajectories)."""
-    return {
-        "PATH": os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin"),
-        "HOME": home,
-        "LANG": "C.UTF-8",
-        "TERM": "dumb",
-        "PYTHONUNBUFFERED": "1",
-    }
+    """The variables a command on this machine sees."""
+    return {"PATH": os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin"), "HOME": home, **COMMAND_VARIABLES}
 
 
 class LocalEnvironment:
     def __init__(self, cwd: str | None, settings: EnvironmentSettings):
         self.settings = settings
-        self.workspace = tempfile.mkdtemp(prefix="batch-runner-")
+        self.workspace = make_workspace(settings)
         self.cwd = self.workspace
         if cwd and os.path.isabs(cwd):
             if not os.path.isdir(cwd):
@@ -73,14 +89,13 @@ class LocalEnvironment:
         return Path(self.cwd, path)
 
     async def execute(self, command: str, timeout: float | None = None) -> dict:
-        limit = min(timeout or self.settings.command_timeout, self.settings.command_timeout)
-        return await run_process(["sh", "-c", command], self.cwd, self.env, limit)
+        return await run_process(["sh", "-c", command], self.cwd, self.env, self.settings.limit(timeout))
 
     async def read_file(self, path: str) -> str:
         target = self.path(path)
         size = target.stat().st_size
         if size > FILE_LIMIT:
-            raise ValueError(f"{path} is {size} bytes, more than read_file loads; use terminal with head or grep")
+            raise file_too_big(path, size)
         return target.read_text(errors="replace")
 
     async def write_file(self, path: str, data: str) -> None:
@@ -91,3 +106,14 @@ class LocalEnvironment:
     async def close(self) -> None:
         if not self.settings.keep_workspaces:
             shutil.rmtree(self.workspace, ignore_errors=True)
+
+
+class LocalBackend(Backend):
+    async def open(self, entry: dict) -> LocalEnvironment:
+        return LocalEnvironment(entry.get("cwd"), self.settings)
+
+    @classmethod
+    def remove_leftovers(cls, settings: EnvironmentSettings) -> None:
+        if not settings.keep_workspaces:
+            for path in glob.glob(os.path.join(tempfile.gettempdir(), glob.escape(workspace_prefix(settings)) + "*")):
+                shutil.rmtree(path, ignore_errors=True)

@@ -80,7 +80,7 @@ class Runner:
         ]
         if self.server is not None:
             command += [f"--base_url={self.server.base_url}", "--model=test-model", f"--api_key={API_KEY}"]
-        return command + [*flags]
+        return [*command, *flags]
 
     def __call__(self, entries, *flags: str, run_name: str = "run", batch_size: int = 2, timeout: float = 120):
         env = {k: v for k, v in os.environ.items() if not k.endswith("API_KEY")}
@@ -98,3 +98,44 @@ class Runner:
 @pytest.fixture
 def run(tmp_path, server) -> Runner:
     return Runner(tmp_path, server)
+
+
+@pytest.fixture(scope="session")
+def site():
+    """A web site on 127.0.0.1 for the web and browser tools (tests/local_site.py)."""
+    from local_site import LocalSite
+
+    with LocalSite() as local:
+        yield local
+
+
+PRIVATE_DOCKERD = Path("/tmp/ci-docker/docker.pid")  # written by the dockerd that .ci/docker-up starts
+
+
+@pytest.fixture(scope="session")
+def docker_host() -> str:
+    """A Docker engine with the test images (batch-runner-test/alpha:1, batch-runner-test/beta:1).
+    .ci/docker-up uses $DOCKER_HOST when it answers, else starts a private loopback-only dockerd,
+    which is stopped again at the end of the session."""
+    running_before = _private_dockerd_running()
+    up = subprocess.run([str(ROOT / ".ci" / "docker-up")], capture_output=True, text=True, timeout=180)
+    if up.returncode:
+        pytest.skip(f"no Docker engine could be started here: {up.stderr.strip()}")
+    host = up.stdout.strip().splitlines()[-1].partition("=")[2]
+    previous = os.environ.get("DOCKER_HOST")
+    os.environ["DOCKER_HOST"] = host  # for the docker SDK here and the batch_runner.py subprocesses
+    yield host
+    if previous is None:
+        os.environ.pop("DOCKER_HOST", None)
+    else:
+        os.environ["DOCKER_HOST"] = previous
+    if not running_before and _private_dockerd_running():
+        subprocess.run([str(ROOT / ".ci" / "docker-down")], timeout=60)
+
+
+def _private_dockerd_running() -> bool:
+    try:
+        os.kill(int(PRIVATE_DOCKERD.read_text()), 0)
+    except (OSError, ValueError):
+        return False
+    return True

@@ -2,7 +2,11 @@
 
 A tool is an async function ``(env, **arguments) -> dict`` registered with ``@tool("toolset")``; its
 schema is built from its signature and docstring. Errors come back to the model as ``{"error": ...}``
-and count as failures; a tool never raises into the agent loop.
+and count as failures; a tool never raises into the agent loop. Its first argument is the prompt's
+ToolSession (tools/session.py): the environment's four coroutines, plus what some tools need besides.
+
+A toolset may register a ``@check`` that tells, once at start, which of its tools this machine or
+configuration cannot offer; those are left out of the tools offered to the model.
 """
 
 from __future__ import annotations
@@ -13,10 +17,12 @@ import json
 import re
 import types
 import typing
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 
-TOOLSET_MODULES = ("terminal", "file")  # modules under tools/, each registering one toolset
+# Modules under tools/, each registering one toolset.
+TOOLSET_MODULES = ("terminal", "file", "code_execution", "web", "vision", "image_gen", "browser")
+NOT_IMPLEMENTED = "not implemented in this version"
 
 
 @dataclass(frozen=True)
@@ -27,7 +33,15 @@ class Tool:
     schema: dict  # OpenAI tool object: {"type": "function", "function": {name, description, parameters}}
 
 
+@dataclass(frozen=True)
+class Unavailable:
+    toolset: str
+    tool: str | None  # None: the whole toolset
+    reason: str
+
+
 TOOLS: dict[str, Tool] = {}
+CHECKS: dict[str, Callable[..., dict[str, str]]] = {}  # toolset -> its check, see check()
 _JSON_TYPES = {str: "string", int: "integer", float: "number", bool: "boolean", dict: "object"}
 
 
@@ -36,6 +50,18 @@ def tool(toolset: str):
 
     def register(function: Callable[..., Awaitable[dict]]) -> Callable[..., Awaitable[dict]]:
         TOOLS[function.__name__] = Tool(function.__name__, toolset, function, _schema(function))
+        return function
+
+    return register
+
+
+def check(toolset: str):
+    """Register `function(settings) -> {tool name, or the toolset's name: why it cannot be offered}`,
+    run once at start, in the parent process, when the distribution (or --list_distributions) has
+    `toolset`."""
+
+    def register(function: Callable[..., dict[str, str]]) -> Callable[..., dict[str, str]]:
+        CHECKS[toolset] = function
         return function
 
     return register
@@ -79,6 +105,24 @@ def load_toolsets() -> dict[str, list[Tool]]:
     for item in TOOLS.values():
         toolsets.setdefault(item.toolset, []).append(item)
     return toolsets
+
+
+def available_toolsets(settings, wanted: Iterable[str]) -> tuple[dict[str, list[Tool]], list[Unavailable]]:
+    """The tools this run can offer, per toolset of `wanted`, and what it cannot offer and why."""
+    toolsets = load_toolsets()
+    offered: dict[str, list[Tool]] = {}
+    missing: list[Unavailable] = []
+    for name in dict.fromkeys(wanted):
+        if name not in toolsets:
+            missing.append(Unavailable(name, None, NOT_IMPLEMENTED))
+            continue
+        problems = CHECKS[name](settings) if name in CHECKS else {}
+        if name in problems:  # the toolset's own name: none of its tools can be offered
+            missing.append(Unavailable(name, None, problems[name]))
+            continue
+        missing += [Unavailable(name, tool_name, why) for tool_name, why in problems.items()]
+        offered[name] = [t for t in toolsets[name] if t.name not in problems]
+    return offered, missing
 
 
 async def call_tool(env, name: str, raw_arguments: str, offered: dict[str, Tool]) -> dict:

@@ -1,0 +1,82 @@
+"""The local executor: `--num_workers` forked worker processes pulling batches from one queue.
+
+An executor starts the batches, hands the driver the workers' events, tells it which prompts were
+lost with a dead worker, and stops. The Ray executor (`ray_pool.py`) offers the same four calls.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import queue
+import time
+
+from worker import Batch, WorkerSetup, worker_main
+
+GRACE = 15.0  # seconds a worker gets to close its environments after SIGTERM
+
+
+class ProcessPool:
+    def __init__(self, setup: WorkerSetup, num_workers: int):
+        self.setup = setup
+        self.num_workers = num_workers
+        self.context = multiprocessing.get_context("fork")  # workers inherit the imports: no start-up cost
+        self.events = self.context.Queue()
+        self.workers: list = []
+        self.claims: dict[int, list[int]] = {}  # worker pid -> batches it took
+        self.members: dict[int, list[int]] = {}
+
+    def start(self, batches: list[Batch]) -> None:
+        tasks = self.context.Queue()
+        self.members = {b.num: [index for index, _ in b.entries] for b in batches}
+        self.workers = [
+            self.context.Process(target=worker_main, args=(self.setup, tasks, self.events, os.getpid()), daemon=True)
+            for _ in range(min(self.num_workers, len(batches)))
+        ]
+        for process in self.workers:
+            process.start()
+        for batch in batches:
+            tasks.put(batch)
+        for _ in self.workers:
+            tasks.put(None)
+
+    def poll(self, timeout: float) -> list[tuple]:
+        """The events that arrived within `timeout` (at least one, or none when it ran out)."""
+        try:
+            found = [self.events.get(timeout=timeout)]
+        except queue.Empty:
+            return []
+        while True:
+            try:
+                found.append(self.events.get_nowait())
+            except queue.Empty:
+                break
+        for event in found:
+            if event[0] == "claim":
+                self.claims.setdefault(event[2], []).append(event[1])
+        return [event for event in found if event[0] != "claim"]
+
+    def lost(self, outstanding: set[int]) -> dict[int, str]:
+        """Prompts that can no longer finish: those a dead worker (OOM, segfault) had taken, and all
+        that remain once no worker is alive."""
+        lost: dict[int, str] = {}
+        for process in self.workers:
+            if process.exitcode not in (None, 0) and process.pid in self.claims:
+                for num in self.claims.pop(process.pid):
+                    for index in set(self.members[num]) & outstanding:
+                        lost[index] = f"worker process exited with {process.exitcode}"
+        if not any(p.is_alive() for p in self.workers):
+            lost.update(dict.fromkeys(outstanding - set(lost), "no worker process left"))
+        return lost
+
+    def stop(self) -> None:
+        """SIGTERM lets the workers close their environments; SIGKILL after a grace period."""
+        for process in self.workers:
+            if process.is_alive():
+                process.terminate()
+        deadline = time.monotonic() + GRACE
+        for process in self.workers:
+            process.join(max(deadline - time.monotonic(), 0.1))
+            if process.is_alive():
+                process.kill()
+                process.join()

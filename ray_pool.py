@@ -1,0 +1,166 @@
+"""The Ray executor: each batch is a Ray task running the same worker code, at most `--num_workers`
+at once, on a local Ray instance or a cluster (`--ray_address`).
+
+Events reach the driver through a small actor. Batch lines are written either by the tasks, into a
+run folder every node mounts (`--ray_shared_fs`), or by the driver, from the lines the tasks send back
+(no shared filesystem needed). Ray re-runs a task whose worker died; the re-run skips the prompts of
+its batch that already finished, so nothing is written twice.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import shutil
+import tempfile
+import time
+from collections import deque
+
+from dataset import UsageError
+from runfolder import RunFolder
+from worker import Batch, BatchFiles, WorkerSetup, serve
+
+INSTALL = "pip install -e '.[ray]'"
+TASK_RETRIES = 3  # re-runs of a batch whose worker process or node died
+
+
+def import_ray():
+    try:
+        import ray
+    except ImportError:
+        raise UsageError(f"--executor=ray needs Ray, which is not installed: {INSTALL}") from None
+    return ray
+
+
+class Sink:
+    """Collects the tasks' events for the driver and remembers which prompts finished."""
+
+    def __init__(self):
+        self.events: list[tuple] = []
+        self.finished: dict[int, set[int]] = {}
+
+    def put(self, event: tuple) -> None:
+        self.events.append(event)
+        if event[0] == "done":
+            self.finished.setdefault(event[2], set()).add(event[1])
+
+    def drain(self) -> list[tuple]:
+        events, self.events = self.events, []
+        return events
+
+    def finished_in(self, batch_num: int) -> set[int]:
+        return self.finished.get(batch_num, set())
+
+    def ping(self) -> None:
+        """Answered only after every earlier call from the same caller: a task's events are in."""
+
+
+class SinkEvents:
+    """The worker's `events.put`, sent to the sink actor without waiting."""
+
+    def __init__(self, sink):
+        self.sink = sink
+
+    def put(self, event: tuple) -> None:
+        self.sink.put.remote(event)
+
+
+def run_batch(setup: WorkerSetup, batch: Batch, sink, shared_fs: bool) -> None:
+    """One Ray task: the worker loop over one batch, minus what an earlier attempt finished."""
+    import asyncio
+
+    import ray
+
+    done = set(ray.get(sink.finished_in.remote(batch.num)))
+    folder = RunFolder(setup.config.run_dir)
+    if shared_fs:  # lines an earlier attempt wrote but could not report
+        done |= {record["prompt_index"] for _, record in folder.lines_in(folder.batch_file(batch.num), print)}
+    todo = Batch(batch.num, [(index, entry) for index, entry in batch.entries if index not in done])
+    tasks: queue.Queue = queue.Queue()
+    for item in (todo, None) if todo.entries else (None,):
+        tasks.put(item)
+    asyncio.run(serve(setup, tasks, SinkEvents(sink), BatchFiles(folder) if shared_fs else None))
+    ray.get(sink.ping.remote())
+
+
+class RayPool:
+    def __init__(self, setup: WorkerSetup, num_workers: int, address: str | None, shared_fs: bool):
+        self.ray = import_ray()
+        self.setup = setup
+        self.num_workers = num_workers
+        self.address = address
+        self.shared_fs = shared_fs
+        self.files = None if shared_fs else BatchFiles(RunFolder(setup.config.run_dir))
+        self.temp_dir: str | None = None
+        self.waiting: deque[Batch] = deque()
+        self.running: dict = {}  # object ref -> batch
+        self.failed: list[tuple[Batch, str]] = []
+
+    def _init(self) -> None:
+        ray = self.ray
+        os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+        if self.address:
+            ray.init(address=self.address, log_to_driver=False, include_dashboard=False)
+            return
+        os.environ.setdefault("RAY_AUTH_MODE", "disabled")  # a private local instance: no token prompts
+        self.temp_dir = tempfile.mkdtemp(prefix="br-ray-")  # short: Ray's socket paths must fit
+        # Local workers find our modules whether or not the project was pip-installed.
+        here = os.path.dirname(os.path.abspath(__file__))
+        path = os.pathsep.join(p for p in (here, os.environ.get("PYTHONPATH")) if p)
+        ray.init(
+            num_cpus=self.num_workers,
+            include_dashboard=False,
+            log_to_driver=False,
+            _temp_dir=self.temp_dir,
+            runtime_env={"env_vars": {"PYTHONPATH": path}},
+        )
+
+    def start(self, batches: list[Batch]) -> None:
+        self._init()
+        ray = self.ray
+        self.sink = ray.remote(num_cpus=0)(Sink).remote()
+        self.task = ray.remote(num_cpus=1, max_retries=TASK_RETRIES)(run_batch)
+        self.waiting.extend(batches)
+        self._submit()
+
+    def _submit(self) -> None:
+        while self.waiting and len(self.running) < self.num_workers:
+            batch = self.waiting.popleft()
+            self.running[self.task.remote(self.setup, batch, self.sink, self.shared_fs)] = batch
+
+    def poll(self, timeout: float) -> list[tuple]:
+        ray = self.ray
+        ready, _ = ray.wait(list(self.running), num_returns=len(self.running), timeout=0) if self.running else ([], [])
+        events = ray.get(self.sink.drain.remote())
+        for ref in ready:
+            batch = self.running.pop(ref)
+            try:
+                ray.get(ref)
+            except ray.exceptions.RayError as exc:  # retries used up: its unfinished prompts fail
+                self.failed.append((batch, f"Ray task failed: {type(exc).__name__}: {str(exc)[:300]}"))
+        self._submit()
+        for event in events:
+            if event[0] == "done" and self.files is not None:
+                self.files.append(event[2], event[5])
+        if not events:
+            time.sleep(min(timeout, 0.1))
+        return [event[:5] if event[0] == "done" else event for event in events if event[0] != "claim"]
+
+    def lost(self, outstanding: set[int]) -> dict[int, str]:
+        lost: dict[int, str] = {}
+        for batch, reason in self.failed:
+            for index, _ in batch.entries:
+                if index in outstanding:
+                    lost[index] = reason
+        self.failed.clear()
+        return lost
+
+    def stop(self) -> None:
+        ray = self.ray
+        for ref in self.running:
+            ray.cancel(ref, force=True)
+        if self.files is not None:
+            self.files.close()
+        ray.shutdown()
+        if self.temp_dir:
+            shutil.rmtree(self.temp_dir, ignore_errors=True)

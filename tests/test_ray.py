@@ -1,0 +1,92 @@
+"""The Ray executor: the same batches and run folder as the process pool, with Ray tasks."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from collections import Counter
+
+import psutil
+import pytest
+from conftest import ROOT, Result
+
+pytest.importorskip("ray", reason="Ray is an optional extra: pip install -e '.[ray]'")
+
+TOOLS = ["--distribution=terminal_only", "--seed=3", "--num_workers=2", "--concurrency=2"]
+
+
+def comparable(result) -> list:
+    """What must not depend on the executor: the conversations, outcomes and stats of each prompt."""
+    rows = []
+    for record in sorted(result.trajectories, key=lambda r: r["prompt_index"]):
+        text = [t["value"] for t in record["conversations"]]
+        rows.append(
+            (record["prompt_index"], len(text), record["completed"], record["toolsets_used"], record["tool_stats"])
+        )
+    return rows
+
+
+def ray_leftovers() -> list[str]:
+    names = ("raylet", "gcs_server", "ray::", "default_worker.py")
+    return [
+        " ".join(p.info["cmdline"] or [])[:80]
+        for p in psutil.process_iter(["cmdline"])
+        if any(n in " ".join(p.info["cmdline"] or []) for n in names)
+    ]
+
+
+@pytest.mark.parametrize("shared_fs", [False, True])
+def test_ray_gives_the_same_trajectories_as_the_pool(run, shared_fs):
+    entries = [{"prompt": f"task {i}"} for i in range(8)] + [{"prompt": "silent [mock reasoning=none]"}]
+    pool = run(entries, *TOOLS, run_name="pool", batch_size=3)
+    ray = run(entries, *TOOLS, "--executor=ray", f"--ray_shared_fs={shared_fs}", run_name="ray", batch_size=3)
+    assert pool.code == 0 and ray.code == 0, ray.stdout + ray.stderr
+    assert comparable(ray) == comparable(pool)
+    assert len(ray.trajectories) == 8 and ray.statistics["discarded_no_reasoning"] == 1
+    assert sorted(p.name for p in ray.run_dir.glob("batch_*.jsonl")) == [
+        "batch_0.jsonl",
+        "batch_1.jsonl",
+        "batch_2.jsonl",
+    ]
+    assert not ray_leftovers()
+
+
+def test_killed_ray_worker_is_retried_without_duplicates(run, server):
+    server.latency = 0.15
+    entries = [{"prompt": f"job {i}"} for i in range(16)]
+    proc = subprocess.Popen(
+        run.command(entries, *TOOLS, "--executor=ray", "--ray_shared_fs", batch_size=8),
+        cwd=run.tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    folder = run.tmp_path / "out" / "run"
+    deadline = time.monotonic() + 90
+    killed = None
+    while killed is None and time.monotonic() < deadline:
+        lines = sum(p.read_bytes().count(b"\n") for p in folder.glob("batch_*.jsonl")) if folder.exists() else 0
+        workers = [p for p in psutil.process_iter(["cmdline"]) if "ray::run_batch" in " ".join(p.info["cmdline"] or [])]
+        if lines >= 2 and workers:
+            killed = workers[0].pid
+            os.kill(killed, signal.SIGKILL)
+        time.sleep(0.05)
+    output, _ = proc.communicate(timeout=180)
+    assert killed, "no Ray worker was found to kill"
+    assert proc.returncode == 0, output
+    records = Result(proc.returncode, output, "", folder).batch_lines
+    assert Counter(r["metadata"]["source"]["prompt"] for r in records) == Counter(e["prompt"] for e in entries)
+    assert not ray_leftovers()
+
+
+def test_ray_executor_without_ray_says_how_to_install(run, server, tmp_path):
+    command = run.command([{"prompt": "x"}], "--executor=ray")
+    hide_ray = (
+        f"import runpy, sys; sys.modules['ray'] = None; sys.path.insert(0, {str(ROOT)!r}); "
+        f"sys.argv = {command[1:]!r}; runpy.run_path({str(ROOT / 'batch_runner.py')!r}, run_name='__main__')"
+    )
+    proc = subprocess.run([command[0], "-c", hide_ray], capture_output=True, text=True, cwd=tmp_path)
+    assert proc.returncode == 2 and "pip install -e '.[ray]'" in proc.stderr, proc.stderr
+    assert server.requests == []

@@ -1,0 +1,210 @@
+"""Checkpoint, resume and fault tolerance: a crash, a rate limit or a bad reply never loses finished
+work or pays for it twice."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from collections import Counter
+
+import pytest
+
+TOOLS = ["--distribution=terminal_only", "--max_retries=2"]
+
+
+def sources(result) -> Counter:
+    return Counter(r["metadata"]["source"]["prompt"] for r in result.trajectories)
+
+
+def asked(server) -> Counter:
+    """How many chat requests each prompt caused."""
+    return Counter(r["prompt"] for r in server.chat_requests())
+
+
+def test_rate_limit_with_retry_after_completes_in_the_same_run(run, server):
+    entries = [{"prompt": "busy [mock fail=429 times=2 retry_after=0.3]"}, {"prompt": "calm"}]
+    started = time.monotonic()
+    result = run(entries, *TOOLS, "--verbose")
+    assert result.code == 0, result.stderr
+    assert len(result.trajectories) == 2
+    statuses = [r["status"] for r in server.chat_requests() if "busy" in r["prompt"]]
+    assert statuses[:3] == [429, 429, 200]
+    assert result.statistics["retries"] == 2
+    assert "retry 1/2 in 0.3s" in result.stdout
+    assert time.monotonic() - started > 0.6  # Retry-After was honoured
+
+
+def test_server_errors_fail_the_prompt_and_resume_retries_only_it(run, server):
+    entries = [{"prompt": "ok one"}, {"prompt": "flaky [mock fail=500 times=3]"}, {"prompt": "ok two"}]
+    first = run(entries, *TOOLS)
+    assert first.code == 1
+    assert "1 prompt(s) failed" in first.stdout and "--resume" in first.stdout
+    assert sorted(sources(first)) == ["ok one", "ok two"]
+    (error,) = first.jsonl("errors.jsonl")
+    assert (error["prompt_index"], error["error_type"], error["attempts"]) == (1, "api_http_500", 3)
+    assert first.statistics["failed"] == 1 and first.statistics["errors"] == {"api_http_500": 1}
+    assert first.checkpoint["failed_prompts"] == [1]
+    before = asked(server)
+
+    second = run(entries, *TOOLS, "--resume")
+    assert second.code == 0, second.stdout
+    new = asked(server) - before
+    assert set(new) == {"flaky [mock fail=500 times=3]"}  # finished prompts were never sent again
+    assert sources(second) == Counter(e["prompt"] for e in entries)
+    assert second.statistics["failed"] == 0 and second.statistics["trajectories"] == 3
+    assert sorted(second.checkpoint["completed_prompts"]) == [0, 1, 2]
+
+
+def test_client_errors_fail_at_once(run, server):
+    result = run([{"prompt": "bad request [mock fail=400]"}, {"prompt": "fine"}], *TOOLS)
+    assert result.code == 1
+    assert asked(server)["bad request [mock fail=400]"] == 1
+    (error,) = result.jsonl("errors.jsonl")
+    assert error["error_type"] == "api_http_400" and error["attempts"] == 1
+
+
+def test_refused_key_stops_the_whole_run(run, server):
+    server.api_key = "the-right-key"
+    entries = [{"prompt": f"p{i}"} for i in range(30)]
+    result = run(entries, *TOOLS, "--num_workers=2")
+    assert result.code == 1
+    assert "the API key was refused" in result.stdout
+    assert len(server.requests) <= 4  # one per worker slot, then the run stopped
+    assert result.jsonl("errors.jsonl")[0]["error_type"] == "api_refused"
+
+
+def test_request_timeout_fails_and_is_retried_later(run, server):
+    result = run([{"prompt": "slow [mock latency=3]"}], *TOOLS, "--request_timeout=0.5", "--max_retries=0")
+    assert result.code == 1
+    assert result.jsonl("errors.jsonl")[0]["error_type"] == "api_timeout"
+
+
+def test_same_run_name_without_resume_refuses(run, server):
+    assert run([{"prompt": "a"}], *TOOLS).code == 0
+    again = run([{"prompt": "a"}], *TOOLS)
+    assert again.code == 2 and "pass --resume" in again.stderr
+
+
+def test_resume_of_a_finished_run_rebuilds_without_calling_the_model(run, server):
+    entries = [{"prompt": "kept"}, {"prompt": "silent [mock reasoning=none]"}]
+    first = run(entries, *TOOLS)
+    assert first.code == 0 and len(first.trajectories) == 1
+    (first.run_dir / "trajectories.jsonl").unlink()
+    (first.run_dir / "statistics.json").unlink()
+    calls = len(server.requests)
+    again = run(entries, *TOOLS, "--resume")
+    assert again.code == 0 and len(again.trajectories) == 1 and again.statistics["trajectories"] == 1
+    remerged = run(entries, *TOOLS, "--resume", "--require_reasoning=False")
+    assert remerged.code == 0 and len(remerged.trajectories) == 2
+    assert remerged.statistics["discarded_no_reasoning"] == 0
+    assert len(server.requests) == calls
+
+
+def test_duplicates_reordered_and_extended_datasets(run, server, tmp_path):
+    entries = [{"prompt": "twice"}, {"prompt": "twice"}, {"prompt": "other"}, {"prompt": "img", "image": "a:1"}]
+    first = run(entries[:3], *TOOLS, "--max_samples=2")
+    assert first.code == 0 and sources(first) == Counter({"twice": 2})
+    shuffled = [entries[2], entries[0], {"prompt": "new"}, entries[1], {"prompt": "twice"}]
+    before = asked(server)
+    second = run(shuffled, *TOOLS, "--resume")
+    assert second.code == 0, second.stdout
+    assert "2 prompts already done, 3 to run" in second.stdout
+    assert sources(second) == Counter({"twice": 3, "other": 1, "new": 1})
+    assert set(asked(server) - before) == {"twice", "other", "new"}
+    # A removed prompt's trajectory stays; a prompt that differs only by its image is another task.
+    third = run([{"prompt": "new"}, {"prompt": "other", "image": "x:1"}], *TOOLS, "--resume")
+    assert third.code == 0 and sources(third)["other"] == 2 and sources(third)["twice"] == 3
+    batch_numbers = sorted(r["metadata"]["batch_num"] for r in third.trajectories)
+    assert batch_numbers[-1] >= 3  # resumed runs start new batch files after the highest one
+
+
+def test_torn_last_line_is_ignored_and_rerun(run, server):
+    entries = [{"prompt": f"p{i}"} for i in range(3)]
+    first = run(entries, *TOOLS, "--num_workers=1", batch_size=3)
+    assert first.code == 0
+    batch = first.run_dir / "batch_0.jsonl"
+    lines = batch.read_bytes().splitlines(keepends=True)
+    torn = json.loads(lines[-1])["metadata"]["source"]["prompt"]
+    batch.write_bytes(b"".join(lines[:-1]) + lines[-1][: len(lines[-1]) // 2])
+    second = run(entries, *TOOLS, "--resume")
+    assert second.code == 0, second.stderr
+    assert "batch_0.jsonl line 3 is incomplete" in second.stdout
+    assert sources(second) == Counter(e["prompt"] for e in entries)
+    assert asked(server)[torn] == 6  # three calls the first time, three again after the tear
+
+
+def _start(run, entries, *flags):
+    return subprocess.Popen(
+        run.command(entries, *flags, batch_size=3),
+        cwd=run.tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+
+
+def _lines(run) -> int:
+    folder = run.tmp_path / "out" / "run"
+    return sum(p.read_bytes().count(b"\n") for p in folder.glob("batch_*.jsonl")) if folder.exists() else 0
+
+
+@pytest.mark.parametrize("kill_after_lines", [0, 4, 11])
+def test_sigkill_at_any_moment_then_resume_is_exact(run, server, kill_after_lines):
+    server.latency = 0.05
+    entries = [{"prompt": f"task {i % 10}"} for i in range(12)]  # with duplicates
+    proc = _start(run, entries, *TOOLS, "--num_workers=2", "--concurrency=2")
+    deadline = time.monotonic() + 60
+    while _lines(run) < kill_after_lines and time.monotonic() < deadline:
+        time.sleep(0.01)
+    while kill_after_lines == 0 and not server.requests and time.monotonic() < deadline:
+        time.sleep(0.01)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    time.sleep(0.2)  # requests in flight at the kill reach the server's log after its latency
+    finished = _lines(run)
+    asked_before = asked(server)
+    result = run(entries, *TOOLS, "--resume", batch_size=3)
+    assert result.code == 0, result.stdout + result.stderr
+    assert sources(result) == Counter(e["prompt"] for e in entries)
+    assert len(result.trajectories) == 12 and result.statistics["trajectories"] == 12
+    # Work that was on disk was not paid for twice: only unfinished prompts were asked again.
+    assert sum((asked(server) - asked_before).values()) <= 3 * (12 - finished)
+
+
+def test_leftovers_of_a_kill_during_merge_do_not_matter(run, server):
+    entries = [{"prompt": "a"}, {"prompt": "b"}]
+    first = run(entries, *TOOLS)
+    assert first.code == 0
+    # What a kill in the middle of the merge leaves: a half-written temporary file, no final file.
+    (first.run_dir / ".trajectories.jsonl.abc123").write_text('{"prompt_index": 0, "conv')
+    (first.run_dir / "trajectories.jsonl").unlink()
+    calls = len(server.requests)
+    second = run(entries, *TOOLS, "--resume")
+    assert second.code == 0 and sources(second) == Counter({"a": 1, "b": 1})
+    assert len(server.requests) == calls
+    assert not list(first.run_dir.glob(".trajectories.jsonl.*"))
+
+
+def test_ctrl_c_saves_and_says_how_to_resume(run, server):
+    server.latency = 0.3
+    entries = [{"prompt": f"slow {i}"} for i in range(20)]
+    proc = _start(run, entries, *TOOLS, "--num_workers=2")
+    deadline = time.monotonic() + 60
+    while _lines(run) < 2 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    os.killpg(proc.pid, signal.SIGINT)
+    stdout, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 130, stdout + stderr
+    assert "rerun with --resume" in stdout
+    folder = run.tmp_path / "out" / "run"
+    checkpoint = json.loads((folder / "checkpoint.json").read_text())
+    stats = json.loads((folder / "statistics.json").read_text())
+    assert len(checkpoint["completed_prompts"]) == stats["trajectories"] >= 2
+    assert not (folder / "errors.jsonl").exists()  # abandoned prompts are not failures
+    server.latency = 0
+    result = run(entries, *TOOLS, "--resume", batch_size=3)
+    assert result.code == 0 and sources(result) == Counter(e["prompt"] for e in entries)

@@ -1,0 +1,158 @@
+"""Whole runs of batch_runner.py where the scripted model uses every toolset: what is offered, what is
+left out (and said so once), the summary's tool table, and the tools' own tokens in the run's usage."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+from conftest import ROOT
+
+import mock_model
+import tools
+from agent import add_usage, empty_usage
+from tools.browser_runtime import launch_problem
+from tools.settings import find_browser
+from toolset_distributions import ALL_SIX
+
+BROWSER_PROBLEM = launch_problem(find_browser(os.environ))
+MODELS = ["--vision_model=vision-test", "--image_model=image-test"]
+
+
+def offered_tools(record: dict) -> set[str]:
+    system = record["conversations"][0]["value"]
+    return {t["name"] for t in json.loads(re.search(r"<tools>\n(.*)\n</tools>", system, re.S).group(1))}
+
+
+def tool_table(stdout: str) -> dict[str, tuple[int, int, int]]:
+    """tool -> (calls, success, failure), read from the summary's table."""
+    rows = re.findall(r"│ (\w+) +│ +(\d+) │ +(\d+) │ +(\d+) │", stdout)
+    return {name: tuple(map(int, numbers)) for name, *numbers in rows}
+
+
+def replayed_usage(server) -> dict:
+    """The usage of every request the server answered, recomputed from the scripted model."""
+    site = f"http://127.0.0.1:{server.port}"
+    total = empty_usage()
+    for request in server.requests:
+        if request["path"].endswith("/chat/completions"):
+            add_usage(total, mock_model.reply(request["body"], 0, None, site)[0].usage)
+        else:
+            used = mock_model.image_reply(request["body"], site)["usage"]
+            add_usage(total, {"prompt_tokens": used["input_tokens"], "completion_tokens": used["output_tokens"]})
+            total["total_tokens"] += used["total_tokens"]
+    return total
+
+
+@pytest.mark.skipif(BROWSER_PROBLEM is not None, reason=f"no browser can be launched here: {BROWSER_PROBLEM}")
+def test_default_distribution_offers_and_exercises_every_toolset(run, server, site, monkeypatch):
+    monkeypatch.setenv("WEB_SEARCH_URL", site.url)
+    entries = [
+        {"prompt": f"Greet the form at {site.url}/form.html and read about tide pools"},
+        {"prompt": "Look around"},
+    ]
+    result = run(entries, "--distribution=default", *MODELS, "--num_workers=2", batch_size=1)
+    assert result.code == 0, result.stdout + result.stderr
+    assert "warning" not in result.stdout  # every toolset is available
+
+    every_tool = {t.name for toolset in ALL_SIX for t in tools.load_toolsets()[toolset]}
+    exercised = every_tool - {"patch", "search_files"}  # the mock model edits no file in place
+    for record in result.trajectories:
+        assert record["toolsets_used"] == sorted(ALL_SIX) and offered_tools(record) == every_tool
+        assert set(record["tool_stats"]) == set(tools.TOOLS)  # every registered tool, execute_code included
+        for name in exercised:
+            assert record["tool_stats"][name]["success"] >= 1, (name, record["tool_stats"][name])
+        assert sum(stats["failure"] for stats in record["tool_stats"].values()) == 0
+    table = tool_table(result.stdout)
+    assert set(table) == exercised and all(
+        calls == success and not failure for calls, success, failure in table.values()
+    )
+
+    first, second = sorted(result.trajectories, key=lambda r: r["prompt_index"])
+    responses = "\n".join(turn["value"] for turn in first["conversations"] if turn["from"] == "tool")
+    for seen in ("Result 0 for Greet the form", "Tell us your name.", "Hello, mock!", "(mock vision)", "images/"):
+        assert seen in responses  # search results, the page, the form's answer, the vision answer, the saved image
+    assert "The mock model's page" in json.dumps(second["conversations"])  # no URL in the prompt: the mock's own page
+
+    models = {(r["path"].rsplit("/", 1)[-1], r["body"]["model"]) for r in server.requests}
+    assert models == {("completions", "test-model"), ("completions", "vision-test"), ("generations", "image-test")}
+    usage = result.statistics["usage"]
+    expected = replayed_usage(server)  # the agent's calls plus those of vision_analyze and image_generate
+    assert {k: usage[k] for k in ("prompt_tokens", "completion_tokens", "total_tokens")} == {
+        k: expected[k] for k in ("prompt_tokens", "completion_tokens", "total_tokens")
+    }
+
+
+def test_without_a_search_provider_web_extract_is_still_offered(run, monkeypatch):
+    monkeypatch.delenv("WEB_SEARCH_URL", raising=False)
+    result = run([{"prompt": "read the mock page"}, {"prompt": "again"}], "--distribution=minimal", *MODELS)
+    assert result.code == 0, result.stderr
+    assert result.stdout.count("warning:") == 1
+    assert (
+        "warning: web_search is not available here, so it is not offered: no search provider configured: "
+        "set WEB_SEARCH_URL to a SearXNG instance, or TAVILY_API_KEY or BRAVE_API_KEY" in result.stdout
+    )
+    for record in result.trajectories:
+        assert offered_tools(record) == {"web_extract"}
+        assert record["tool_stats"]["web_extract"] == {"count": 1, "success": 1, "failure": 0}
+        assert record["tool_stats"]["web_search"] == {"count": 0, "success": 0, "failure": 0}
+
+
+def test_the_code_execution_distribution(run):
+    result = run([{"prompt": "compute something"}], "--distribution=code_execution")
+    assert result.code == 0, result.stderr
+    (record,) = result.trajectories
+    assert record["toolsets_used"] == ["code_execution", "file", "terminal"]
+    assert record["tool_stats"]["execute_code"] == {"count": 1, "success": 1, "failure": 0}
+    responses = "\n".join(turn["value"] for turn in record["conversations"] if turn["from"] == "tool")
+    assert '"content": {"stdout": "45\\n", "stderr": "done\\n", "exit_code": 0}' in responses
+
+
+def test_a_browser_that_cannot_start_is_reported_once_and_left_out(run, tmp_path, monkeypatch):
+    monkeypatch.setenv("BROWSER_EXECUTABLE", str(tmp_path / "no-chromium"))
+    monkeypatch.setenv("WEB_SEARCH_URL", "http://127.0.0.1:9")  # configured, never asked: the mock searches no web
+    result = run([{"prompt": "browse [mock turns=0]"}], "--distribution=browser_use", *MODELS)
+    assert result.code == 0, result.stderr
+    assert result.stdout.count("warning:") == 1
+    assert f"warning: browser is not available here, so it is not offered: {tmp_path}/no-chromium could not" in (
+        result.stdout.replace("\n", "")
+    )
+    (record,) = result.trajectories
+    assert "browser" not in record["toolsets_used"]
+    only_browser = run([{"prompt": "x"}], "--distribution=browser_only", run_name="other")
+    assert only_browser.code == 2
+    assert "none of its toolsets is available here" in only_browser.stderr
+
+
+def list_distributions(**environment) -> str:
+    env = {k: v for k, v in os.environ.items() if k not in ("WEB_SEARCH_URL", "BROWSER_EXECUTABLE")}
+    env |= {"COLUMNS": "200"} | environment  # wide enough that no cell wraps
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "batch_runner.py"), "--list_distributions"], capture_output=True, text=True, env=env
+    )
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout
+
+
+def test_list_distributions_says_what_is_unavailable_and_why(tmp_path):
+    listing = list_distributions(BROWSER_EXECUTABLE=str(tmp_path / "no-chromium"))
+    rows = {line.split("│")[1].strip(): line.split("│")[2].strip() for line in listing.splitlines() if "%" in line}
+    assert rows["default"] == (
+        "web 100% (partly), vision 100%, image_gen 100%, terminal 100%, file 100%, browser 100% (unavailable)"
+    )
+    assert rows["terminal_only"] == "terminal 100%, file 100%"
+    assert rows["code_execution"] == "code_execution 100%, terminal 100%, file 100%"
+    assert "Not available on this machine" in listing
+    assert re.search(r"│ web +│ web_search +│ no search provider configured: set WEB_SEARCH_URL", listing)
+    assert re.search(rf"│ browser +│ all its tools +│ {tmp_path}/no-chromium could not be launched", listing)
+
+
+@pytest.mark.skipif(BROWSER_PROBLEM is not None, reason=f"no browser can be launched here: {BROWSER_PROBLEM}")
+def test_list_distributions_with_everything_available():
+    listing = list_distributions(WEB_SEARCH_URL="http://127.0.0.1:9")
+    assert "Every toolset is available on this machine." in listing
+    assert "(partly)" not in listing and "(unavailable)" not in listing

@@ -1,0 +1,36 @@
+"""Tools called directly, as the agent loop calls them: through call_tool, with a ToolSession on a
+fresh local environment."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+
+import tools
+from agent import ModelSettings
+from environments import EnvironmentSettings, backend_for
+from tools.session import ToolServices, ToolSession
+from tools.settings import ToolSettings
+
+tools.load_toolsets()
+NO_MODEL = "http://127.0.0.1:9/v1"  # for tests that make no model call
+
+
+@contextlib.asynccontextmanager
+async def tool_session(model_url: str = NO_MODEL, environment: EnvironmentSettings | None = None, **settings):
+    """A session whose vision and image calls go to `model_url`; `settings` override ToolSettings."""
+    chosen = ToolSettings(**({"vision_model": "vision-test", "image_model": "image-test"} | settings))
+    model = ModelSettings(model="test-model", base_url=model_url, api_key="test-key", max_retries=0)
+    services = ToolServices(chosen, model)
+    try:
+        session = ToolSession(await backend_for(environment or EnvironmentSettings()).open({}), services)
+        try:
+            yield session
+        finally:
+            await session.close()
+    finally:
+        await services.close()
+
+
+async def call(session: ToolSession, name: str, **arguments) -> dict:
+    return await tools.call_tool(session, name, json.dumps(arguments), tools.TOOLS)
