@@ -19,7 +19,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import fire
-import orjson
 from rich.console import Console
 from rich.markup import escape
 
@@ -242,8 +241,7 @@ class RunState:
         self.failed.add(index)
         stats["failed"] = stats.get("failed", 0) + 1
         line = {"prompt_index": index, "batch_num": batch_num, **detail, "time": datetime.now(UTC).isoformat()}
-        with open(self.folder.errors, "ab") as handle:
-            handle.write(orjson.dumps(line) + b"\n")
+        self.folder.append_error(line)
 
     def settle(self, done: list[int]) -> None:
         self.completed = set(done)

@@ -17,8 +17,8 @@ import time
 from collections import deque
 
 from dataset import UsageError
-from runfolder import RunFolder
-from worker import Batch, BatchFiles, WorkerSetup, serve
+from runfolder import BatchFiles, RunFolder
+from worker import Batch, WorkerSetup, serve
 
 INSTALL = "pip install -e '.[ray]'"
 TASK_RETRIES = 3  # re-runs of a batch whose worker process or node died
@@ -139,9 +139,10 @@ class RayPool:
             except ray.exceptions.RayError as exc:  # retries used up: its unfinished prompts fail
                 self.failed.append((batch, f"Ray task failed: {type(exc).__name__}: {str(exc)[:300]}"))
         self._submit()
-        for event in events:
-            if event[0] == "done" and self.files is not None:
-                self.files.append(event[2], event[5])
+        if self.files is not None:  # the lines come with the events: on disk before they count
+            written = {self.files.write(event[2], event[5]) for event in events if event[0] == "done"}
+            for fd in written:
+                os.fsync(fd)
         if not events:
             time.sleep(min(timeout, 0.1))
         return [event[:5] if event[0] == "done" else event for event in events if event[0] != "claim"]
