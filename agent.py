@@ -7,6 +7,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TypeVar
 
+import aiohttp
 import httpx
 import openai
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_random_exponential
@@ -24,7 +25,7 @@ T = TypeVar("T")
 class ModelSettings:
     model: str
     base_url: str
-    api_key: str
+    api_key: str = field(repr=False)
     max_tokens: int | None = None
     extra_body: dict = field(default_factory=dict)  # OpenRouter `provider` and `reasoning` options
     request_timeout: float = 600.0
@@ -47,9 +48,28 @@ class ModelCallFailed(Exception):
 
 
 def transient(exc: BaseException) -> bool:
+    """Worth another try: rate limits, server errors, broken connections, error events in a stream
+    and 200 replies that carry no answer."""
     if isinstance(exc, openai.APIStatusError):
         return exc.status_code in (408, 409, 429) or exc.status_code >= 500
-    return isinstance(exc, (openai.APIConnectionError, BadReply))
+    return isinstance(exc, (openai.APIError, BadReply))
+
+
+def _stops_the_run(exc: openai.APIStatusError) -> bool:
+    # OpenRouter answers 403 also for one input its moderation flagged: that fails only this prompt.
+    flagged = exc.status_code == 403 and any(word in str(exc).lower() for word in ("flagged", "moderation"))
+    return exc.status_code in STOP_RUN and not flagged
+
+
+def _answer(data) -> dict:
+    """The reply's message, or BadReply when a 200 carries an error instead (OpenRouter reports
+    upstream failures this way, in the body or in the choice)."""
+    choices = data.get("choices") if isinstance(data, dict) else None
+    choice = choices[0] if choices and isinstance(choices[0], dict) else {}
+    if choice.get("error") or choice.get("finish_reason") == "error" or not isinstance(choice.get("message"), dict):
+        problem = choice.get("error") or (data.get("error") if isinstance(data, dict) else None) or data
+        raise BadReply(f"reply without an answer: {json.dumps(problem)[:300]}")
+    return choice["message"]
 
 
 def _retry_after(exc: BaseException | None) -> float | None:
@@ -89,15 +109,12 @@ class ModelClient:
     async def complete(self, messages: list[dict], tools: list[dict], log=None) -> tuple[dict, dict, int]:
         """(assistant message, usage, retries) for one model call, retried by our policy."""
 
-        async def ask() -> dict:
+        async def ask() -> tuple[dict, dict]:
             data = await (self._stream(messages, tools) if self.settings.stream else self._once(messages, tools))
-            choices = data.get("choices") or []
-            if not choices or not isinstance(choices[0].get("message"), dict):
-                raise BadReply(f"reply without a message: {json.dumps(data.get('error') or data)[:300]}")
-            return data
+            return _answer(data), data.get("usage") or {}
 
-        data, retries = await self.call(ask, log)
-        return data["choices"][0]["message"], data.get("usage") or {}, retries
+        (message, usage), retries = await self.call(ask, log)
+        return message, usage, retries
 
     async def call(self, request: Callable[[], Awaitable[T]], log=None) -> tuple[T, int]:
         """(result, retries) of `request()`, any call on this endpoint, retried by our policy."""
@@ -120,11 +137,11 @@ class ModelClient:
                     result = await request()
             return result, attempt.retry_state.attempt_number - 1
         except openai.APIStatusError as exc:
-            if exc.status_code in STOP_RUN:
+            if _stops_the_run(exc):
                 reason = STOP_RUN[exc.status_code]
                 raise RunStopped(f"{reason} (HTTP {exc.status_code} from {self.settings.base_url})") from exc
             raise ModelCallFailed(_error_kind(exc), str(exc), attempt.retry_state.attempt_number) from exc
-        except (openai.APIConnectionError, BadReply) as exc:
+        except (openai.APIError, BadReply) as exc:
             raise ModelCallFailed(_error_kind(exc), str(exc), attempt.retry_state.attempt_number) from exc
 
     def _request(self, messages: list[dict], tools: list[dict]) -> dict:
@@ -144,37 +161,64 @@ class ModelClient:
         body = self._request(messages, tools)
         body.update(body.pop("extra_body", {}))
         response = await self.client.post("/chat/completions", body=body, cast_to=httpx.Response)
-        return json.loads(response.content)
+        try:
+            return json.loads(response.content)
+        except ValueError:
+            raise BadReply(f"reply is not JSON: {response.text[:200]!r}") from None
 
     async def _stream(self, messages: list[dict], tools: list[dict]) -> dict:
         """Assemble a streamed reply into the shape of a non-streamed one."""
         message: dict = {"role": "assistant", "content": ""}
         calls: dict[int, dict] = {}
+        details: dict[int, dict] = {}
         data: dict = {"choices": [{"message": message}]}
         stream = await self.client.chat.completions.create(
             **self._request(messages, tools), stream=True, stream_options={"include_usage": True}
         )
-        async for chunk in stream:
-            chunk = chunk.to_dict()
-            data["usage"] = chunk.get("usage") or data.get("usage")
-            for choice in chunk.get("choices") or []:
-                delta = choice.get("delta") or {}
-                for key in ("content", "reasoning", "reasoning_content"):
-                    if delta.get(key):
-                        message[key] = message.get(key, "") + delta[key]
-                if delta.get("reasoning_details"):
-                    message.setdefault("reasoning_details", []).extend(delta["reasoning_details"])
-                for part in delta.get("tool_calls") or []:
-                    call = calls.setdefault(
-                        part["index"], {"id": "", "type": "function", "function": {"name": "", "arguments": ""}}
-                    )
-                    call["id"] = part.get("id") or call["id"]
-                    function = part.get("function") or {}
-                    call["function"]["name"] += function.get("name") or ""
-                    call["function"]["arguments"] += function.get("arguments") or ""
+        try:
+            async for chunk in stream:
+                chunk = chunk.to_dict()
+                data["usage"] = chunk.get("usage") or data.get("usage")
+                for choice in chunk.get("choices") or []:
+                    data["choices"][0].update({k: choice[k] for k in ("finish_reason", "error") if choice.get(k)})
+                    delta = choice.get("delta") or {}
+                    for key in ("content", "reasoning", "reasoning_content"):
+                        if delta.get(key):
+                            message[key] = message.get(key, "") + delta[key]
+                    for part in delta.get("reasoning_details") or []:
+                        _merge_fragment(details, part.get("index"), part, ("text", "summary", "signature", "data"))
+                    for part in delta.get("tool_calls") or []:
+                        _merge_call(calls, part)
+        except (aiohttp.ClientError, httpx.TransportError) as exc:  # cut off mid-stream
+            raise BadReply(f"stream broken off: {type(exc).__name__}: {exc}") from exc
+        if details:
+            message["reasoning_details"] = [details[i] for i in sorted(details)]
         if calls:
             message["tool_calls"] = [calls[i] for i in sorted(calls)]
         return data
+
+
+def _merge_fragment(merged: dict[int, dict], index: int | None, part: dict, text_keys: tuple[str, ...]) -> None:
+    """Streams send a piece of one item per chunk: join its text fields, keep its other fields."""
+    index = len(merged) if index is None else index
+    item = merged.setdefault(index, {})
+    for key, value in part.items():
+        if key in text_keys and isinstance(value, str):
+            item[key] = item.get(key, "") + value
+        elif value is not None and key not in text_keys:
+            item[key] = value
+
+
+def _merge_call(calls: dict[int, dict], part: dict) -> None:
+    index = part.get("index")
+    if index is None:  # some servers leave it out: a new id starts a new call, else the last one goes on
+        known = [i for i, call in calls.items() if call["id"] and call["id"] == part.get("id")]
+        index = known[0] if known else (len(calls) if part.get("id") or not calls else max(calls))
+    call = calls.setdefault(index, {"id": "", "type": "function", "function": {"name": "", "arguments": ""}})
+    call["id"] = part.get("id") or call["id"]
+    function = part.get("function") or {}
+    call["function"]["name"] += function.get("name") or ""
+    call["function"]["arguments"] += function.get("arguments") or ""
 
 
 @dataclass

@@ -31,6 +31,7 @@ from pool import ProcessPool
 from ray_pool import RayPool
 from report import ProgressView, print_summary
 from runfolder import RunFolder, entry_key, write_json_atomic
+from runstate import RunState
 from toolset_distributions import DISTRIBUTIONS, distributions_table, usable
 from worker import Batch, WorkerSetup
 
@@ -114,8 +115,8 @@ class BatchRunner:
                 f"--distribution {config.distribution}: none of its toolsets is available here "
                 f"({', '.join(DISTRIBUTIONS[config.distribution])}); try --distribution=terminal_only"
             )
+        self.folder.lock()
         pending, done = self.plan(entries)
-        self.folder.path.mkdir(parents=True, exist_ok=True)
         self.folder.remove_leftovers()
         first = self.folder.next_batch_num()
         size = config.batch_size
@@ -126,7 +127,8 @@ class BatchRunner:
         if config.resume:
             self.console.print(f"Resuming {config.run_name}: {len(done)} prompts already done, {len(pending)} to run")
         tool_names = sorted(tools.TOOLS)
-        state = RunState(self.folder, config, done, self.folder.load_checkpoint().get("batch_stats", {}))
+        by_index = {e.index: e.data for e in entries}
+        state = RunState(self.folder, config.run_name, str(config.dataset_file), by_index, done)
         interrupted = False
         if batches:
             prepare_run(config.environment, config.resume)
@@ -135,7 +137,9 @@ class BatchRunner:
                 interrupted = self.execute(setup, batches, state)
         totals = merge(self.folder, config.require_reasoning, tool_names, self.warn)
         # The batch files, not the events that raced a kill or Ctrl-C, say what is done.
-        state.settle(match(entries, totals.finished)[1])
+        remaining, done = match(entries, totals.finished)
+        failed_before = self.folder.failed_keys()
+        state.settle(done, [e.index for e in remaining if entry_key(e.data) in failed_before])
         stats = {
             "run_name": config.run_name,
             "model": config.model.model,
@@ -145,6 +149,7 @@ class BatchRunner:
             "completed": totals.completed,
             "partial": totals.partial,
             "failed": len(state.failed),
+            "remaining": len(remaining),  # entries without a final outcome: failed or never reached
             "discarded_no_reasoning": totals.discarded_no_reasoning,
             "discarded_hallucinated_tools": totals.discarded_hallucinated_tools,
             "trajectories": totals.trajectories,
@@ -170,7 +175,7 @@ class BatchRunner:
                 f"[red]Stopped:[/] {escape(state.stopped)}. Fix the key or account, then rerun with --resume."
             )
             return 1
-        return 1 if state.failed else 0
+        return 1 if remaining else 0
 
     def execute(self, setup: WorkerSetup, batches: list[Batch], state: RunState) -> bool:
         """Run the batches on the executor and follow its events; returns True when interrupted."""
@@ -204,67 +209,14 @@ class BatchRunner:
                     state.save_every(CHECKPOINT_EVERY)
             return False
         except KeyboardInterrupt:
+            # Finishing up (stopping workers, merging, statistics) must not be cut short by a second one.
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
             return True
         finally:
-            signal.signal(signal.SIGTERM, previous)
-            executor.stop()
+            signal.signal(signal.SIGTERM, previous if not outstanding else signal.SIG_IGN)
+            executor.stop(finished=not outstanding)
             with contextlib.suppress(SetupError):  # a worker killed after its grace period leaves containers
                 remove_leftovers(self.config.environment)
-
-
-class RunState:
-    """What the parent learns from worker events: checkpoint, errors.jsonl, counts."""
-
-    def __init__(self, folder: RunFolder, config: RunConfig, done: list[int], batch_stats: dict):
-        self.folder = folder
-        self.config = config
-        self.completed = set(done)
-        self.failed: set[int] = set()
-        self.batch_stats = batch_stats
-        self.ended = self.retries = 0
-        self.stopped: str | None = None
-        self.saved_at = 0.0
-        self.dirty = True
-
-    def record(self, kind: str, index: int, batch_num: int | None, detail, extra) -> None:
-        self.ended += 1
-        self.dirty = True
-        stats = self.batch_stats.setdefault(str(batch_num), {}) if batch_num is not None else {}
-        if kind == "done":
-            self.completed.add(index)
-            self.retries += extra[0]
-            stats[detail] = stats.get(detail, 0) + 1
-            return
-        if kind == "fatal":
-            self.stopped = detail
-            detail = {"error_type": "api_refused", "message": detail, "attempts": 1}
-        self.failed.add(index)
-        stats["failed"] = stats.get("failed", 0) + 1
-        line = {"prompt_index": index, "batch_num": batch_num, **detail, "time": datetime.now(UTC).isoformat()}
-        self.folder.append_error(line)
-
-    def settle(self, done: list[int]) -> None:
-        self.completed = set(done)
-        self.failed -= self.completed
-        self.save()
-
-    def save_every(self, seconds: float) -> None:
-        if self.dirty and time.monotonic() - self.saved_at >= seconds:
-            self.save()
-
-    def save(self) -> None:
-        write_json_atomic(
-            self.folder.checkpoint,
-            {
-                "run_name": self.config.run_name,
-                "dataset_file": str(self.config.dataset_file),
-                "completed_prompts": sorted(self.completed),
-                "failed_prompts": sorted(self.failed),
-                "batch_stats": self.batch_stats,
-                "last_updated": datetime.now(UTC).isoformat(timespec="seconds"),
-            },
-        )
-        self.saved_at, self.dirty = time.monotonic(), False
 
 
 def _interrupt(signum, frame) -> None:

@@ -37,7 +37,8 @@ class RunConfig:
     verbose: bool = False
     max_samples: int | None = None
     log_prefix_chars: int = 100
-    preamble: list[dict] = field(default_factory=list)  # ephemeral system prompt + prefill: sent, never saved
+    # The ephemeral system prompt and the prefill: sent on every call, never saved (nor printed).
+    preamble: list[dict] = field(default_factory=list, repr=False)
     seed: int | None = None
     require_reasoning: bool = True
     mock: bool = False  # --model=mock: start the scripted server

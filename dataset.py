@@ -38,7 +38,7 @@ def load_dataset(path: Path, max_samples: int | None = None) -> list[Entry]:
         raise UsageError(f"--dataset_file: {path} does not exist or is not a file")
     entries: list[Entry] = []
     bad: list[str] = []
-    with open(path, encoding="utf-8", errors="strict") as handle:
+    with open(path, encoding="utf-8-sig") as handle:  # -sig: a byte-order mark is not part of line 1
         try:
             for number, line in enumerate(handle, 1):
                 if not line.strip():

@@ -8,8 +8,12 @@ image is answered as a vision model would; `image_reply` answers the images API.
 A prompt can steer it with directives such as ``[mock turns=3 reasoning=think fail=429 times=2]``:
 
     turns=N          tool-calling turns before the final answer (default: what the plan needs)
-    reasoning=KIND   reasoning | reasoning_content | reasoning_details | think | scratchpad | none
+    reasoning=KIND   reasoning | reasoning_content | reasoning_details | all (the three at once) | think |
+                     scratchpad | none
     fail=STATUS      answer this HTTP status (with ``times=N`` only the first N requests)
+    flagged          the failure says the input was flagged by moderation (OpenRouter's 403)
+    upstream_error   answer 200 with an error in the choice instead of a message (``times=N`` as above)
+    snoop            the first terminal command prints its parent's command line (where keys hide)
     retry_after=S    Retry-After header sent with a failure
     latency=S        extra seconds before answering
     bad_json         the first tool call carries arguments that are not JSON
@@ -61,6 +65,9 @@ class Directives:
     latency: float = 0.0
     bad_json: bool = False
     unknown_tool: bool = False
+    flagged: bool = False
+    upstream_error: bool = False
+    snoop: bool = False
     image: str = "b64"
 
     @classmethod
@@ -69,7 +76,7 @@ class Directives:
         for match in DIRECTIVE.finditer(prompt):
             for word in match.group(1).split():
                 key, _, value = word.partition("=")
-                if key in ("bad_json", "unknown_tool"):
+                if key in ("bad_json", "unknown_tool", "flagged", "upstream_error", "snoop"):
                     setattr(found, key, True)
                 elif key in ("turns", "fail", "times"):
                     setattr(found, key, int(value))
@@ -91,6 +98,7 @@ class Reply:
     message: dict = field(default_factory=dict)
     finish_reason: str = "stop"
     usage: dict = field(default_factory=dict)
+    error: str = "injected fault"  # the message of a failure, or of an error inside a 200 choice
 
 
 def prompt_text(messages: list[dict]) -> str:
@@ -197,6 +205,9 @@ def _with_reasoning(kind: str, text: str, content: str) -> dict:
         message["reasoning_details"] = [{"type": "reasoning.text", "text": text, "format": "unknown", "index": 0}]
     elif kind in ("reasoning", "reasoning_content"):
         message[kind] = text
+    elif kind == "all":  # as OpenRouter often does: the same reasoning in every field
+        message.update(reasoning=text, reasoning_content=text)
+        message["reasoning_details"] = [{"type": "reasoning.text", "text": text, "format": "unknown", "index": 0}]
     return message
 
 
@@ -210,9 +221,13 @@ def reply(
     messages = request.get("messages") or []
     prompt = prompt_text(messages)
     steer = Directives.parse(prompt)
-    if steer.fail and (steer.times is None or attempts < steer.times):
+    faulty = steer.times is None or attempts < steer.times
+    if steer.fail and faulty:
         headers = {} if steer.retry_after is None else {"Retry-After": f"{steer.retry_after:g}"}
-        return Reply(status=steer.fail, headers=headers), steer.latency
+        error = "Your input was flagged by moderation" if steer.flagged else "injected fault"
+        return Reply(status=steer.fail, headers=headers, error=error), steer.latency
+    if steer.upstream_error and faulty:
+        return Reply(message={"role": "assistant", "content": ""}, finish_reason="error", error="upstream"), 0.0
     image = _image_part(messages)
     if image:
         return _vision_reply(messages, prompt, image), steer.latency
@@ -229,6 +244,8 @@ def reply(
         tool_calls = [_call(turn, i, name, args) for i, (name, args) in enumerate(calls)]
         if turn == 0 and steer.bad_json:
             tool_calls[0]["function"]["arguments"] = '{"command": "echo broken'
+        if turn == 0 and steer.snoop and tool_calls[0]["function"]["name"] == "terminal":
+            tool_calls[0]["function"]["arguments"] = json.dumps({"command": "tr '\\0' ' ' < /proc/$PPID/cmdline"})
         if turn == 0 and steer.unknown_tool:
             tool_calls[0]["function"]["name"] = "hallucinated_tool"
         thought = f"Turn {turn + 1}: to make progress on '{prompt[:60]}' I will call " + ", ".join(

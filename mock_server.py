@@ -123,7 +123,7 @@ class MockServer:
             await asyncio.sleep(delay)
         self._log(path, request, reply.status, prompt)
         if reply.status != 200:
-            return await self._send(writer, reply.status, _error(reply.status, "injected fault"), reply.headers)
+            return await self._send(writer, reply.status, _error(reply.status, reply.error), reply.headers)
         completion = {
             "id": f"chatcmpl-mock-{next(self._ids)}",
             "object": "chat.completion",
@@ -134,6 +134,8 @@ class MockServer:
             await self._stream(writer, completion, reply, (request.get("stream_options") or {}).get("include_usage"))
             return False
         completion["choices"] = [{"index": 0, "message": reply.message, "finish_reason": reply.finish_reason}]
+        if reply.finish_reason == "error":
+            completion["choices"][0]["error"] = _error(502, reply.error)["error"]
         completion["usage"] = reply.usage
         return await self._send(writer, 200, completion)
 

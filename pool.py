@@ -10,6 +10,7 @@ import multiprocessing
 import os
 import queue
 import time
+from collections import deque
 
 from worker import Batch, WorkerSetup, worker_main
 
@@ -22,23 +23,33 @@ class ProcessPool:
         self.num_workers = num_workers
         self.context = multiprocessing.get_context("fork")  # workers inherit the imports: no start-up cost
         self.events = self.context.Queue()
+        self.tasks = self.context.Queue()
+        self.waiting: deque[Batch] = deque()
         self.workers: list = []
         self.claims: dict[int, list[int]] = {}  # worker pid -> batches it took
         self.members: dict[int, list[int]] = {}
 
     def start(self, batches: list[Batch]) -> None:
-        tasks = self.context.Queue()
         self.members = {b.num: [index for index, _ in b.entries] for b in batches}
+        self.waiting.extend(batches)
         self.workers = [
-            self.context.Process(target=worker_main, args=(self.setup, tasks, self.events, os.getpid()), daemon=True)
+            self.context.Process(
+                target=worker_main, args=(self.setup, self.tasks, self.events, os.getpid()), daemon=True
+            )
             for _ in range(min(self.num_workers, len(batches)))
         ]
         for process in self.workers:
             process.start()
-        for batch in batches:
-            tasks.put(batch)
         for _ in self.workers:
-            tasks.put(None)
+            self._feed()
+
+    def _feed(self) -> None:
+        """One more batch into the queue, or the end marker. Batches go in only as workers take
+        them, so a stopped run leaves no backlog in the pipe (and no feeder thread blocked on it)."""
+        if self.waiting:
+            self.tasks.put(self.waiting.popleft())
+        else:
+            self.tasks.put(None)
 
     def poll(self, timeout: float) -> list[tuple]:
         """The events that arrived within `timeout` (at least one, or none when it ran out)."""
@@ -54,6 +65,7 @@ class ProcessPool:
         for event in found:
             if event[0] == "claim":
                 self.claims.setdefault(event[2], []).append(event[1])
+                self._feed()
         return [event for event in found if event[0] != "claim"]
 
     def lost(self, outstanding: set[int]) -> dict[int, str]:
@@ -69,9 +81,14 @@ class ProcessPool:
             lost.update(dict.fromkeys(outstanding - set(lost), "no worker process left"))
         return lost
 
-    def stop(self) -> None:
-        """SIGTERM lets the workers close their environments; SIGKILL after a grace period."""
+    def stop(self, finished: bool) -> None:
+        """Finished workers exit by themselves once they have released what they hold; others get
+        SIGTERM, which lets them close their environments, then SIGKILL after a grace period."""
+        self.tasks.cancel_join_thread()
+        deadline = time.monotonic() + GRACE
         for process in self.workers:
+            if finished:
+                process.join(max(deadline - time.monotonic(), 0.1))
             if process.is_alive():
                 process.terminate()
         deadline = time.monotonic() + GRACE

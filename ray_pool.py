@@ -156,9 +156,9 @@ class RayPool:
         self.failed.clear()
         return lost
 
-    def stop(self) -> None:
+    def stop(self, finished: bool) -> None:
         ray = self.ray
-        for ref in self.running:
+        for ref in self.running:  # none left when finished
             ray.cancel(ref, force=True)
         if self.files is not None:
             self.files.close()

@@ -79,7 +79,8 @@ def print_summary(console: Console, stats: dict, run_counts: dict, paths: dict) 
     console.print(
         f"Run folder: {stats['trajectories']} trajectories written ({stats['completed']} completed, "
         f"{stats['partial']} partial); discarded: {stats['discarded_no_reasoning']} without reasoning, "
-        f"{stats['discarded_hallucinated_tools']} with hallucinated tools; {stats['failed']} failed"
+        f"{stats['discarded_hallucinated_tools']} with hallucinated tools; {stats['failed']} failed; "
+        f"{stats['remaining']} of {stats['total_prompts']} dataset entries still to do"
     )
     table = Table(title="Tool usage")
     for column in ("tool", "calls", "success", "failure", "success rate"):

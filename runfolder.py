@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import json
 import os
 import re
@@ -13,6 +14,8 @@ from pathlib import Path
 
 import jsonlines
 import orjson
+
+from dataset import UsageError
 
 BATCH_FILE = re.compile(r"batch_(\d+)\.jsonl$")
 
@@ -75,6 +78,18 @@ class RunFolder:
     def has_run(self) -> bool:
         return bool(self.batch_files()) or self.checkpoint.exists() or self.errors.exists()
 
+    def lock(self) -> int:
+        """Hold the folder for this run; two runs appending to the same batch files would duplicate
+        work and pay for it twice. The lock goes with the process (and its workers), however it ends."""
+        self.path.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise UsageError(f"--run_name: {self.path} is in use by another run that is still going") from None
+        return fd
+
     def remove_leftovers(self) -> None:
         """Temporary files of an atomic write that a kill interrupted."""
         for name in ("trajectories.jsonl", "statistics.json", "checkpoint.json"):
@@ -122,6 +137,13 @@ class RunFolder:
                     counts[kind] = counts.get(kind, 0) + 1
         return counts
 
+    def failed_keys(self) -> set[str]:
+        """Entry keys of every prompt that ever failed in this run folder."""
+        if not self.errors.exists():
+            return set()
+        with jsonlines.open(self.errors) as reader:
+            return {entry_key(line["source"]) for line in reader.iter(type=dict, skip_invalid=True) if "source" in line}
+
     def append_error(self, line: dict) -> None:
         with jsonlines.open(self.errors, mode="a", flush=True) as writer:
             writer.write(line)
@@ -145,11 +167,23 @@ class BatchFiles:
         self.remaining[batch_num] = size
 
     def write(self, batch_num: int, line: bytes) -> int:
+        """Append one whole line; a write that fails half-way (disk full) is undone, so the next
+        line never sticks to a torn one."""
         fd = self.open.get(batch_num)
         if fd is None:
             path = self.folder.batch_file(batch_num)
-            fd = self.open[batch_num] = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        os.write(fd, line)
+            fd = self.open[batch_num] = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
+            size = os.fstat(fd).st_size
+            if size and os.pread(fd, 1, size - 1) != b"\n":  # a line torn by a crash (Ray re-runs append here)
+                os.write(fd, b"\n")
+        start = os.lseek(fd, 0, os.SEEK_END)
+        try:
+            view = memoryview(line)
+            while view:
+                view = view[os.write(fd, view) :]
+        except OSError:
+            os.ftruncate(fd, start)
+            raise
         return fd
 
     async def append(self, batch_num: int, line: bytes) -> None:

@@ -47,12 +47,12 @@ class Turn:
 
 
 def split_reasoning(message: dict) -> tuple[str, str]:
-    """(reasoning, content) of an assistant message: native fields first (`reasoning`,
+    """(reasoning, content) of an assistant message: the first native field that has it (`reasoning`,
     `reasoning_content`, `reasoning_details`), then <think> / <REASONING_SCRATCHPAD> in the content."""
-    parts = [message.get(key) for key in ("reasoning", "reasoning_content")]
-    for detail in message.get("reasoning_details") or []:
-        if isinstance(detail, dict):
-            parts.append(detail.get("text") or detail.get("summary"))
+    # Providers often send the same reasoning in several of these fields: take the first one given.
+    details = [d.get("text") or d.get("summary") for d in message.get("reasoning_details") or [] if isinstance(d, dict)]
+    native = (message.get("reasoning"), message.get("reasoning_content"), "\n".join(d for d in details if d))
+    parts = [next((text for text in native if isinstance(text, str) and text.strip()), None)]
     content = message.get("content") or ""
     if not isinstance(content, str):  # a list of content parts
         content = "".join(p.get("text", "") for p in content if isinstance(p, dict))

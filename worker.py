@@ -53,7 +53,8 @@ class Worker:
         self.files = files
         self.stopped = False  # the endpoint refused us: start nothing more
         self.client = ModelClient(self.config.model)
-        self.services = ToolServices(self.config.tools, self.config.model)  # closed by worker_main
+        secrets = (self.config.model.api_key, *(m["content"] for m in self.config.preamble))
+        self.services = ToolServices(self.config.tools, self.config.model, secrets)  # closed by serve()
         self.environments = backend_for(self.config.environment)  # shared by this process's prompts
 
     def _logger(self, index: int):
@@ -136,7 +137,9 @@ class Worker:
             self.stopped = True
             self.events.put(("fatal", index, batch_num, str(exc)))
         except Exception as exc:
-            self.events.put(("failed", index, batch_num, _failure(exc, entry, config.log_prefix_chars)))
+            failure = _failure(exc)
+            failure["message"] = self.services.redact(failure["message"])  # error bodies may echo the request
+            self.events.put(("failed", index, batch_num, failure))
         finally:
             if env is not None:
                 await env.close()
@@ -160,7 +163,7 @@ async def _exit_with_parent(parent: int, task: asyncio.Task) -> None:
     task.cancel()
 
 
-def _failure(exc: Exception, entry: dict, width: int) -> dict:
+def _failure(exc: Exception) -> dict:
     if isinstance(exc, ModelCallFailed):
         kind, attempts = f"api_{exc.kind}", exc.attempts
     elif isinstance(exc, SetupError):
@@ -170,7 +173,7 @@ def _failure(exc: Exception, entry: dict, width: int) -> dict:
     message = str(exc) or type(exc).__name__
     if kind.startswith("crash_"):
         message += "\n" + "".join(traceback.format_exception(exc)[-3:])
-    return {"error_type": kind, "message": message, "attempts": attempts, "prompt_preview": entry["prompt"][:width]}
+    return {"error_type": kind, "message": message, "attempts": attempts}
 
 
 def _watch_children_with_pidfds() -> None:

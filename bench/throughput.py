@@ -5,13 +5,14 @@
 Starts mock_server.py with the given latency (one tool turn, so two model calls a prompt), runs
 batch_runner.py on generated prompts, and prints wall time, the ideal time N*K*L/S, efficiency, the
 runner's CPU per trajectory (its whole process tree, terminal commands included, the server
-excluded) and the peak RSS of each worker process.
+excluded), the server's CPU, and the peak RSS of each worker process.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
 import subprocess
 import sys
@@ -86,6 +87,7 @@ def run(args: argparse.Namespace) -> dict:
             stop.set()
             watcher.join()
             after = resource.getrusage(resource.RUSAGE_CHILDREN)
+            server_times = psutil.Process(server.pid).cpu_times()
             if proc.returncode != 0:
                 sys.exit(f"batch_runner.py failed ({proc.returncode}):\n{output}")
             written = Path(tmp, "bench", "trajectories.jsonl").read_bytes().count(b"\n")
@@ -93,6 +95,7 @@ def run(args: argparse.Namespace) -> dict:
         server.kill()
         server.wait()
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    server_cpu = server_times.user + server_times.system
     in_flight = min(args.workers * args.concurrency, args.prompts)
     ideal = args.prompts * CALLS_PER_PROMPT * args.latency_ms / 1000 / in_flight
     workers = sorted((rss for pid, rss in peaks.items() if pid != proc.pid), reverse=True)[: args.workers]
@@ -104,6 +107,9 @@ def run(args: argparse.Namespace) -> dict:
         "ideal_s": round(ideal, 2),
         "efficiency": round(ideal / wall, 3),
         "cpu_ms_per_trajectory": round(cpu * 1000 / args.prompts, 2),
+        "server_cpu_ms_per_trajectory": round(server_cpu * 1000 / args.prompts, 2),
+        # With every core busy, no run can beat the CPU both processes need on this machine.
+        "cpu_floor_s": round((cpu + server_cpu) / os.cpu_count(), 2),
         "parent_peak_rss_mb": round(peaks.get(proc.pid, 0) / 2**20, 1),
         "worker_peak_rss_mb": [round(rss / 2**20, 1) for rss in workers],
     }

@@ -115,6 +115,17 @@ class Backend:
         """Remove what a killed run of settings.run_dir left behind (containers, instances, sandboxes)."""
 
 
+async def started(env):
+    """`env` once its start() is done; closed again when starting fails or is cancelled, so a
+    half-made container or instance never outlives its prompt."""
+    try:
+        await env.start()
+    except BaseException:
+        await env.close()
+        raise
+    return env
+
+
 BACKENDS = {
     "local": "environments.local:LocalBackend",
     "bwrap": "environments.bwrap:BwrapBackend",

@@ -16,7 +16,16 @@ from functools import partial
 import docker
 from docker.errors import DockerException, ImageNotFound, NotFound
 
-from environments import OUTPUT_LIMIT, Backend, CappedOutput, EnvironmentSettings, SetupError, container_cwd, image_of
+from environments import (
+    OUTPUT_LIMIT,
+    Backend,
+    CappedOutput,
+    EnvironmentSettings,
+    SetupError,
+    container_cwd,
+    image_of,
+    started,
+)
 from environments.local import COMMAND_VARIABLES
 from environments.shell import KEEP_ALIVE, CommandEnvironment
 
@@ -168,12 +177,7 @@ class DockerBackend(Backend):
         image = image_of(entry, self.settings)
         workdir = await self._once(f"image:{image}", image_workdir, client, image)
         env = DockerEnvironment(client, image, container_cwd(entry, workdir or DEFAULT_CWD), self.settings)
-        try:
-            await env.start()
-        except BaseException:
-            await env.close()
-            raise
-        return env
+        return await started(env)
 
     @classmethod
     def check(cls, settings: EnvironmentSettings) -> None:

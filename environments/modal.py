@@ -13,7 +13,16 @@ import math
 import os
 from pathlib import Path
 
-from environments import OUTPUT_LIMIT, Backend, CappedOutput, EnvironmentSettings, SetupError, container_cwd, image_of
+from environments import (
+    OUTPUT_LIMIT,
+    Backend,
+    CappedOutput,
+    EnvironmentSettings,
+    SetupError,
+    container_cwd,
+    image_of,
+    started,
+)
 from environments.shell import KEEP_ALIVE, CommandEnvironment
 
 APP_NAME = "batch-runner"
@@ -87,12 +96,7 @@ class ModalBackend(Backend):
         except Error as exc:
             raise SetupError(f"Modal cannot start a sandbox from {image!r}: {exc}") from None
         env = ModalEnvironment(sandbox, container_cwd(entry, WORKSPACE), self.settings)
-        try:
-            await env.start()
-        except BaseException:
-            await env.close()
-            raise
-        return env
+        return await started(env)
 
     @classmethod
     def check(cls, settings: EnvironmentSettings) -> None:

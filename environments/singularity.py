@@ -11,7 +11,7 @@ import shutil
 import subprocess
 import uuid
 
-from environments import OUTPUT_LIMIT, Backend, EnvironmentSettings, SetupError, container_cwd, image_of
+from environments import OUTPUT_LIMIT, Backend, EnvironmentSettings, SetupError, container_cwd, image_of, started
 from environments.local import LocalBackend, command_env, make_workspace, run_process
 from environments.shell import CommandEnvironment
 
@@ -80,12 +80,7 @@ class SingularityBackend(Backend):
             raise SetupError(_MISSING)
         cwd = container_cwd(entry, WORKSPACE)
         env = SingularityEnvironment(binary, image_of(entry, self.settings), cwd, self.settings)
-        try:
-            await env.start()
-        except BaseException:
-            await env.close()
-            raise
-        return env
+        return await started(env)
 
     @classmethod
     def check(cls, settings: EnvironmentSettings) -> None:

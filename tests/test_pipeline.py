@@ -113,6 +113,14 @@ def test_flags_reach_the_request(run, server, tmp_path):
             assert secret not in text, f"{secret} leaked into {path.name}"
 
 
+def test_commands_cannot_leak_the_key_into_trajectories(run):
+    result = run([{"prompt": "snoop [mock snoop]"}], *TOOLS, "--ephemeral_system_prompt=EPHEMERAL-SYSTEM-TEXT")
+    assert result.code == 0, result.stderr
+    output = result.trajectories[0]["conversations"][3]["value"]
+    assert "batch_runner.py" in output and "--api_key=[redacted]" in output
+    assert API_KEY not in output and "EPHEMERAL-SYSTEM-TEXT" not in output
+
+
 def test_defaults_send_no_routing_and_reasoning_disabled(run, server):
     result = run([{"prompt": "plain [mock reasoning=none]"}], *TOOLS, "--reasoning_disabled")
     assert result.code == 0, result.stderr
@@ -149,6 +157,15 @@ def test_reasoning_is_found_everywhere(run, kind):
         assert re.match(r"<think>\n(Turn \d|I have what I need).*\n</think>\n", turn["value"], re.S)
         assert "<think>" not in turn["value"][7:] and "SCRATCHPAD" not in turn["value"]
     assert result.statistics["reasoning_statistics"]["coverage"] == 1.0
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_reasoning_sent_in_every_field_is_kept_once(run, stream):
+    result = run([{"prompt": "everywhere [mock reasoning=all]"}], *TOOLS, f"--stream={stream}")
+    assert result.code == 0, result.stderr
+    first = result.trajectories[0]["conversations"][2]["value"]
+    thought = first.split("\n</think>")[0].removeprefix("<think>\n")
+    assert thought.startswith("Turn 1:") and thought.count("Turn 1:") == 1 and "\n" not in thought
 
 
 def test_streaming_gives_the_same_record(run, server):

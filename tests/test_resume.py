@@ -46,6 +46,7 @@ def test_server_errors_fail_the_prompt_and_resume_retries_only_it(run, server):
     (error,) = first.jsonl("errors.jsonl")
     assert (error["prompt_index"], error["error_type"], error["attempts"]) == (1, "api_http_500", 3)
     assert first.statistics["failed"] == 1 and first.statistics["errors"] == {"api_http_500": 1}
+    assert first.statistics["remaining"] == 1
     assert first.checkpoint["failed_prompts"] == [1]
     before = asked(server)
 
@@ -55,7 +56,25 @@ def test_server_errors_fail_the_prompt_and_resume_retries_only_it(run, server):
     assert set(new) == {"flaky [mock fail=500 times=3]"}  # finished prompts were never sent again
     assert sources(second) == Counter(e["prompt"] for e in entries)
     assert second.statistics["failed"] == 0 and second.statistics["trajectories"] == 3
+    assert second.statistics["remaining"] == 0
     assert sorted(second.checkpoint["completed_prompts"]) == [0, 1, 2]
+
+
+def test_an_error_inside_a_200_reply_is_retried_not_saved(run, server):
+    result = run([{"prompt": "upstream hiccup [mock upstream_error times=1]"}], *TOOLS)
+    assert result.code == 0, result.stdout
+    (record,) = result.trajectories
+    assert record["completed"] and record["conversations"][-1]["value"].count("Here is my answer") == 1
+    assert result.statistics["retries"] == 1
+
+
+def test_a_prompt_flagged_by_moderation_fails_alone(run, server):
+    entries = [{"prompt": "flagged [mock fail=403 flagged]"}, {"prompt": "fine"}, {"prompt": "also fine"}]
+    result = run(entries, *TOOLS, "--num_workers=1")
+    assert result.code == 1
+    assert "refused" not in result.stdout and len(result.trajectories) == 2
+    (error,) = result.jsonl("errors.jsonl")
+    assert error["error_type"] == "api_http_403" and error["source"] == entries[0]
 
 
 def test_client_errors_fail_at_once(run, server):
@@ -68,8 +87,8 @@ def test_client_errors_fail_at_once(run, server):
 
 def test_refused_key_stops_the_whole_run(run, server):
     server.api_key = "the-right-key"
-    entries = [{"prompt": f"p{i}"} for i in range(30)]
-    result = run(entries, *TOOLS, "--num_workers=2")
+    entries = [{"prompt": f"p{i}"} for i in range(3000)]  # a backlog of batches must not hang the exit
+    result = run(entries, *TOOLS, "--num_workers=2", timeout=60)
     assert result.code == 1
     assert "the API key was refused" in result.stdout
     assert len(server.requests) <= 4  # one per worker slot, then the run stopped
@@ -173,6 +192,19 @@ def test_sigkill_at_any_moment_then_resume_is_exact(run, server, kill_after_line
     assert len(result.trajectories) == 12 and result.statistics["trajectories"] == 12
     # Work that was on disk was not paid for twice: only unfinished prompts were asked again.
     assert sum((asked(server) - asked_before).values()) <= 3 * (12 - finished)
+
+
+def test_a_second_run_on_a_busy_folder_refuses(run, server):
+    server.latency = 0.3
+    entries = [{"prompt": f"slow {i}"} for i in range(6)]
+    proc = _start(run, entries, *TOOLS, "--num_workers=1")
+    deadline = time.monotonic() + 30
+    while not server.requests and time.monotonic() < deadline:
+        time.sleep(0.02)
+    second = run(entries, *TOOLS, "--resume")
+    assert second.code == 2 and "in use by another run" in second.stderr
+    proc.communicate(timeout=60)
+    assert proc.returncode == 0
 
 
 def test_leftovers_of_a_kill_during_merge_do_not_matter(run, server):

@@ -19,8 +19,9 @@ async def read_file(env, path: str, offset: int = 1, limit: int = 500) -> dict:
         limit: how many lines to return at most
     """
     lines = (await env.read_file(path)).splitlines()
-    chosen = lines[max(offset, 1) - 1 : max(offset, 1) - 1 + max(limit, 0)]
-    content = "\n".join(f"{offset + i:6}\t{line}" for i, line in enumerate(chosen))
+    first = max(offset, 1)
+    chosen = lines[first - 1 : first - 1 + max(limit, 0)]
+    content = "\n".join(f"{first + i:6}\t{line}" for i, line in enumerate(chosen))
     if len(content) > READ_LIMIT:
         content = content[:READ_LIMIT] + "\n[... cut: read fewer lines with offset and limit ...]"
     return {"path": path, "content": content, "total_lines": len(lines)}

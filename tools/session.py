@@ -24,12 +24,21 @@ from tools.settings import ToolSettings
 class ToolServices:
     """Shared by every prompt of one worker process; closed when the worker ends."""
 
-    def __init__(self, settings: ToolSettings, model: ModelSettings):
+    def __init__(self, settings: ToolSettings, model: ModelSettings, secrets: tuple[str, ...] = ()):
         self.settings = settings
+        # Text that must never reach a trajectory, e.g. the API key a command finds with `ps` or in
+        # /proc/<runner>/environ, or an ephemeral system prompt passed on the command line.
+        self.secrets = tuple(secret for secret in secrets if len(secret) >= 8)
         # Vision and image requests go to the run's endpoint under the same retry policy, never streamed.
         self.model = ModelClient(replace(model, model=settings.vision_model, stream=False))
         self.http = http_client()
         self.browser = BrowserLauncher(settings.browser_executable)
+
+    def redact(self, text: str) -> str:
+        for secret in self.secrets:
+            if secret in text:
+                text = text.replace(secret, "[redacted]")
+        return text
 
     async def close(self) -> None:
         await self.browser.close()
@@ -45,10 +54,11 @@ class ToolSession:
         self._resources: dict[str, Any] = {}
 
     async def execute(self, command: str, timeout: float | None = None) -> dict:
-        return await self.env.execute(command, timeout)
+        result = await self.env.execute(command, timeout)
+        return {**result, "output": self.services.redact(result["output"])}
 
     async def read_file(self, path: str) -> str:
-        return await self.env.read_file(path)
+        return self.services.redact(await self.env.read_file(path))
 
     async def write_file(self, path: str, data: str) -> None:
         await self.env.write_file(path, data)
