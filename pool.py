@@ -1,4 +1,8 @@
-"""The local executor: `--num_workers` forked worker processes pulling batches from one queue.
+"""The local executor: `--num_workers` forked worker processes pulling work from one queue.
+
+Work goes out in slices of a batch no larger than a worker's `--concurrency`, handed over only as a
+worker has a free slot, so no worker idles while another holds prompts it has not started. Workers
+sharing a batch append to its file with O_APPEND, which never interleaves two lines.
 
 An executor starts the batches, hands the driver the workers' events, tells it which prompts were
 lost with a dead worker, and stops. The Ray executor (`ray_pool.py`) offers the same four calls.
@@ -26,17 +30,18 @@ class ProcessPool:
         self.tasks = self.context.Queue()
         self.waiting: deque[Batch] = deque()
         self.workers: list = []
-        self.claims: dict[int, list[int]] = {}  # worker pid -> batches it took
-        self.members: dict[int, list[int]] = {}
+        self.claims: dict[int, list[int]] = {}  # worker pid -> the prompts it took
 
     def start(self, batches: list[Batch]) -> None:
-        self.members = {b.num: [index for index, _ in b.entries] for b in batches}
-        self.waiting.extend(batches)
+        unit = self.setup.config.concurrency
+        self.waiting.extend(
+            Batch(b.num, b.entries[i : i + unit]) for b in batches for i in range(0, len(b.entries), unit)
+        )
         self.workers = [
             self.context.Process(
                 target=worker_main, args=(self.setup, self.tasks, self.events, os.getpid()), daemon=True
             )
-            for _ in range(min(self.num_workers, len(batches)))
+            for _ in range(min(self.num_workers, len(self.waiting)))
         ]
         for process in self.workers:
             process.start()
@@ -44,8 +49,8 @@ class ProcessPool:
             self._feed()
 
     def _feed(self) -> None:
-        """One more batch into the queue, or the end marker. Batches go in only as workers take
-        them, so a stopped run leaves no backlog in the pipe (and no feeder thread blocked on it)."""
+        """One more slice into the queue, or the end marker. Slices go in only as workers take them,
+        so a stopped run leaves no backlog in the pipe (and no feeder thread blocked on it)."""
         if self.waiting:
             self.tasks.put(self.waiting.popleft())
         else:
@@ -64,7 +69,7 @@ class ProcessPool:
                 break
         for event in found:
             if event[0] == "claim":
-                self.claims.setdefault(event[2], []).append(event[1])
+                self.claims.setdefault(event[2], []).extend(event[1])
                 self._feed()
         return [event for event in found if event[0] != "claim"]
 
@@ -74,9 +79,8 @@ class ProcessPool:
         lost: dict[int, str] = {}
         for process in self.workers:
             if process.exitcode not in (None, 0) and process.pid in self.claims:
-                for num in self.claims.pop(process.pid):
-                    for index in set(self.members[num]) & outstanding:
-                        lost[index] = f"worker process exited with {process.exitcode}"
+                for index in set(self.claims.pop(process.pid)) & outstanding:
+                    lost[index] = f"worker process exited with {process.exitcode}"
         if not any(p.is_alive() for p in self.workers):
             lost.update(dict.fromkeys(outstanding - set(lost), "no worker process left"))
         return lost

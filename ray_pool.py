@@ -73,13 +73,18 @@ def run_batch(setup: WorkerSetup, batch: Batch, sink, shared_fs: bool) -> None:
 
     done = set(ray.get(sink.finished_in.remote(batch.num)))
     folder = RunFolder(setup.config.run_dir)
-    if shared_fs:  # lines an earlier attempt wrote but could not report
-        done |= {record["prompt_index"] for _, record in folder.lines_in(folder.batch_file(batch.num), print)}
+    events = SinkEvents(sink)
+    if shared_fs:  # lines an earlier attempt wrote, but died before it could report them
+        for _, record in folder.lines_in(folder.batch_file(batch.num), print):
+            if record["prompt_index"] not in done:
+                done.add(record["prompt_index"])
+                outcome = record.get("discarded") or record["metadata"]["exit_reason"]
+                events.put(("done", record["prompt_index"], batch.num, outcome, 0))
     todo = Batch(batch.num, [(index, entry) for index, entry in batch.entries if index not in done])
     tasks: queue.Queue = queue.Queue()
     for item in (todo, None) if todo.entries else (None,):
         tasks.put(item)
-    asyncio.run(serve(setup, tasks, SinkEvents(sink), BatchFiles(folder) if shared_fs else None))
+    asyncio.run(serve(setup, tasks, events, BatchFiles(folder) if shared_fs else None))
     ray.get(sink.ping.remote())
 
 

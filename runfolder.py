@@ -164,7 +164,8 @@ class BatchFiles:
         self.syncing: dict[int, asyncio.Task] = {}
 
     def start(self, batch_num: int, size: int) -> None:
-        self.remaining[batch_num] = size
+        """`size` more prompts of this batch will end here (a worker may take several slices of it)."""
+        self.remaining[batch_num] = self.remaining.get(batch_num, 0) + size
 
     def write(self, batch_num: int, line: bytes) -> int:
         """Append one whole line; a write that fails half-way (disk full) is undone, so the next

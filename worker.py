@@ -86,7 +86,7 @@ class Worker:
                     break
                 if self.files:
                     self.files.start(batch.num, len(batch.entries))
-                self.events.put(("claim", batch.num, os.getpid()))
+                self.events.put(("claim", [index for index, _ in batch.entries], os.getpid()))
                 pending = ((batch.num, index, entry) for index, entry in batch.entries)
                 item = next(pending)
             task = asyncio.create_task(self.run_prompt(*item))
