@@ -12,7 +12,6 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-import jsonlines
 import orjson
 
 from dataset import UsageError
@@ -128,23 +127,29 @@ class RunFolder:
         except (FileNotFoundError, json.JSONDecodeError):
             return {}
 
+    def error_lines(self) -> Iterator[dict]:
+        """The lines of errors.jsonl (jsonlines loads only when a run has failures)."""
+        if not self.errors.exists():
+            return
+        import jsonlines
+
+        with jsonlines.open(self.errors) as reader:
+            yield from reader.iter(type=dict, skip_invalid=True)
+
     def error_counts(self) -> dict[str, int]:
         counts: dict[str, int] = {}
-        if self.errors.exists():
-            with jsonlines.open(self.errors) as reader:
-                for line in reader.iter(type=dict, skip_invalid=True):
-                    kind = line.get("error_type", "unknown")
-                    counts[kind] = counts.get(kind, 0) + 1
+        for line in self.error_lines():
+            kind = line.get("error_type", "unknown")
+            counts[kind] = counts.get(kind, 0) + 1
         return counts
 
     def failed_keys(self) -> set[str]:
         """Entry keys of every prompt that ever failed in this run folder."""
-        if not self.errors.exists():
-            return set()
-        with jsonlines.open(self.errors) as reader:
-            return {entry_key(line["source"]) for line in reader.iter(type=dict, skip_invalid=True) if "source" in line}
+        return {entry_key(line["source"]) for line in self.error_lines() if "source" in line}
 
     def append_error(self, line: dict) -> None:
+        import jsonlines
+
         with jsonlines.open(self.errors, mode="a", flush=True) as writer:
             writer.write(line)
 
