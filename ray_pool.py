@@ -9,6 +9,7 @@ its batch that already finished, so nothing is written twice.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import queue
 import shutil
@@ -22,6 +23,7 @@ from worker import Batch, WorkerSetup, serve
 
 INSTALL = "pip install -e '.[ray]'"
 TASK_RETRIES = 3  # re-runs of a batch whose worker process or node died
+FLUSH_EVERY = 0.05  # seconds a task's events wait to travel to the driver together
 
 
 def import_ray():
@@ -44,6 +46,10 @@ class Sink:
         if event[0] == "done":
             self.finished.setdefault(event[2], set()).add(event[1])
 
+    def put_many(self, events: list[tuple]) -> None:
+        for event in events:
+            self.put(event)
+
     def drain(self) -> list[tuple]:
         events, self.events = self.events, []
         return events
@@ -56,19 +62,33 @@ class Sink:
 
 
 class SinkEvents:
-    """The worker's `events.put`, sent to the sink actor without waiting."""
+    """The worker's `events.put`: events go to the sink actor in small groups (one actor call per
+    50 ms rather than one per event), without waiting for it."""
 
     def __init__(self, sink):
         self.sink = sink
+        self.buffer: list[tuple] = []
+        self.timer: asyncio.TimerHandle | None = None
 
     def put(self, event: tuple) -> None:
-        self.sink.put.remote(event)
+        self.buffer.append(event)
+        if self.timer is None:
+            try:
+                self.timer = asyncio.get_running_loop().call_later(FLUSH_EVERY, self.flush)
+            except RuntimeError:  # outside the worker's loop
+                self.flush()
+
+    def flush(self) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+        if self.buffer:
+            self.sink.put_many.remote(self.buffer)
+            self.buffer = []
 
 
 def run_batch(setup: WorkerSetup, batch: Batch, sink, shared_fs: bool) -> None:
     """One Ray task: the worker loop over one batch, minus what an earlier attempt finished."""
-    import asyncio
-
     import ray
 
     done = set(ray.get(sink.finished_in.remote(batch.num)))
@@ -85,6 +105,7 @@ def run_batch(setup: WorkerSetup, batch: Batch, sink, shared_fs: bool) -> None:
     for item in (todo, None) if todo.entries else (None,):
         tasks.put(item)
     asyncio.run(serve(setup, tasks, events, BatchFiles(folder) if shared_fs else None))
+    events.flush()
     ray.get(sink.ping.remote())
 
 

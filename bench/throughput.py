@@ -74,6 +74,7 @@ def run(args: argparse.Namespace) -> dict:
                 "--distribution=terminal_only",
                 f"--num_workers={args.workers}",
                 f"--concurrency={args.concurrency}",
+                f"--executor={args.executor}",
             ]
             before = resource.getrusage(resource.RUSAGE_CHILDREN)
             peaks: dict[int, int] = {}
@@ -122,6 +123,7 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--concurrency", type=int, default=1)
     parser.add_argument("--batch-size", type=int, default=5)
+    parser.add_argument("--executor", choices=("pool", "ray"), default="pool")
     result = run(parser.parse_args())
     width = max(map(len, result))
     for key, value in result.items():
