@@ -102,6 +102,9 @@ class ModelClient:
         )
         self._backoff = wait_random_exponential(multiplier=1, max=60)
 
+    async def close(self) -> None:
+        await self.client.close()
+
     def _wait(self, state) -> float:
         retry_after = _retry_after(state.outcome.exception())
         return retry_after if retry_after is not None else self._backoff(state)

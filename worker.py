@@ -197,6 +197,7 @@ async def serve(setup: WorkerSetup, tasks, events, files: BatchFiles | None) -> 
     try:
         await worker.run(tasks)
     finally:
+        await worker.client.close()
         await worker.services.close()  # the worker's browser goes with it
 
 

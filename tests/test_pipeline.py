@@ -340,4 +340,5 @@ def test_mock_model_on_the_example_dataset(tmp_path):
         env={"PATH": "/usr/bin:/bin"},
     )
     assert proc.returncode == 0, proc.stderr
+    assert proc.stderr == ""  # no stray warnings (unclosed sessions, child watchers) on a clean run
     assert len((tmp_path / "demo" / "trajectories.jsonl").read_text().splitlines()) == 8

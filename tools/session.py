@@ -43,7 +43,7 @@ class ToolServices:
     async def close(self) -> None:
         await self.browser.close()
         await self.http.aclose()
-        await self.model.client.close()
+        await self.model.close()
 
 
 class ToolSession:
