@@ -20,7 +20,6 @@ import posixpath
 from dataclasses import dataclass
 from typing import Protocol
 
-KINDS = ("local", "bwrap", "docker", "singularity", "modal")
 OUTPUT_LIMIT = 32_000  # bytes of command output kept: the head and the tail, half each
 FILE_LIMIT = 10_000_000  # bytes read_file will load
 
@@ -133,6 +132,7 @@ BACKENDS = {
     "singularity": "environments.singularity:SingularityBackend",
     "modal": "environments.modal:ModalBackend",
 }
+KINDS = tuple(BACKENDS)
 
 
 def backend_class(kind: str) -> type[Backend]:

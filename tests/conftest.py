@@ -56,6 +56,11 @@ class Result:
         return json.loads((self.run_dir / "checkpoint.json").read_text())
 
 
+def tool_results(trajectory: dict) -> str:
+    """Every tool turn of a trajectory, joined."""
+    return "\n".join(turn["value"] for turn in trajectory["conversations"] if turn["from"] == "tool")
+
+
 def write_dataset(path: Path, entries: list) -> Path:
     path.write_text("".join((e if isinstance(e, str) else json.dumps(e)) + "\n" for e in entries))
     return path

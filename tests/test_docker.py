@@ -11,6 +11,7 @@ import time
 
 import docker
 import pytest
+from conftest import tool_results
 
 from environments import EnvironmentSettings, SetupError, prepare_run
 from environments.docker import RUN_DIR_LABEL, RUN_LABEL, DockerBackend
@@ -134,10 +135,6 @@ def test_an_unreachable_engine_stops_the_run_before_it_starts(run, server, monke
     result = run([{"prompt": "hi"}], "--environment=docker")
     assert result.code == 2 and "cannot reach the Docker engine" in result.stderr
     assert not server.chat_requests()
-
-
-def tool_results(trajectory: dict) -> str:
-    return "\n".join(turn["value"] for turn in trajectory["conversations"] if turn["from"] == "tool")
 
 
 def test_a_docker_run_with_images_cwd_and_a_missing_image(docker_host, run):

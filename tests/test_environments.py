@@ -10,6 +10,7 @@ import time
 import uuid
 
 import pytest
+from conftest import tool_results
 
 from environments import EnvironmentSettings, SetupError, backend_for, prepare_run
 from environments.bwrap import BwrapBackend
@@ -255,10 +256,6 @@ def test_an_unknown_environment_is_refused_before_any_request(run, server):
     result = run([{"prompt": "hi"}], "--environment=kubernetes")
     assert result.code == 2 and "--environment must be one of local, bwrap, docker" in result.stderr
     assert not server.chat_requests()
-
-
-def tool_results(trajectory: dict) -> str:
-    return "\n".join(turn["value"] for turn in trajectory["conversations"] if turn["from"] == "tool")
 
 
 def test_a_run_under_bwrap(bwrap, run):

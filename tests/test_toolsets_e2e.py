@@ -10,7 +10,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import ROOT
+from conftest import ROOT, tool_results
 
 import mock_model
 import tools
@@ -73,7 +73,7 @@ def test_default_distribution_offers_and_exercises_every_toolset(run, server, si
     )
 
     first, second = sorted(result.trajectories, key=lambda r: r["prompt_index"])
-    responses = "\n".join(turn["value"] for turn in first["conversations"] if turn["from"] == "tool")
+    responses = tool_results(first)
     for seen in ("Result 0 for Greet the form", "Tell us your name.", "Hello, mock!", "(mock vision)", "images/"):
         assert seen in responses  # search results, the page, the form's answer, the vision answer, the saved image
     assert "The mock model's page" in json.dumps(second["conversations"])  # no URL in the prompt: the mock's own page
@@ -108,7 +108,7 @@ def test_the_code_execution_distribution(run):
     (record,) = result.trajectories
     assert record["toolsets_used"] == ["code_execution", "file", "terminal"]
     assert record["tool_stats"]["execute_code"] == {"count": 1, "success": 1, "failure": 0}
-    responses = "\n".join(turn["value"] for turn in record["conversations"] if turn["from"] == "tool")
+    responses = tool_results(record)
     assert '"content": {"stdout": "45\\n", "stderr": "done\\n", "exit_code": 0}' in responses
 
 
