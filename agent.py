@@ -61,13 +61,13 @@ def _stops_the_run(exc: openai.APIStatusError) -> bool:
     return exc.status_code in STOP_RUN and not flagged
 
 
-def _answer(data) -> dict:
+def _answer(data: dict) -> dict:
     """The reply's message, or BadReply when a 200 carries an error instead (OpenRouter reports
     upstream failures this way, in the body or in the choice)."""
-    choices = data.get("choices") if isinstance(data, dict) else None
+    choices = data.get("choices")
     choice = choices[0] if choices and isinstance(choices[0], dict) else {}
     if choice.get("error") or choice.get("finish_reason") == "error" or not isinstance(choice.get("message"), dict):
-        problem = choice.get("error") or (data.get("error") if isinstance(data, dict) else None) or data
+        problem = choice.get("error") or data.get("error") or data
         raise BadReply(f"reply without an answer: {json.dumps(problem)[:300]}")
     return choice["message"]
 
@@ -113,7 +113,8 @@ class ModelClient:
         """(assistant message, usage, retries) for one model call, retried by our policy."""
 
         async def ask() -> tuple[dict, dict]:
-            data = await (self._stream(messages, tools) if self.settings.stream else self._once(messages, tools))
+            body = self._body(messages, tools)
+            data = await (self._stream(body) if self.settings.stream else self.post_json("/chat/completions", body))
             return _answer(data), data.get("usage") or {}
 
         (message, usage), retries = await self.call(ask, log)
@@ -147,40 +148,44 @@ class ModelClient:
         except (openai.APIError, BadReply) as exc:
             raise ModelCallFailed(_error_kind(exc), str(exc), attempt.retry_state.attempt_number) from exc
 
-    def _request(self, messages: list[dict], tools: list[dict]) -> dict:
-        request = {"model": self.settings.model, "messages": messages}
+    def _body(self, messages: list[dict], tools: list[dict]) -> dict:
+        body = {"model": self.settings.model, "messages": messages}
         if tools:
-            request["tools"] = tools
+            body["tools"] = tools
         if self.settings.max_tokens:
-            request["max_tokens"] = self.settings.max_tokens
-        if self.settings.extra_body:
-            request["extra_body"] = self.settings.extra_body
-        return request
+            body["max_tokens"] = self.settings.max_tokens
+        return body | self.settings.extra_body
 
-    async def _once(self, messages: list[dict], tools: list[dict]) -> dict:
-        # The client's low-level post keeps its auth, URLs and error types but skips re-validating
-        # the whole conversation and building pydantic models on every call (most of its CPU time),
-        # and keeps provider fields such as `reasoning` as they came.
-        body = self._request(messages, tools)
-        body.update(body.pop("extra_body", {}))
-        response = await self.client.post("/chat/completions", body=body, cast_to=httpx.Response)
+    async def post_json(self, path: str, body: dict) -> dict:
+        """POST `body` to the endpoint and return the JSON answer.
+
+        The client's low-level post keeps its auth, URLs and error types but skips re-validating the
+        request and building pydantic models (most of its CPU time, and a second of imports in every
+        worker the first time a typed resource is used), and keeps provider fields such as `reasoning`
+        as they came."""
+        response = await self.client.post(path, body=body, cast_to=httpx.Response)
         try:
-            return json.loads(response.content)
+            data = json.loads(response.content)
         except ValueError:
-            raise BadReply(f"reply is not JSON: {response.text[:200]!r}") from None
+            data = None
+        if not isinstance(data, dict):
+            raise BadReply(f"reply is not a JSON object: {response.text[:200]!r}")
+        return data
 
-    async def _stream(self, messages: list[dict], tools: list[dict]) -> dict:
+    async def _stream(self, body: dict) -> dict:
         """Assemble a streamed reply into the shape of a non-streamed one."""
         message: dict = {"role": "assistant", "content": ""}
         calls: dict[int, dict] = {}
         details: dict[int, dict] = {}
         data: dict = {"choices": [{"message": message}]}
-        stream = await self.client.chat.completions.create(
-            **self._request(messages, tools), stream=True, stream_options={"include_usage": True}
+        body |= {"stream": True, "stream_options": {"include_usage": True}}
+        stream = await self.client.post(
+            "/chat/completions", body=body, cast_to=object, stream=True, stream_cls=openai.AsyncStream[object]
         )
         try:
-            async for chunk in stream:
-                chunk = chunk.to_dict()
+            async for chunk in stream:  # each a dict as it came; error events raise openai.APIError
+                if not isinstance(chunk, dict):
+                    continue
                 data["usage"] = chunk.get("usage") or data.get("usage")
                 for choice in chunk.get("choices") or []:
                     data["choices"][0].update({k: choice[k] for k in ("finish_reason", "error") if choice.get(k)})

@@ -31,6 +31,7 @@ class Tool:
     toolset: str
     function: Callable[..., Awaitable[dict]]
     schema: dict  # OpenAI tool object: {"type": "function", "function": {name, description, parameters}}
+    signature: inspect.Signature  # to check a call's arguments before running it
 
 
 @dataclass(frozen=True)
@@ -49,7 +50,8 @@ def tool(toolset: str):
     """Register an async tool function under `toolset`."""
 
     def register(function: Callable[..., Awaitable[dict]]) -> Callable[..., Awaitable[dict]]:
-        TOOLS[function.__name__] = Tool(function.__name__, toolset, function, _schema(function))
+        signature = inspect.signature(function)
+        TOOLS[function.__name__] = Tool(function.__name__, toolset, function, _schema(function, signature), signature)
         return function
 
     return register
@@ -76,14 +78,14 @@ def _json_type(annotation) -> dict:
     return {"type": _JSON_TYPES[annotation]}
 
 
-def _schema(function: Callable) -> dict:
+def _schema(function: Callable, signature: inspect.Signature) -> dict:
     """JSON schema from the signature (types, defaults) and the docstring (text, ``Args:`` lines)."""
     doc = inspect.getdoc(function) or ""
     description, _, args_text = doc.partition("\nArgs:\n")
     arg_docs = dict(re.findall(r"^ {4}(\w+): (.+(?:\n {8,}.+)*)", args_text, re.M))
     hints = typing.get_type_hints(function)
     properties, required = {}, []
-    for name, param in list(inspect.signature(function).parameters.items())[1:]:  # skip env
+    for name, param in list(signature.parameters.items())[1:]:  # skip env
         prop = _json_type(hints[name])
         if name in arg_docs:
             prop["description"] = " ".join(arg_docs[name].split())
@@ -137,7 +139,7 @@ async def call_tool(env, name: str, raw_arguments: str, offered: dict[str, Tool]
     if not isinstance(arguments, dict):
         return {"error": f"the arguments of {name} must be a JSON object, got {type(arguments).__name__}"}
     try:
-        inspect.signature(chosen.function).bind(env, **arguments)
+        chosen.signature.bind(env, **arguments)
     except TypeError as exc:
         return {"error": f"bad arguments for {name}: {exc}"}
     try:

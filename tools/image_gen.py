@@ -44,21 +44,20 @@ async def image_generate(session: ToolSession, prompt: str, size: str = "1024x10
     if not re.fullmatch(r"\d{2,5}x\d{2,5}", size):
         return {"error": f"size must look like 1024x1024, got {size!r}"}
     services = session.services
-    images = services.model.client.images
-    response, _ = await services.model.call(
-        lambda: images.generate(model=services.settings.image_model, prompt=prompt, size=size, n=1)
-    )
-    if response.usage:  # gpt-image models report tokens: they count in the prompt's usage
-        used = response.usage
-        tokens = {"prompt_tokens": used.input_tokens, "completion_tokens": used.output_tokens}
-        session.count_usage(tokens | {"total_tokens": used.total_tokens})
-    if not response.data:
+    request = {"model": services.settings.image_model, "prompt": prompt, "size": size, "n": 1}
+    response, _ = await services.model.call(lambda: services.model.post_json("/images/generations", request))
+    used = response.get("usage") or {}
+    if used:  # gpt-image models report tokens: they count in the prompt's usage
+        tokens = {"prompt_tokens": used.get("input_tokens"), "completion_tokens": used.get("output_tokens")}
+        session.count_usage(tokens | {"total_tokens": used.get("total_tokens")})
+    images = response.get("data") or []
+    image = images[0] if images and isinstance(images[0], dict) else {}
+    if not image.get("b64_json") and not image.get("url"):
         return {"error": "the image model returned no image"}
-    image = response.data[0]
-    data = base64.b64decode(image.b64_json) if image.b64_json else await _download(services, image.url or "")
+    data = base64.b64decode(image["b64_json"]) if image.get("b64_json") else await _download(services, image["url"])
     media_type = image_type(data)
     if media_type is None:
         return {"error": "the image model returned data that is not a PNG, JPEG, GIF or WEBP image"}
     path = f"images/{_slug(prompt)}-{secrets.token_hex(3)}.{media_type.split('/')[1]}"
     await write_bytes(session, path, data)
-    return {"path": path, "url": image.url, "bytes": len(data), "revised_prompt": image.revised_prompt}
+    return {"path": path, "url": image.get("url"), "bytes": len(data), "revised_prompt": image.get("revised_prompt")}

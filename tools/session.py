@@ -10,9 +10,12 @@ opened on first use and closed with the prompt) and a usage counter for the mode
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from typing import Any
+
+import httpx
 
 from agent import ModelClient, ModelSettings, add_usage, empty_usage
 from environments import Environment
@@ -31,8 +34,12 @@ class ToolServices:
         self.secrets = tuple(secret for secret in secrets if len(secret) >= 8)
         # Vision and image requests go to the run's endpoint under the same retry policy, never streamed.
         self.model = ModelClient(replace(model, model=settings.vision_model, stream=False))
-        self.http = http_client()
         self.browser = BrowserLauncher(settings.browser_executable)
+
+    @functools.cached_property
+    def http(self) -> httpx.AsyncClient:
+        """For web pages and images; made on first use (it costs a third of a second of imports)."""
+        return http_client()
 
     def redact(self, text: str) -> str:
         for secret in self.secrets:
@@ -42,7 +49,8 @@ class ToolServices:
 
     async def close(self) -> None:
         await self.browser.close()
-        await self.http.aclose()
+        if "http" in self.__dict__:
+            await self.http.aclose()
         await self.model.close()
 
 
