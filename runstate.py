@@ -17,7 +17,7 @@ class RunState:
         self.completed = set(done)
         self.failed: set[int] = set()
         self.batch_stats: dict = folder.load_checkpoint().get("batch_stats", {})
-        self.ended = self.retries = 0
+        self.ended = 0
         self.stopped: str | None = None
         self.saved_at = 0.0
         self.dirty = True
@@ -29,14 +29,15 @@ class RunState:
         stats = self.batch_stats.setdefault(str(batch_num), {}) if batch_num is not None else {}
         if kind == "done":
             self.completed.add(index)
-            self.retries += extra[0]
             stats[detail] = stats.get(detail, 0) + 1
+            stats["retries"] = stats.get("retries", 0) + extra[0]
             return
         if kind == "fatal":
             self.stopped = detail
             detail = {"error_type": "api_refused", "message": detail, "attempts": 1}
         self.failed.add(index)
         stats["failed"] = stats.get("failed", 0) + 1
+        stats["retries"] = stats.get("retries", 0) + detail["attempts"] - 1
         self.folder.append_error(
             {
                 "prompt_index": index,
@@ -46,6 +47,12 @@ class RunState:
                 "source": self.entries[index],  # what --resume matches on
             }
         )
+
+    @property
+    def retries(self) -> int:
+        """Model-call retries in every invocation on this folder (batch_stats carry over in the
+        checkpoint), those of failed attempts included."""
+        return sum(stats.get("retries", 0) for stats in self.batch_stats.values())
 
     def settle(self, done: list[int], failed: list[int]) -> None:
         """The final word, from the batch files and errors.jsonl rather than from events that a kill

@@ -46,7 +46,7 @@ def test_server_errors_fail_the_prompt_and_resume_retries_only_it(run, server):
     (error,) = first.jsonl("errors.jsonl")
     assert (error["prompt_index"], error["error_type"], error["attempts"]) == (1, "api_http_500", 3)
     assert first.statistics["failed"] == 1 and first.statistics["errors"] == {"api_http_500": 1}
-    assert first.statistics["remaining"] == 1
+    assert first.statistics["remaining"] == 1 and first.statistics["retries"] == 2
     assert first.checkpoint["failed_prompts"] == [1]
     before = asked(server)
 
@@ -57,6 +57,7 @@ def test_server_errors_fail_the_prompt_and_resume_retries_only_it(run, server):
     assert sources(second) == Counter(e["prompt"] for e in entries)
     assert second.statistics["failed"] == 0 and second.statistics["trajectories"] == 3
     assert second.statistics["remaining"] == 0
+    assert second.statistics["retries"] == 2  # the whole folder's: the first run's failed attempts
     assert sorted(second.checkpoint["completed_prompts"]) == [0, 1, 2]
 
 
