@@ -64,8 +64,8 @@ def _stops_the_run(exc: openai.APIStatusError) -> bool:
 def _answer(data: dict) -> dict:
     """The reply's message, or BadReply when a 200 carries an error instead (OpenRouter reports
     upstream failures this way, in the body or in the choice)."""
-    choices = data.get("choices")
-    choice = choices[0] if choices and isinstance(choices[0], dict) else {}
+    choices = _dicts(data.get("choices"))
+    choice = choices[0] if choices else {}
     if choice.get("error") or choice.get("finish_reason") == "error" or not isinstance(choice.get("message"), dict):
         problem = choice.get("error") or data.get("error") or data
         raise BadReply(f"reply without an answer: {json.dumps(problem)[:300]}")
@@ -115,7 +115,8 @@ class ModelClient:
         async def ask() -> tuple[dict, dict]:
             body = self._body(messages, tools)
             data = await (self._stream(body) if self.settings.stream else self.post_json("/chat/completions", body))
-            return _answer(data), data.get("usage") or {}
+            usage = data.get("usage")
+            return _answer(data), usage if isinstance(usage, dict) else {}
 
         (message, usage), retries = await self.call(ask, log)
         return message, usage, retries
@@ -178,32 +179,44 @@ class ModelClient:
         calls: dict[int, dict] = {}
         details: dict[int, dict] = {}
         data: dict = {"choices": [{"message": message}]}
+        answered = False
         body |= {"stream": True, "stream_options": {"include_usage": True}}
         stream = await self.client.post(
             "/chat/completions", body=body, cast_to=object, stream=True, stream_cls=openai.AsyncStream[object]
         )
         try:
-            async for chunk in stream:  # each a dict as it came; error events raise openai.APIError
-                if not isinstance(chunk, dict):
-                    continue
-                data["usage"] = chunk.get("usage") or data.get("usage")
-                for choice in chunk.get("choices") or []:
-                    data["choices"][0].update({k: choice[k] for k in ("finish_reason", "error") if choice.get(k)})
-                    delta = choice.get("delta") or {}
-                    for key in ("content", "reasoning", "reasoning_content"):
-                        if delta.get(key):
-                            message[key] = message.get(key, "") + delta[key]
-                    for part in delta.get("reasoning_details") or []:
-                        _merge_fragment(details, part.get("index"), part, ("text", "summary", "signature", "data"))
-                    for part in delta.get("tool_calls") or []:
-                        _merge_call(calls, part)
+            async with stream:
+                async for chunk in stream:  # each a dict as it came; error events raise openai.APIError
+                    if not isinstance(chunk, dict):
+                        continue
+                    data["usage"] = chunk.get("usage") or data.get("usage")
+                    for choice in _dicts(chunk.get("choices")):
+                        answered = True
+                        data["choices"][0].update({k: choice[k] for k in ("finish_reason", "error") if choice.get(k)})
+                        delta = choice.get("delta") if isinstance(choice.get("delta"), dict) else {}
+                        for key in ("content", "reasoning", "reasoning_content"):
+                            if isinstance(delta.get(key), str):
+                                message[key] = message.get(key, "") + delta[key]
+                        for part in _dicts(delta.get("reasoning_details")):
+                            _merge_fragment(details, part.get("index"), part, ("text", "summary", "signature", "data"))
+                        for part in _dicts(delta.get("tool_calls")):
+                            _merge_call(calls, part)
         except (aiohttp.ClientError, httpx.TransportError) as exc:  # cut off mid-stream
             raise BadReply(f"stream broken off: {type(exc).__name__}: {exc}") from exc
+        except json.JSONDecodeError as exc:  # an event whose data is not JSON
+            raise BadReply(f"stream carried data that is not JSON: {exc}") from exc
+        if not answered:
+            raise BadReply("stream ended without any choice")
         if details:
             message["reasoning_details"] = [details[i] for i in sorted(details)]
         if calls:
             message["tool_calls"] = [calls[i] for i in sorted(calls)]
         return data
+
+
+def _dicts(value) -> list[dict]:
+    """The objects of a list from the wire; anything else a server sends there is ignored."""
+    return [item for item in value if isinstance(item, dict)] if isinstance(value, list) else []
 
 
 def _merge_fragment(merged: dict[int, dict], index: int | None, part: dict, text_keys: tuple[str, ...]) -> None:
@@ -224,9 +237,10 @@ def _merge_call(calls: dict[int, dict], part: dict) -> None:
         index = known[0] if known else (len(calls) if part.get("id") or not calls else max(calls))
     call = calls.setdefault(index, {"id": "", "type": "function", "function": {"name": "", "arguments": ""}})
     call["id"] = part.get("id") or call["id"]
-    function = part.get("function") or {}
-    call["function"]["name"] += function.get("name") or ""
-    call["function"]["arguments"] += function.get("arguments") or ""
+    function = part.get("function") if isinstance(part.get("function"), dict) else {}
+    for key in ("name", "arguments"):
+        if isinstance(function.get(key), str):
+            call["function"][key] += function[key]
 
 
 @dataclass

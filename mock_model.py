@@ -13,6 +13,7 @@ A prompt can steer it with directives such as ``[mock turns=3 reasoning=think fa
     fail=STATUS      answer this HTTP status (with ``times=N`` only the first N requests)
     flagged          the failure says the input was flagged by moderation (OpenRouter's 403)
     upstream_error   answer 200 with an error in the choice instead of a message (``times=N`` as above)
+    empty            answer 200 without any choice; streamed, only ``[DONE]`` (``times=N`` as above)
     snoop            the first terminal command prints its parent's command line (where keys hide)
     retry_after=S    Retry-After header sent with a failure
     latency=S        extra seconds before answering
@@ -67,6 +68,7 @@ class Directives:
     unknown_tool: bool = False
     flagged: bool = False
     upstream_error: bool = False
+    empty: bool = False
     snoop: bool = False
     image: str = "b64"
 
@@ -76,7 +78,7 @@ class Directives:
         for match in DIRECTIVE.finditer(prompt):
             for word in match.group(1).split():
                 key, _, value = word.partition("=")
-                if key in ("bad_json", "unknown_tool", "flagged", "upstream_error", "snoop"):
+                if key in ("bad_json", "unknown_tool", "flagged", "upstream_error", "empty", "snoop"):
                     setattr(found, key, True)
                 elif key in ("turns", "fail", "times"):
                     setattr(found, key, int(value))
@@ -99,6 +101,7 @@ class Reply:
     finish_reason: str = "stop"
     usage: dict = field(default_factory=dict)
     error: str = "injected fault"  # the message of a failure, or of an error inside a 200 choice
+    empty: bool = False  # a 200 without any choice
 
 
 def prompt_text(messages: list[dict]) -> str:
@@ -228,6 +231,8 @@ def reply(
         return Reply(status=steer.fail, headers=headers, error=error), steer.latency
     if steer.upstream_error and faulty:
         return Reply(message={"role": "assistant", "content": ""}, finish_reason="error", error="upstream"), 0.0
+    if steer.empty and faulty:
+        return Reply(empty=True), 0.0
     image = _image_part(messages)
     if image:
         return _vision_reply(messages, prompt, image), steer.latency

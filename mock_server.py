@@ -133,6 +133,8 @@ class MockServer:
         if request.get("stream"):
             await self._stream(writer, completion, reply, (request.get("stream_options") or {}).get("include_usage"))
             return False
+        if reply.empty:
+            return await self._send(writer, 200, completion)
         completion["choices"] = [{"index": 0, "message": reply.message, "finish_reason": reply.finish_reason}]
         if reply.finish_reason == "error":
             completion["choices"][0]["error"] = _error(502, reply.error)["error"]
@@ -170,6 +172,10 @@ class MockServer:
             chunk.setdefault("choices", [{"index": 0, "delta": delta, "finish_reason": finish}])
             writer.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
 
+        if reply.empty:
+            writer.write(b"data: [DONE]\n\n")
+            await writer.drain()
+            return
         message = reply.message
         event({"role": "assistant", "content": ""})
         for key in ("reasoning", "reasoning_content"):

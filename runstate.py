@@ -50,8 +50,8 @@ class RunState:
 
     @property
     def retries(self) -> int:
-        """Model-call retries in every invocation on this folder (batch_stats carry over in the
-        checkpoint), those of failed attempts included."""
+        """Model-call retries of the prompts that ended, in every invocation on this folder
+        (batch_stats carry over in the checkpoint); for a failed prompt, those of the call that failed."""
         return sum(stats.get("retries", 0) for stats in self.batch_stats.values())
 
     def settle(self, done: list[int], failed: list[int]) -> None:

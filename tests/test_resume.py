@@ -61,8 +61,10 @@ def test_server_errors_fail_the_prompt_and_resume_retries_only_it(run, server):
     assert sorted(second.checkpoint["completed_prompts"]) == [0, 1, 2]
 
 
-def test_an_error_inside_a_200_reply_is_retried_not_saved(run, server):
-    result = run([{"prompt": "upstream hiccup [mock upstream_error times=1]"}], *TOOLS)
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize("fault", ["upstream_error", "empty"])
+def test_a_200_reply_without_an_answer_is_retried_not_saved(run, fault, stream):
+    result = run([{"prompt": f"upstream hiccup [mock {fault} times=1]"}], *TOOLS, f"--stream={stream}")
     assert result.code == 0, result.stdout
     (record,) = result.trajectories
     assert record["completed"] and record["conversations"][-1]["value"].count("Here is my answer") == 1
