@@ -138,7 +138,7 @@ class BatchRunner:
         totals = merge(self.folder, config.require_reasoning, tool_names, self.warn)
         # The batch files, not the events that raced a kill or Ctrl-C, say what is done.
         remaining, done = match(entries, totals.finished)
-        failed_before = self.folder.failed_keys()
+        error_counts, failed_before = self.folder.error_summary()
         state.settle(done, [e.index for e in remaining if entry_key(e.data) in failed_before])
         stats = {
             "run_name": config.run_name,
@@ -161,7 +161,7 @@ class BatchRunner:
             "tool_statistics": totals.tool_statistics,
             "reasoning_statistics": totals.reasoning_statistics,
             "usage": totals.usage,
-            "errors": self.folder.error_counts(),
+            "errors": error_counts,
         }
         write_json_atomic(self.folder.statistics, stats)
         paths = {"Trajectories": self.folder.trajectories, "Statistics": self.folder.statistics}

@@ -136,16 +136,17 @@ class RunFolder:
         with jsonlines.open(self.errors) as reader:
             yield from reader.iter(type=dict, skip_invalid=True)
 
-    def error_counts(self) -> dict[str, int]:
+    def error_summary(self) -> tuple[dict[str, int], set[str]]:
+        """(failures per error type, entry keys of every prompt that ever failed) over errors.jsonl,
+        read once."""
         counts: dict[str, int] = {}
+        keys: set[str] = set()
         for line in self.error_lines():
             kind = line.get("error_type", "unknown")
             counts[kind] = counts.get(kind, 0) + 1
-        return counts
-
-    def failed_keys(self) -> set[str]:
-        """Entry keys of every prompt that ever failed in this run folder."""
-        return {entry_key(line["source"]) for line in self.error_lines() if "source" in line}
+            if "source" in line:
+                keys.add(entry_key(line["source"]))
+        return counts, keys
 
     def append_error(self, line: dict) -> None:
         import jsonlines
