@@ -17,21 +17,11 @@ import tempfile
 import time
 from collections import deque
 
-from dataset import UsageError
 from runfolder import BatchFiles, RunFolder
 from worker import Batch, WorkerSetup, serve
 
-INSTALL = "pip install -e '.[ray]'"
 TASK_RETRIES = 3  # re-runs of a batch whose worker process or node died
 FLUSH_EVERY = 0.05  # seconds a task's events wait to travel to the driver together
-
-
-def import_ray():
-    try:
-        import ray
-    except ImportError:
-        raise UsageError(f"--executor=ray needs Ray, which is not installed: {INSTALL}") from None
-    return ray
 
 
 class Sink:
@@ -111,7 +101,9 @@ def run_batch(setup: WorkerSetup, batch: Batch, sink, shared_fs: bool) -> None:
 
 class RayPool:
     def __init__(self, setup: WorkerSetup, num_workers: int, address: str | None, shared_fs: bool):
-        self.ray = import_ray()
+        import ray  # config.py has checked that it is installed
+
+        self.ray = ray
         self.setup = setup
         self.num_workers = num_workers
         self.address = address
