@@ -25,14 +25,13 @@ BATCH = 1000
 
 PHASE = """
 import resource, sys, time
-sys.path.insert(0, {root!r})
 from pathlib import Path
-import tools
-from batch_runner import match
+from trajforge import tools
+from trajforge.runner import match
 from collections import Counter
-from dataset import load_dataset
-from merge import merge
-from runfolder import RunFolder, entry_key
+from trajforge.dataset import load_dataset
+from trajforge.runfolder.merge import merge
+from trajforge.runfolder.folder import RunFolder, entry_key
 folder = RunFolder(Path({folder!r}))
 started = time.perf_counter()
 if {phase!r} == "scan":
@@ -84,7 +83,7 @@ def synthesise(folder: Path, dataset: Path, count: int) -> None:
 
 
 def phase(name: str, folder: Path, dataset: Path, count: int) -> tuple[float, float]:
-    code = PHASE.format(root=str(ROOT), folder=str(folder), dataset=str(dataset), phase=name, count=count)
+    code = PHASE.format(folder=str(folder), dataset=str(dataset), phase=name, count=count)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     seconds, rss = out.split()[-2:]
     return float(seconds), float(rss)

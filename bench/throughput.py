@@ -2,7 +2,7 @@
 
     python bench/throughput.py --prompts 1000 --latency-ms 300 --workers 2 --concurrency 100
 
-Starts mock_server.py with the given latency (one tool turn, so two model calls a prompt), runs
+Starts the mock server (trajforge.mock.server) with the given latency (one tool turn, so two model calls a prompt), runs
 batch_runner.py on generated prompts, and prints wall time, the ideal time N*K*L/S, efficiency, the
 runner's CPU per trajectory (its whole process tree, terminal commands included, the server
 excluded), the server's CPU, and the peak RSS of each worker process.
@@ -29,7 +29,7 @@ CALLS_PER_PROMPT = 2
 
 def start_server(latency: float) -> tuple[subprocess.Popen, str]:
     server = subprocess.Popen(
-        [sys.executable, str(ROOT / "mock_server.py"), "--latency", str(latency), "--turns", "1"],
+        [sys.executable, "-m", "trajforge.mock.server", "--latency", str(latency), "--turns", "1"],
         stdout=subprocess.PIPE,
         text=True,
     )

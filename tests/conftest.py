@@ -12,10 +12,9 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from trajforge.mock.server import MockServer
 
-from mock_server import MockServer  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 API_KEY = "sk-test-SECRET-0123456789"
 

@@ -8,7 +8,7 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlsplit
 
-from mock_model import solid_png
+from trajforge.mock.model import solid_png
 
 SEARCH_KEY = "search-key-for-tests"
 HANG_SECONDS = 10  # longer than any test's fetch timeout; bounded so the server always stops

@@ -8,10 +8,10 @@ import os
 import pytest
 from tool_session import call, tool_session
 
-import tools
-from tools.browser_runtime import launch_problem
-from tools.session import ToolSession
-from tools.settings import ToolSettings, find_browser
+from trajforge import tools
+from trajforge.tools.browser_runtime import launch_problem
+from trajforge.tools.session import ToolSession
+from trajforge.tools.settings import ToolSettings, find_browser
 
 CHROMIUM = find_browser(os.environ)
 PROBLEM = launch_problem(CHROMIUM)

@@ -13,9 +13,9 @@ import docker
 import pytest
 from conftest import tool_results
 
-from environments import EnvironmentSettings, SetupError, prepare_run
-from environments.docker import RUN_DIR_LABEL, RUN_LABEL, DockerBackend
-from environments.shell import KEEP_ALIVE
+from trajforge.environments import EnvironmentSettings, SetupError, prepare_run
+from trajforge.environments.docker import RUN_DIR_LABEL, RUN_LABEL, DockerBackend
+from trajforge.environments.shell import KEEP_ALIVE
 
 ALPHA, BETA = "batch-runner-test/alpha:1", "batch-runner-test/beta:1"  # beta has WORKDIR /srv/beta
 MISSING = "127.0.0.1:9/batch-runner-test/missing:1"  # a pull of it goes to a closed loopback port

@@ -12,10 +12,10 @@ import uuid
 import pytest
 from conftest import tool_results
 
-from environments import EnvironmentSettings, SetupError, backend_for, prepare_run
-from environments.bwrap import BwrapBackend
-from environments.modal import ModalBackend, has_credentials, sandbox_options
-from environments.singularity import SingularityBackend, exec_argv, image_uri, start_argv
+from trajforge.environments import EnvironmentSettings, SetupError, backend_for, prepare_run
+from trajforge.environments.bwrap import BwrapBackend
+from trajforge.environments.modal import ModalBackend, has_credentials, sandbox_options
+from trajforge.environments.singularity import SingularityBackend, exec_argv, image_uri, start_argv
 
 ALPHA = "batch-runner-test/alpha:1"  # built by .ci/docker-up
 

@@ -84,7 +84,7 @@ def test_killed_ray_worker_is_retried_without_duplicates(run, server):
 def test_ray_executor_without_ray_says_how_to_install(run, server, tmp_path):
     command = run.command([{"prompt": "x"}], "--executor=ray")
     hide_ray = (
-        f"import runpy, sys; sys.modules['ray'] = None; sys.path.insert(0, {str(ROOT)!r}); "
+        f"import runpy, sys; sys.modules['ray'] = None; "
         f"sys.argv = {command[1:]!r}; runpy.run_path({str(ROOT / 'batch_runner.py')!r}, run_name='__main__')"
     )
     proc = subprocess.run([command[0], "-c", hide_ray], capture_output=True, text=True, cwd=tmp_path)

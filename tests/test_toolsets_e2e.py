@@ -12,12 +12,12 @@ import sys
 import pytest
 from conftest import ROOT, tool_results
 
-import mock_model
-import tools
-from agent import add_usage, empty_usage
-from tools.browser_runtime import launch_problem
-from tools.settings import find_browser
 from toolset_distributions import ALL_SIX
+from trajforge import tools
+from trajforge.mock import model as mock_model
+from trajforge.model.client import add_usage, empty_usage
+from trajforge.tools.browser_runtime import launch_problem
+from trajforge.tools.settings import find_browser
 
 BROWSER_PROBLEM = launch_problem(find_browser(os.environ))
 MODELS = ["--vision_model=vision-test", "--image_model=image-test"]

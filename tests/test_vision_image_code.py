@@ -12,9 +12,9 @@ from pathlib import Path
 
 from tool_session import call, tool_session
 
-from environments import EnvironmentSettings
-from mock_model import solid_png
-from tools.transfer import read_bytes, write_bytes
+from trajforge.environments import EnvironmentSettings
+from trajforge.mock.model import solid_png
+from trajforge.tools.transfer import read_bytes, write_bytes
 
 ALPHA = "batch-runner-test/alpha:1"  # busybox only: base64, but no python
 

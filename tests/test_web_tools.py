@@ -10,10 +10,10 @@ import time
 from local_site import SEARCH_KEY
 from tool_session import call, tool_session
 
-import tools
-from tools.search_providers import TAVILY_ENDPOINT, SearchProvider, search_provider
-from tools.settings import ToolSettings
-from tools.web import TEXT_LIMIT
+from trajforge import tools
+from trajforge.tools.search_providers import TAVILY_ENDPOINT, SearchProvider, search_provider
+from trajforge.tools.settings import ToolSettings
+from trajforge.tools.web import TEXT_LIMIT
 
 
 def extract(urls: list[str] | str, **settings) -> dict:

@@ -6,11 +6,11 @@ from __future__ import annotations
 import contextlib
 import json
 
-import tools
-from agent import ModelSettings
-from environments import EnvironmentSettings, backend_for
-from tools.session import ToolServices, ToolSession
-from tools.settings import ToolSettings
+from trajforge import tools
+from trajforge.environments import EnvironmentSettings, backend_for
+from trajforge.model.client import ModelSettings
+from trajforge.tools.session import ToolServices, ToolSession
+from trajforge.tools.settings import ToolSettings
 
 tools.load_toolsets()
 NO_MODEL = "http://127.0.0.1:9/v1"  # for tests that make no model call

@@ -1,0 +1,236 @@
+"""Command-line flags -> one RunConfig, checked once before anything runs."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from toolset_distributions import DISTRIBUTIONS
+from trajforge.dataset import UsageError
+from trajforge.environments import KINDS, EnvironmentSettings
+from trajforge.model.client import ModelSettings
+from trajforge.tools.settings import ToolSettings
+
+OPENROUTER = "https://openrouter.ai/api/v1"
+PROVIDER_SORTS = ("price", "throughput", "latency")
+REASONING_EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh")
+TRUE, FALSE = ("true", "1", "yes", "on"), ("false", "0", "no", "off")
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    dataset_file: Path
+    batch_size: int
+    run_name: str
+    run_dir: Path
+    distribution: str
+    model: ModelSettings
+    environment: EnvironmentSettings
+    tools: ToolSettings
+    max_turns: int = 10
+    num_workers: int = 4
+    concurrency: int = 1
+    resume: bool = False
+    verbose: bool = False
+    max_samples: int | None = None
+    log_prefix_chars: int = 100
+    # The ephemeral system prompt and the prefill: sent on every call, never saved (nor printed).
+    preamble: list[dict] = field(default_factory=list, repr=False)
+    seed: int | None = None
+    require_reasoning: bool = True
+    mock: bool = False  # --model=mock: start the scripted server
+    executor: str = "pool"  # "pool" (local processes) or "ray"
+    ray_address: str | None = None  # None: a private local Ray instance
+    ray_shared_fs: bool = False  # Ray tasks write batch files themselves (the run folder is on every node)
+
+
+def as_list(value, flag: str) -> list[str]:
+    """Fire hands `a,b` over as a tuple, `a` as a str: accept either (and lists)."""
+    if value is None:
+        return []
+    items = value if isinstance(value, (list, tuple)) else [value]
+    out = [part.strip() for item in items for part in str(item).split(",") if part.strip()]
+    if not out:
+        raise UsageError(f"--{flag} needs at least one name (comma separated)")
+    return out
+
+
+def as_bool(value, flag: str) -> bool:
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in TRUE or text in FALSE:
+        return text in TRUE
+    raise UsageError(f"--{flag} must be true or false, got {value!r}")
+
+
+def as_int(value, flag: str, minimum: int, optional: bool = False) -> int | None:
+    if value is None and optional:
+        return None
+    if value is None:
+        raise UsageError(f"--{flag} is required")
+    if isinstance(value, bool) or not isinstance(value, (int, str)) or not str(value).strip().lstrip("-").isdigit():
+        raise UsageError(f"--{flag} must be a whole number, got {value!r}")
+    number = int(value)
+    if number < minimum:
+        raise UsageError(f"--{flag} must be at least {minimum}, got {number}")
+    return number
+
+
+def as_seconds(value, flag: str) -> float:
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise UsageError(f"--{flag} must be a number of seconds, got {value!r}") from None
+    if number <= 0:
+        raise UsageError(f"--{flag} must be more than 0 seconds")
+    return number
+
+
+def choice(value, flag: str, allowed) -> str | None:
+    if value is None:
+        return None
+    if str(value) not in allowed:
+        raise UsageError(f"--{flag} must be one of {', '.join(allowed)}; got {value!r}")
+    return str(value)
+
+
+def load_prefill(path) -> list[dict]:
+    if path is None:
+        return []
+    try:
+        messages = json.loads(Path(str(path)).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise UsageError(f"--prefill_messages_file: {path} does not exist") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise UsageError(f"--prefill_messages_file: {path} is not valid JSON ({exc})") from None
+    if not isinstance(messages, list):
+        raise UsageError(f"--prefill_messages_file: {path} must hold a JSON list of {{role, content}} objects")
+    for number, message in enumerate(messages, 1):
+        if (
+            not isinstance(message, dict)
+            or message.get("role") not in ("system", "user", "assistant")
+            or not isinstance(message.get("content"), str)
+        ):
+            raise UsageError(
+                f"--prefill_messages_file: {path} message {number} needs a role (system, user or assistant) "
+                "and a string content"
+            )
+    return messages
+
+
+def _extra_body(flags: dict) -> dict:
+    """OpenRouter request options, sent to any base_url when the user gave the flag."""
+    provider = {}
+    for flag, key in (("providers_allowed", "only"), ("providers_ignored", "ignore"), ("providers_order", "order")):
+        if flags[flag] is not None:
+            provider[key] = as_list(flags[flag], flag)
+    sort = choice(flags["provider_sort"], "provider_sort", PROVIDER_SORTS)
+    if sort:
+        provider["sort"] = sort
+    body: dict = {"provider": provider} if provider else {}
+    effort = choice(flags["reasoning_effort"], "reasoning_effort", REASONING_EFFORTS)
+    if as_bool(flags["reasoning_disabled"], "reasoning_disabled"):
+        if effort:
+            raise UsageError("--reasoning_disabled and --reasoning_effort contradict each other; pass one")
+        body["reasoning"] = {"enabled": False}
+    elif effort:
+        body["reasoning"] = {"effort": effort}
+    return body
+
+
+def _api_key(flags: dict, base_url: str, mock: bool) -> str:
+    if flags["api_key"] is not None:
+        return str(flags["api_key"])
+    key = os.environ.get("OPENROUTER_API_KEY") or os.environ.get("OPENAI_API_KEY")
+    if key:
+        return key
+    if mock:
+        return "mock"
+    if base_url.rstrip("/") == OPENROUTER:
+        raise UsageError("no API key: pass --api_key or set OPENROUTER_API_KEY (or OPENAI_API_KEY)")
+    return "not-needed"  # local servers (vLLM, llama.cpp) usually accept any key
+
+
+def tool_settings(flags: dict) -> ToolSettings:
+    """--vision_model defaults to the main model; search provider and browser come from the environment."""
+    vision_model = flags["vision_model"] if flags["vision_model"] is not None else flags["model"]
+    return ToolSettings.from_environment(str(vision_model), str(flags["image_model"]))
+
+
+def _executor(flags: dict) -> str:
+    executor = choice(flags["executor"], "executor", ("pool", "ray"))
+    if executor == "ray" and importlib.util.find_spec("ray") is None:
+        raise UsageError("--executor=ray needs Ray, which is not installed: pip install -e '.[ray]'")
+    return executor
+
+
+def build_config(flags: dict) -> RunConfig:
+    """Check every flag; raise UsageError naming the first bad one."""
+    for flag in ("dataset_file", "batch_size", "run_name"):
+        if flags[flag] is None:
+            raise UsageError(f"--{flag} is required (see --help)")
+    run_name = str(flags["run_name"])
+    if not run_name.strip() or "/" in run_name or run_name in (".", ".."):
+        raise UsageError(f"--run_name must be a plain folder name, got {run_name!r}")
+    distribution = str(flags["distribution"])
+    if distribution not in DISTRIBUTIONS:
+        raise UsageError(f"--distribution {distribution!r} does not exist; choose one of: {', '.join(DISTRIBUTIONS)}")
+    model_name = str(flags["model"])
+    run_dir = Path(str(flags["output_dir"])) / run_name
+    default_image = str(flags["default_image"]).strip()
+    if not default_image:
+        raise UsageError("--default_image must name an image, such as python:3.11-slim")
+    mock = model_name == "mock"
+    base_url = str(flags["base_url"])
+    reasoning_disabled = as_bool(flags["reasoning_disabled"], "reasoning_disabled")
+    require = flags["require_reasoning"]
+    preamble = load_prefill(flags["prefill_messages_file"])
+    if flags["ephemeral_system_prompt"] is not None:
+        preamble.insert(0, {"role": "system", "content": str(flags["ephemeral_system_prompt"])})
+    model = ModelSettings(
+        model=model_name,
+        base_url=base_url,
+        api_key=_api_key(flags, base_url, mock),
+        max_tokens=as_int(flags["max_tokens"], "max_tokens", 1, optional=True),
+        extra_body=_extra_body(flags),
+        request_timeout=as_seconds(flags["request_timeout"], "request_timeout"),
+        max_retries=as_int(flags["max_retries"], "max_retries", 0),
+        stream=as_bool(flags["stream"], "stream"),
+    )
+    return RunConfig(
+        dataset_file=Path(str(flags["dataset_file"])),
+        batch_size=as_int(flags["batch_size"], "batch_size", 1),
+        run_name=run_name,
+        run_dir=run_dir,
+        distribution=distribution,
+        model=model,
+        environment=EnvironmentSettings(
+            kind=choice(flags["environment"], "environment", KINDS),
+            command_timeout=as_seconds(flags["command_timeout"], "command_timeout"),
+            keep_workspaces=as_bool(flags["keep_workspaces"], "keep_workspaces"),
+            default_image=default_image,
+            sandbox_network=as_bool(flags["sandbox_network"], "sandbox_network"),
+            run_name=run_name,
+            run_dir=str(run_dir.resolve()),  # labels this run's containers, whatever the cwd of a later --resume
+        ),
+        tools=tool_settings(flags),
+        max_turns=as_int(flags["max_turns"], "max_turns", 1),
+        num_workers=as_int(flags["num_workers"], "num_workers", 1),
+        concurrency=as_int(flags["concurrency"], "concurrency", 1),
+        resume=as_bool(flags["resume"], "resume"),
+        verbose=as_bool(flags["verbose"], "verbose"),
+        max_samples=as_int(flags["max_samples"], "max_samples", 1, optional=True),
+        log_prefix_chars=as_int(flags["log_prefix_chars"], "log_prefix_chars", 0),
+        preamble=preamble,
+        seed=as_int(flags["seed"], "seed", 0, optional=True),
+        # Without reasoning from the model, the no-reasoning filter would drop every sample.
+        require_reasoning=not reasoning_disabled if require is None else as_bool(require, "require_reasoning"),
+        mock=mock,
+        executor=_executor(flags),
+        ray_address=None if flags["ray_address"] is None else str(flags["ray_address"]),
+        ray_shared_fs=as_bool(flags["ray_shared_fs"], "ray_shared_fs"),
+    )

@@ -1,0 +1,159 @@
+"""Where a prompt's commands and files live. One environment per prompt, closed after it.
+
+An environment is any object with these four coroutines; a failed command is data, not an exception:
+
+    execute(command, timeout) -> {"output": str, "exit_code": int, "error": str | None}
+    read_file(path) -> str
+    write_file(path, data) -> None
+    close() -> None
+
+A Backend (one per worker process) opens them: local (a temporary workspace), bwrap (the same under
+bubblewrap), docker (a container per prompt), singularity (an instance per prompt) and modal (a
+Sandbox per prompt); the last three use the entry's `image` or `docker_image`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import posixpath
+from dataclasses import dataclass
+from typing import Protocol
+
+OUTPUT_LIMIT = 32_000  # bytes of command output kept: the head and the tail, half each
+FILE_LIMIT = 10_000_000  # bytes read_file will load
+
+
+class Environment(Protocol):
+    async def execute(self, command: str, timeout: float | None = None) -> dict: ...
+    async def read_file(self, path: str) -> str: ...
+    async def write_file(self, path: str, data: str) -> None: ...
+    async def close(self) -> None: ...
+
+
+class SetupError(Exception):
+    """An environment could not be set up: the prompt fails and is retried on --resume."""
+
+
+@dataclass(frozen=True)
+class EnvironmentSettings:
+    kind: str = "local"
+    command_timeout: float = 180.0
+    keep_workspaces: bool = False
+    default_image: str = "python:3.11-slim"  # for prompts that name no `image` (docker, singularity, modal)
+    sandbox_network: bool = False  # bwrap, docker, singularity and modal cut the network unless this is set
+    run_name: str = "batch-runner"  # containers are labelled with the run so a later run can find leftovers
+    run_dir: str = ""
+
+    @property
+    def run_tag(self) -> str:
+        """A short name-safe digest of the run folder, for backends whose names or tags must be short."""
+        return hashlib.sha256(self.run_dir.encode()).hexdigest()[:12]
+
+    def limit(self, timeout: float | None) -> float:
+        """A command's time limit: what the model asked for, never more than --command_timeout."""
+        return min(timeout, self.command_timeout) if timeout and timeout > 0 else self.command_timeout
+
+
+def file_too_big(path: str, size: int) -> ValueError:
+    return ValueError(f"{path} is {size} bytes, more than read_file loads; use terminal with head or grep")
+
+
+def image_of(entry: dict, settings: EnvironmentSettings) -> str:
+    return entry.get("image") or entry.get("docker_image") or settings.default_image
+
+
+def container_cwd(entry: dict, base: str) -> str:
+    """The entry's `cwd` inside a container: absolute as given, relative to `base`."""
+    return posixpath.normpath(posixpath.join(base, entry.get("cwd") or "."))
+
+
+class CappedOutput:
+    """Keeps the first and last OUTPUT_LIMIT/2 bytes of a stream and counts what it drops, so one
+    `cat` of a huge file cannot blow up a trajectory."""
+
+    def __init__(self, limit: int = OUTPUT_LIMIT):
+        self.half = limit // 2
+        self.head = bytearray()
+        self.tail = bytearray()
+        self.dropped = 0
+
+    def feed(self, chunk: bytes) -> None:
+        room = self.half - len(self.head)
+        if room > 0:
+            self.head += chunk[:room]
+            chunk = chunk[room:]
+        self.tail += chunk
+        excess = len(self.tail) - self.half
+        if excess > 0:
+            self.dropped += excess
+            del self.tail[:excess]
+
+    def text(self) -> str:
+        marker = f"\n[... {self.dropped} bytes of output omitted ...]\n" if self.dropped else ""
+        return self.head.decode(errors="replace") + marker + self.tail.decode(errors="replace")
+
+
+class Backend:
+    """Opens the environments of one worker process and holds what its prompts share (a client, the
+    images already checked). Subclasses override `open`, and `check`/`remove_leftovers` as needed."""
+
+    def __init__(self, settings: EnvironmentSettings):
+        self.settings = settings
+
+    async def open(self, entry: dict) -> Environment:
+        """A fresh environment for one dataset entry; SetupError fails only that prompt."""
+        raise NotImplementedError
+
+    @classmethod
+    def check(cls, settings: EnvironmentSettings) -> None:
+        """Raise SetupError, saying how to fix it, when this backend cannot work on this machine."""
+
+    @classmethod
+    def remove_leftovers(cls, settings: EnvironmentSettings) -> None:
+        """Remove what a killed run of settings.run_dir left behind (containers, instances, sandboxes)."""
+
+
+async def started(env):
+    """`env` once its start() is done; closed again when starting fails or is cancelled, so a
+    half-made container or instance never outlives its prompt."""
+    try:
+        await env.start()
+    except BaseException:
+        await env.close()
+        raise
+    return env
+
+
+BACKENDS = {
+    "local": "trajforge.environments.local:LocalBackend",
+    "bwrap": "trajforge.environments.bwrap:BwrapBackend",
+    "docker": "trajforge.environments.docker:DockerBackend",
+    "singularity": "trajforge.environments.singularity:SingularityBackend",
+    "modal": "trajforge.environments.modal:ModalBackend",
+}
+KINDS = tuple(BACKENDS)
+
+
+def backend_class(kind: str) -> type[Backend]:
+    # Imported on demand: the docker and modal SDKs load only when chosen.
+    module, _, name = BACKENDS[kind].partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
+def backend_for(settings: EnvironmentSettings) -> Backend:
+    """The backend a worker process opens its prompts' environments with."""
+    return backend_class(settings.kind)(settings)
+
+
+def prepare_run(settings: EnvironmentSettings, resume: bool) -> None:
+    """Before any prompt runs: fail fast (SetupError) when the backend cannot work here, and on
+    --resume remove what a killed run of the same folder left behind."""
+    backend = backend_class(settings.kind)
+    backend.check(settings)
+    if resume:
+        backend.remove_leftovers(settings)
+
+
+def remove_leftovers(settings: EnvironmentSettings) -> None:
+    backend_class(settings.kind).remove_leftovers(settings)

@@ -1,0 +1,63 @@
+"""The bwrap environment: the local workspace, but every command runs under bubblewrap with the host
+filesystem read-only, only the workspace (and a private /tmp) writable, its own PID namespace, and no
+network unless --sandbox_network."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import tempfile
+
+from trajforge.environments import OUTPUT_LIMIT, EnvironmentSettings, SetupError
+from trajforge.environments.local import LocalBackend, LocalEnvironment, make_workspace, run_process
+from trajforge.environments.shell import CommandEnvironment
+
+
+def bwrap_argv(settings: EnvironmentSettings, binds: list[tuple[str, str]], cwd: str, argv: list[str]) -> list[str]:
+    network = ["--share-net"] if settings.sandbox_network else []
+    # --die-with-parent and the PID namespace take every process of a command down with bwrap, so
+    # killing bwrap's process group on a timeout kills the command's children too.
+    sandbox = ["bwrap", "--unshare-all", *network, "--die-with-parent", "--new-session"]
+    sandbox += ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
+    # An empty temp folder hides the other prompts' workspaces, which live there on the host.
+    sandbox += ["--tmpfs", tempfile.gettempdir()]
+    for source, target in binds:
+        sandbox += ["--bind", source, target]
+    return [*sandbox, "--chdir", cwd, "--", *argv]
+
+
+class BwrapEnvironment(CommandEnvironment):
+    def __init__(self, cwd: str | None, settings: EnvironmentSettings):
+        self.settings = settings
+        self.host = LocalEnvironment(cwd, settings)  # the workspace, the cwd and the variables commands see
+        # /tmp is per prompt, kept between its commands; the host's /tmp (other prompts' workspaces) is hidden.
+        self.tmp = make_workspace(settings, "tmp-")
+        self.binds = [(self.tmp, "/tmp"), (self.host.workspace, self.host.workspace)]
+
+    async def run(self, argv: list[str], timeout: float, stdin: bytes | None = None, limit: int = OUTPUT_LIMIT) -> dict:
+        sandboxed = bwrap_argv(self.settings, self.binds, self.host.cwd, argv)
+        return await run_process(sandboxed, self.host.workspace, self.host.env, timeout, stdin, limit)
+
+    async def close(self) -> None:
+        await self.host.close()
+        if not self.settings.keep_workspaces:
+            shutil.rmtree(self.tmp, ignore_errors=True)
+
+
+class BwrapBackend(LocalBackend):  # the same workspaces, so the same leftovers
+    async def open(self, entry: dict) -> BwrapEnvironment:
+        return BwrapEnvironment(entry.get("cwd"), self.settings)
+
+    @classmethod
+    def check(cls, settings: EnvironmentSettings) -> None:
+        if shutil.which("bwrap") is None:
+            raise SetupError(
+                "--environment=bwrap needs bubblewrap, which is not on PATH: install it "
+                "(apt-get install bubblewrap, dnf install bubblewrap) or choose another --environment"
+            )
+        trial = subprocess.run(bwrap_argv(settings, [], "/", ["true"]), capture_output=True, text=True, timeout=30)
+        if trial.returncode:
+            raise SetupError(
+                f"bwrap cannot make its sandbox on this machine ({trial.stderr.strip()}); it needs unprivileged "
+                "user namespaces (sysctl kernel.unprivileged_userns_clone=1) or root"
+            )

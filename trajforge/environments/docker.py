@@ -1,0 +1,195 @@
+"""The docker environment: one container per prompt, from the entry's image, through the docker SDK
+(which honours DOCKER_HOST). The SDK blocks, so every call runs on a thread of the environment's
+own: the worker's event loop, running many prompts at once, never waits on Docker."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import io
+import os
+import tarfile
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from functools import partial
+
+import docker
+from docker.errors import DockerException, ImageNotFound, NotFound
+
+from trajforge.environments import (
+    OUTPUT_LIMIT,
+    Backend,
+    CappedOutput,
+    EnvironmentSettings,
+    SetupError,
+    container_cwd,
+    image_of,
+    started,
+)
+from trajforge.environments.local import COMMAND_VARIABLES
+from trajforge.environments.shell import KEEP_ALIVE, CommandEnvironment
+
+RUN_LABEL, RUN_DIR_LABEL = "batch-runner.run", "batch-runner.run_dir"
+DEFAULT_CWD = "/workspace"  # for images without a WORKDIR of their own
+# An exec session leads its own process group; its pid on stderr lets a timeout kill the whole group.
+# The command's own stderr goes to stdout, in order, as on the local backend.
+REPORT_PID = ["sh", "-c", 'echo $$ >&2; exec "$@" 2>&1', "sh"]
+# Input for a command travels as a file put next to it (exec has no simple stdin in the SDK).
+FROM_FILE = ["sh", "-c", 'f=$1; shift; "$@" < "$f"; s=$?; rm -f -- "$f"; exit $s', "sh"]
+KILL_GROUP = ["sh", "-c", 'kill -9 -"$1"', "sh"]
+KILL_GRACE = 5.0  # seconds to wait for a killed command's output to end
+
+
+def connect() -> docker.DockerClient:
+    try:
+        # Streams hold a connection each while a command runs: keep enough of them pooled.
+        return docker.from_env(max_pool_size=64)
+    except DockerException as exc:
+        where = os.environ.get("DOCKER_HOST") or "the default socket (unix:///var/run/docker.sock)"
+        raise SetupError(
+            f"--environment=docker cannot reach the Docker engine at {where}: {exc}. "
+            "Start Docker, or point DOCKER_HOST at a running engine."
+        ) from None
+
+
+def _reason(exc: DockerException) -> str:
+    return str(getattr(exc, "explanation", None) or exc)
+
+
+def image_workdir(client: docker.DockerClient, image: str) -> str:
+    """Check the image is there (inspect, else pull); returns its WORKDIR."""
+    try:
+        found = client.images.get(image)
+    except ImageNotFound:
+        try:
+            found = client.images.pull(image)
+        except DockerException as exc:
+            reason = _reason(exc)
+            raise SetupError(f"image {image!r} is not on the Docker engine and cannot be pulled: {reason}") from None
+    except DockerException as exc:
+        raise SetupError(f"image {image!r}: {_reason(exc)}") from None
+    return found.attrs.get("Config", {}).get("WorkingDir") or ""
+
+
+def _tar(name: str, data: bytes) -> bytes:
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as archive:
+        info = tarfile.TarInfo(name)
+        info.size, info.mode = len(data), 0o644
+        archive.addfile(info, io.BytesIO(data))
+    return buffer.getvalue()
+
+
+class DockerEnvironment(CommandEnvironment):
+    def __init__(self, client: docker.DockerClient, image: str, cwd: str, settings: EnvironmentSettings):
+        self.client, self.api, self.image, self.cwd, self.settings = client, client.api, image, cwd, settings
+        self.name = f"batch-runner-{uuid.uuid4().hex[:12]}"
+        # One thread runs this container's calls in order, so close() removes a container whose
+        # creation was still under way when the prompt was cancelled. Others read command output: a
+        # detached process that keeps a timed-out command's output open holds its reader until close().
+        self.calls = ThreadPoolExecutor(1, thread_name_prefix="docker-calls")
+        self.readers = ThreadPoolExecutor(4, thread_name_prefix="docker-output")
+
+    async def _call(self, function, *args, **kwargs):
+        return await asyncio.get_running_loop().run_in_executor(self.calls, partial(function, *args, **kwargs))
+
+    async def start(self) -> None:
+        try:
+            await self._call(
+                self.client.containers.run,
+                self.image,
+                entrypoint=KEEP_ALIVE,  # overrides any entrypoint of the image
+                name=self.name,
+                labels={RUN_LABEL: self.settings.run_name, RUN_DIR_LABEL: self.settings.run_dir},
+                working_dir=self.cwd,  # created by Docker when missing
+                environment=COMMAND_VARIABLES,
+                network_mode=None if self.settings.sandbox_network else "none",
+                detach=True,
+            )
+        except DockerException as exc:
+            raise SetupError(f"cannot start a container from {self.image!r}: {_reason(exc)}") from None
+
+    async def run(self, argv: list[str], timeout: float, stdin: bytes | None = None, limit: int = OUTPUT_LIMIT) -> dict:
+        if stdin is not None:
+            staged = f"{self.cwd.rstrip('/')}/.batch-runner-input-{uuid.uuid4().hex}"
+            await self._call(self.api.put_archive, self.name, self.cwd, _tar(os.path.basename(staged), stdin))
+            argv = [*FROM_FILE, staged, *argv]
+        exec_id = (await self._call(self.api.exec_create, self.name, [*REPORT_PID, *argv]))["Id"]
+        stream = await self._call(self.api.exec_start, exec_id, stream=True, demux=True)
+        output, pid = CappedOutput(limit), bytearray()
+
+        def drain() -> None:
+            for out, err in stream:
+                if out:
+                    output.feed(out)
+                if err:
+                    pid.extend(err)
+
+        reading = asyncio.get_running_loop().run_in_executor(self.readers, drain)
+        try:
+            await asyncio.wait_for(asyncio.shield(reading), timeout)
+        except TimeoutError:
+            if pid.strip().isdigit():
+                kill = await self._call(self.api.exec_create, self.name, [*KILL_GROUP, pid.decode().strip()])
+                await self._call(self.api.exec_start, kill["Id"])
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(reading), KILL_GRACE)
+            return {"output": output.text(), "exit_code": 124, "error": f"command timed out after {timeout:g}s"}
+        return {"output": output.text(), "exit_code": await self._exit_code(exec_id), "error": None}
+
+    async def _exit_code(self, exec_id: str) -> int:
+        # The engine can report the exec as running for a moment after its output ended.
+        for _ in range(50):
+            state = await self._call(self.api.exec_inspect, exec_id)
+            if not state["Running"]:
+                return state["ExitCode"]
+            await asyncio.sleep(0.02)
+        return -1 if state["ExitCode"] is None else state["ExitCode"]
+
+    async def close(self) -> None:
+        try:
+            await self._call(self._remove)
+        finally:
+            self.calls.shutdown(wait=False)
+            self.readers.shutdown(wait=False)
+
+    def _remove(self) -> None:
+        # By name: the container may exist although the call that created it never returned.
+        # A failure here must not fail the prompt; the run's end (or --resume) removes leftovers by label.
+        with contextlib.suppress(DockerException):
+            self.api.remove_container(self.name, force=True, v=True)
+
+
+class DockerBackend(Backend):
+    def __init__(self, settings: EnvironmentSettings):
+        super().__init__(settings)
+        self.pool = ThreadPoolExecutor(4, thread_name_prefix="docker-images")
+        self.shared: dict[str, asyncio.Future] = {}  # the client, then each image's WORKDIR or SetupError
+
+    async def _once(self, key: str, function, *args):
+        """function(*args) once per worker process; later callers get the same result or error."""
+        if key not in self.shared:
+            self.shared[key] = asyncio.get_running_loop().run_in_executor(self.pool, function, *args)
+        return await asyncio.shield(self.shared[key])  # a cancelled prompt must not cancel it for the others
+
+    async def open(self, entry: dict) -> DockerEnvironment:
+        client = await self._once("client", connect)
+        image = image_of(entry, self.settings)
+        workdir = await self._once(f"image:{image}", image_workdir, client, image)
+        env = DockerEnvironment(client, image, container_cwd(entry, workdir or DEFAULT_CWD), self.settings)
+        return await started(env)
+
+    @classmethod
+    def check(cls, settings: EnvironmentSettings) -> None:
+        connect().close()
+
+    @classmethod
+    def remove_leftovers(cls, settings: EnvironmentSettings) -> None:
+        client = connect()
+        try:
+            found = client.containers.list(all=True, filters={"label": f"{RUN_DIR_LABEL}={settings.run_dir}"})
+            for container in found:
+                with contextlib.suppress(NotFound):
+                    container.remove(force=True, v=True)
+        finally:
+            client.close()

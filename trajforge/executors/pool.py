@@ -1,0 +1,103 @@
+"""The local executor: `--num_workers` forked worker processes pulling work from one queue.
+
+Work goes out in slices of a batch no larger than a worker's `--concurrency`, handed over only as a
+worker has a free slot, so no worker idles while another holds prompts it has not started. Workers
+sharing a batch append to its file with O_APPEND, which never interleaves two lines.
+
+An executor starts the batches, hands the driver the workers' events, tells it which prompts were
+lost with a dead worker, and stops. The Ray executor (`ray_pool.py`) offers the same four calls.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import queue
+import time
+from collections import deque
+
+from trajforge.executors.worker import Batch, WorkerSetup, worker_main
+
+GRACE = 15.0  # seconds a worker gets to close its environments after SIGTERM
+
+
+class ProcessPool:
+    def __init__(self, setup: WorkerSetup, num_workers: int):
+        self.setup = setup
+        self.num_workers = num_workers
+        self.context = multiprocessing.get_context("fork")  # workers inherit the imports: no start-up cost
+        self.events = self.context.Queue()
+        self.tasks = self.context.Queue()
+        self.waiting: deque[Batch] = deque()
+        self.workers: list = []
+        self.claims: dict[int, list[int]] = {}  # worker pid -> the prompts it took
+
+    def start(self, batches: list[Batch]) -> None:
+        unit = self.setup.config.concurrency
+        self.waiting.extend(
+            Batch(b.num, b.entries[i : i + unit]) for b in batches for i in range(0, len(b.entries), unit)
+        )
+        self.workers = [
+            self.context.Process(
+                target=worker_main, args=(self.setup, self.tasks, self.events, os.getpid()), daemon=True
+            )
+            for _ in range(min(self.num_workers, len(self.waiting)))
+        ]
+        for process in self.workers:
+            process.start()
+        for _ in self.workers:
+            self._feed()
+
+    def _feed(self) -> None:
+        """One more slice into the queue, or the end marker. Slices go in only as workers take them,
+        so a stopped run leaves no backlog in the pipe (and no feeder thread blocked on it)."""
+        if self.waiting:
+            self.tasks.put(self.waiting.popleft())
+        else:
+            self.tasks.put(None)
+
+    def poll(self, timeout: float) -> list[tuple]:
+        """The events that arrived within `timeout` (at least one, or none when it ran out)."""
+        try:
+            found = [self.events.get(timeout=timeout)]
+        except queue.Empty:
+            return []
+        while True:
+            try:
+                found.append(self.events.get_nowait())
+            except queue.Empty:
+                break
+        for event in found:
+            if event[0] == "claim":
+                self.claims.setdefault(event[2], []).extend(event[1])
+                self._feed()
+        return [event for event in found if event[0] != "claim"]
+
+    def lost(self, outstanding: set[int]) -> dict[int, str]:
+        """Prompts that can no longer finish: those a dead worker (OOM, segfault) had taken, and all
+        that remain once no worker is alive."""
+        lost: dict[int, str] = {}
+        for process in self.workers:
+            if process.exitcode not in (None, 0) and process.pid in self.claims:
+                for index in set(self.claims.pop(process.pid)) & outstanding:
+                    lost[index] = f"worker process exited with {process.exitcode}"
+        if not any(p.is_alive() for p in self.workers):
+            lost.update(dict.fromkeys(outstanding - set(lost), "no worker process left"))
+        return lost
+
+    def stop(self, finished: bool) -> None:
+        """Finished workers exit by themselves once they have released what they hold; others get
+        SIGTERM, which lets them close their environments, then SIGKILL after a grace period."""
+        self.tasks.cancel_join_thread()
+        deadline = time.monotonic() + GRACE
+        for process in self.workers:
+            if finished:
+                process.join(max(deadline - time.monotonic(), 0.1))
+            if process.is_alive():
+                process.terminate()
+        deadline = time.monotonic() + GRACE
+        for process in self.workers:
+            process.join(max(deadline - time.monotonic(), 0.1))
+            if process.is_alive():
+                process.kill()
+                process.join()

@@ -1,0 +1,181 @@
+"""The Ray executor: each batch is a Ray task running the same worker code, at most `--num_workers`
+at once, on a local Ray instance or a cluster (`--ray_address`).
+
+Events reach the driver through a small actor. Batch lines are written either by the tasks, into a
+run folder every node mounts (`--ray_shared_fs`), or by the driver, from the lines the tasks send back
+(no shared filesystem needed). Ray re-runs a task whose worker died; the re-run skips the prompts of
+its batch that already finished, so nothing is written twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import queue
+import shutil
+import tempfile
+import time
+from collections import deque
+
+from trajforge.executors.worker import Batch, WorkerSetup, serve
+from trajforge.runfolder.folder import BatchFiles, RunFolder
+
+TASK_RETRIES = 3  # re-runs of a batch whose worker process or node died
+FLUSH_EVERY = 0.05  # seconds a task's events wait to travel to the driver together
+
+
+class Sink:
+    """Collects the tasks' events for the driver and remembers which prompts finished."""
+
+    def __init__(self):
+        self.events: list[tuple] = []
+        self.finished: dict[int, set[int]] = {}
+
+    def put(self, event: tuple) -> None:
+        self.events.append(event)
+        if event[0] == "done":
+            self.finished.setdefault(event[2], set()).add(event[1])
+
+    def put_many(self, events: list[tuple]) -> None:
+        for event in events:
+            self.put(event)
+
+    def drain(self) -> list[tuple]:
+        events, self.events = self.events, []
+        return events
+
+    def finished_in(self, batch_num: int) -> set[int]:
+        return self.finished.get(batch_num, set())
+
+    def ping(self) -> None:
+        """Answered only after every earlier call from the same caller: a task's events are in."""
+
+
+class SinkEvents:
+    """The worker's `events.put`: events go to the sink actor in small groups (one actor call per
+    50 ms rather than one per event), without waiting for it."""
+
+    def __init__(self, sink):
+        self.sink = sink
+        self.buffer: list[tuple] = []
+        self.timer: asyncio.TimerHandle | None = None
+
+    def put(self, event: tuple) -> None:
+        self.buffer.append(event)
+        if self.timer is None:
+            try:
+                self.timer = asyncio.get_running_loop().call_later(FLUSH_EVERY, self.flush)
+            except RuntimeError:  # outside the worker's loop
+                self.flush()
+
+    def flush(self) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+        if self.buffer:
+            self.sink.put_many.remote(self.buffer)
+            self.buffer = []
+
+
+def run_batch(setup: WorkerSetup, batch: Batch, sink, shared_fs: bool) -> None:
+    """One Ray task: the worker loop over one batch, minus what an earlier attempt finished."""
+    import ray
+
+    done = set(ray.get(sink.finished_in.remote(batch.num)))
+    folder = RunFolder(setup.config.run_dir)
+    events = SinkEvents(sink)
+    if shared_fs:  # lines an earlier attempt wrote, but died before it could report them
+        for _, record in folder.lines_in(folder.batch_file(batch.num), print):
+            if record["prompt_index"] not in done:
+                done.add(record["prompt_index"])
+                outcome = record.get("discarded") or record["metadata"]["exit_reason"]
+                events.put(("done", record["prompt_index"], batch.num, outcome, 0))
+    todo = Batch(batch.num, [(index, entry) for index, entry in batch.entries if index not in done])
+    tasks: queue.Queue = queue.Queue()
+    for item in (todo, None) if todo.entries else (None,):
+        tasks.put(item)
+    asyncio.run(serve(setup, tasks, events, BatchFiles(folder) if shared_fs else None))
+    events.flush()
+    ray.get(sink.ping.remote())
+
+
+class RayPool:
+    def __init__(self, setup: WorkerSetup, num_workers: int, address: str | None, shared_fs: bool):
+        import ray  # config.py has checked that it is installed
+
+        self.ray = ray
+        self.setup = setup
+        self.num_workers = num_workers
+        self.address = address
+        self.shared_fs = shared_fs
+        self.files = None if shared_fs else BatchFiles(RunFolder(setup.config.run_dir))
+        self.temp_dir: str | None = None
+        self.waiting: deque[Batch] = deque()
+        self.running: dict = {}  # object ref -> batch
+        self.failed: list[tuple[Batch, str]] = []
+
+    def _init(self) -> None:
+        ray = self.ray
+        os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+        if self.address:
+            ray.init(address=self.address, log_to_driver=False, include_dashboard=False)
+            return
+        os.environ.setdefault("RAY_AUTH_MODE", "disabled")  # a private local instance: no token prompts
+        self.temp_dir = tempfile.mkdtemp(prefix="br-ray-")  # short: Ray's socket paths must fit
+        ray.init(
+            num_cpus=self.num_workers,
+            include_dashboard=False,
+            log_to_driver=False,
+            _temp_dir=self.temp_dir,
+        )
+
+    def start(self, batches: list[Batch]) -> None:
+        self._init()
+        ray = self.ray
+        self.sink = ray.remote(num_cpus=0)(Sink).remote()
+        self.task = ray.remote(num_cpus=1, max_retries=TASK_RETRIES)(run_batch)
+        self.waiting.extend(batches)
+        self._submit()
+
+    def _submit(self) -> None:
+        while self.waiting and len(self.running) < self.num_workers:
+            batch = self.waiting.popleft()
+            self.running[self.task.remote(self.setup, batch, self.sink, self.shared_fs)] = batch
+
+    def poll(self, timeout: float) -> list[tuple]:
+        ray = self.ray
+        ready, _ = ray.wait(list(self.running), num_returns=len(self.running), timeout=0) if self.running else ([], [])
+        events = ray.get(self.sink.drain.remote())
+        for ref in ready:
+            batch = self.running.pop(ref)
+            try:
+                ray.get(ref)
+            except ray.exceptions.RayError as exc:  # retries used up: its unfinished prompts fail
+                self.failed.append((batch, f"Ray task failed: {type(exc).__name__}: {str(exc)[:300]}"))
+        self._submit()
+        if self.files is not None:  # the lines come with the events: on disk before they count
+            written = {self.files.write(event[2], event[5]) for event in events if event[0] == "done"}
+            for fd in written:
+                os.fsync(fd)
+        if not events:
+            time.sleep(min(timeout, 0.1))
+        return [event[:5] if event[0] == "done" else event for event in events if event[0] != "claim"]
+
+    def lost(self, outstanding: set[int]) -> dict[int, str]:
+        lost: dict[int, str] = {}
+        for batch, reason in self.failed:
+            for index, _ in batch.entries:
+                if index in outstanding:
+                    lost[index] = reason
+        self.failed.clear()
+        return lost
+
+    def stop(self, finished: bool) -> None:
+        ray = self.ray
+        for ref in self.running:  # none left when finished
+            ray.cancel(ref, force=True)
+        if self.files is not None:
+            self.files.close()
+        ray.shutdown()
+        if self.temp_dir:
+            shutil.rmtree(self.temp_dir, ignore_errors=True)

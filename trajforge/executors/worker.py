@@ -1,0 +1,218 @@
+"""A worker process: takes batches from the task queue and runs up to `--concurrency` prompts at once.
+
+Each finished prompt is one whole line appended to its `batch_N.jsonl`, flushed and fsynced before
+the parent hears of it. This is the only place where a prompt's exception becomes data (`failed`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import queue
+import signal
+import sys
+import time
+import traceback
+from dataclasses import dataclass
+
+import orjson
+
+from toolset_distributions import prompt_rng, sample_toolsets
+from trajectory import build_record, discard_reason
+from trajforge.agent.loop import run_agent
+from trajforge.config import RunConfig
+from trajforge.environments import SetupError, backend_for
+from trajforge.model.client import ModelCallFailed, ModelClient, RunStopped, add_usage
+from trajforge.runfolder.folder import BatchFiles, RunFolder
+from trajforge.tools import Tool
+from trajforge.tools.session import ToolServices, ToolSession
+
+
+@dataclass(frozen=True)
+class Batch:
+    num: int
+    entries: list  # [(prompt_index, entry dict)]
+
+
+@dataclass(frozen=True)
+class WorkerSetup:
+    config: RunConfig
+    weights: dict[str, int]  # the distribution, restricted to available toolsets
+    toolsets: dict[str, list[Tool]]
+    tool_names: list[str]  # every registered tool: the keys of tool_stats
+
+
+class Worker:
+    """Runs prompts; `files` writes their lines, or, where the driver writes them (Ray without a
+    shared filesystem), each line travels in its "done" event."""
+
+    def __init__(self, setup: WorkerSetup, events, files: BatchFiles | None):
+        self.setup = setup
+        self.config = setup.config
+        self.events = events
+        self.files = files
+        self.stopped = False  # the endpoint refused us: start nothing more
+        self.client = ModelClient(self.config.model)
+        secrets = (self.config.model.api_key, *(m["content"] for m in self.config.preamble))
+        self.services = ToolServices(self.config.tools, self.config.model, secrets)  # closed by serve()
+        self.environments = backend_for(self.config.environment)  # shared by this process's prompts
+
+    def _logger(self, index: int):
+        if not self.config.verbose:
+            return None
+        width = self.config.log_prefix_chars
+
+        def log(label: str, text: str) -> None:
+            preview = " ".join(text.split())
+            preview = preview[:width] + ("…" if len(preview) > width else "")
+            self.events.put(("log", f"[prompt {index}] {label}: {preview}"))
+
+        return log
+
+    async def run(self, tasks) -> None:
+        """Keep every slot busy: take the next batch as soon as a slot frees and the current batch
+        has no prompt left to start."""
+        slots = asyncio.Semaphore(self.config.concurrency)
+        running: set[asyncio.Task] = set()
+        pending = iter(())
+        while True:
+            await slots.acquire()
+            if self.stopped:
+                break
+            item = next(pending, None)
+            if item is None:
+                batch = await _next_batch(tasks)
+                if batch is None:
+                    break
+                if self.files:
+                    self.files.start(batch.num, len(batch.entries))
+                self.events.put(("claim", [index for index, _ in batch.entries], os.getpid()))
+                pending = ((batch.num, index, entry) for index, entry in batch.entries)
+                item = next(pending)
+            task = asyncio.create_task(self.run_prompt(*item))
+            running.add(task)
+            task.add_done_callback(lambda done: (running.discard(done), slots.release()))
+        await asyncio.gather(*running)
+
+    async def run_prompt(self, batch_num: int, index: int, entry: dict) -> None:
+        setup, config = self.setup, self.config
+        started = time.monotonic()
+        toolsets = sample_toolsets(setup.weights, prompt_rng(config.seed, index))
+        tools = {t.name: t for name in toolsets for t in setup.toolsets[name]}
+        env = None
+        try:
+            env = ToolSession(await self.environments.open(entry), self.services)
+            result = await run_agent(
+                self.client, env, entry["prompt"], tools, config.max_turns, config.preamble, self._logger(index)
+            )
+            add_usage(result.usage, env.usage)  # the tools' own model calls (vision, images) count too
+            record = build_record(
+                prompt_index=index,
+                entry=entry,
+                turns=result.turns,
+                tool_schemas=[t.schema for t in tools.values()],
+                toolsets=toolsets,
+                tool_names=setup.tool_names,
+                api_calls=result.api_calls,
+                exit_reason=result.exit_reason,
+                usage=result.usage,
+                metadata={
+                    "batch_num": batch_num,
+                    "model": config.model.model,
+                    "run_name": config.run_name,
+                    "duration_seconds": round(time.monotonic() - started, 3),
+                },
+            )
+            reason = discard_reason(result.turns, set(tools))
+            if reason:
+                record["discarded"] = reason
+            line = orjson.dumps(record) + b"\n"
+            done = ("done", index, batch_num, reason or result.exit_reason, result.retries)
+            if self.files:
+                await self.files.append(batch_num, line)
+                self.events.put(done)
+            else:
+                self.events.put((*done, line))
+        except RunStopped as exc:
+            self.stopped = True
+            self.events.put(("fatal", index, batch_num, str(exc)))
+        except Exception as exc:
+            failure = _failure(exc)
+            failure["message"] = self.services.redact(failure["message"])  # error bodies may echo the request
+            self.events.put(("failed", index, batch_num, failure))
+        finally:
+            if env is not None:
+                await env.close()
+            if self.files:
+                self.files.finish(batch_num)
+
+
+async def _next_batch(tasks) -> Batch | None:
+    # A short timeout keeps the helper thread from outliving a cancelled worker.
+    while True:
+        try:
+            return await asyncio.to_thread(tasks.get, True, 0.2)
+        except queue.Empty:
+            continue
+
+
+async def _exit_with_parent(parent: int, task: asyncio.Task) -> None:
+    """An orphaned worker must not go on writing into a run folder that a --resume may reuse."""
+    while os.getppid() == parent:
+        await asyncio.sleep(0.5)
+    task.cancel()
+
+
+def _failure(exc: Exception) -> dict:
+    if isinstance(exc, ModelCallFailed):
+        kind, attempts = f"api_{exc.kind}", exc.attempts
+    elif isinstance(exc, SetupError):
+        kind, attempts = "environment", 1
+    else:
+        kind, attempts = f"crash_{type(exc).__name__}", 1
+    message = str(exc) or type(exc).__name__
+    if kind.startswith("crash_"):
+        message += "\n" + "".join(traceback.format_exception(exc)[-3:])
+    return {"error_type": kind, "message": message, "attempts": attempts}
+
+
+def _watch_children_with_pidfds() -> None:
+    """Python 3.11 starts a thread per subprocess to wait for it; a pidfd costs a third less CPU.
+    (3.12 and later do this by themselves.)"""
+    if sys.version_info >= (3, 12) or not hasattr(os, "pidfd_open"):
+        return
+    try:
+        os.close(os.pidfd_open(os.getpid()))
+    except OSError:  # an old kernel
+        return
+    watcher = asyncio.PidfdChildWatcher()
+    asyncio.set_child_watcher(watcher)
+    watcher.attach_loop(asyncio.get_running_loop())
+
+
+async def serve(setup: WorkerSetup, tasks, events, files: BatchFiles | None) -> None:
+    """Run batches from `tasks` until its None, then release what this process holds."""
+    _watch_children_with_pidfds()
+    worker = Worker(setup, events, files)
+    try:
+        await worker.run(tasks)
+    finally:
+        await worker.client.close()
+        await worker.services.close()  # the worker's browser goes with it
+
+
+def worker_main(setup: WorkerSetup, tasks, events, parent: int) -> None:
+    """Entry point of a worker process. Ctrl-C goes to the parent, which ends us with SIGTERM; we
+    then cancel the running prompts so their environments are closed."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+    async def main() -> None:
+        task = asyncio.current_task()
+        asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, task.cancel)
+        watchdog = asyncio.create_task(_exit_with_parent(parent, task))
+        await serve(setup, tasks, events, BatchFiles(RunFolder(setup.config.run_dir)))
+        watchdog.cancel()
+
+    with contextlib.suppress(asyncio.CancelledError):
+        asyncio.run(main())

@@ -1,0 +1,235 @@
+"""A real OpenAI-compatible HTTP server on 127.0.0.1 for the scripted model (`trajforge.mock.model`).
+
+`--model=mock` starts it as a subprocess; the tests run it in a thread with fault injection and read
+its request log. It speaks just enough HTTP/1.1 (keep-alive, JSON bodies, server-sent events) for the
+`openai` client, on plain asyncio so hundreds of open sessions cost next to nothing.
+
+    python -m trajforge.mock.server --port 0 --latency 0.3     # prints MOCK_SERVER_URL=http://127.0.0.1:PORT/v1
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import itertools
+import json
+import os
+import sys
+import threading
+import time
+from collections import Counter
+
+from trajforge.mock import model as mock_model
+
+REASONS = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 403: "Forbidden", 404: "Not Found"}
+
+
+class MockServer:
+    def __init__(self, latency: float = 0.0, turns: int | None = None, api_key: str | None = None, record: bool = True):
+        self.latency = latency
+        self.turns = turns
+        self.api_key = api_key
+        self.record = record
+        self.requests: list[dict] = []
+        self.attempts: Counter[str] = Counter()
+        self.port = 0
+        self._ids = itertools.count()
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    # -- running -------------------------------------------------------------------------------
+    async def listen(self, host: str = "127.0.0.1", port: int = 0) -> asyncio.Server:
+        server = await asyncio.start_server(self._connection, host, port, backlog=1024)
+        self.port = server.sockets[0].getsockname()[1]
+        return server
+
+    def start(self, host: str = "127.0.0.1", port: int = 0) -> str:
+        """Serve from a background thread; returns the base URL."""
+        ready = threading.Event()
+        self._loop = asyncio.new_event_loop()
+
+        def run() -> None:
+            asyncio.set_event_loop(self._loop)
+            server = self._loop.run_until_complete(self.listen(host, port))
+            ready.set()
+            self._loop.run_forever()
+            server.close()
+            pending = asyncio.all_tasks(self._loop)
+            for task in pending:
+                task.cancel()
+            self._loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+            self._loop.close()
+
+        self._thread = threading.Thread(target=run, name="mock-server", daemon=True)
+        self._thread.start()
+        ready.wait()
+        return f"http://{host}:{self.port}/v1"
+
+    def stop(self) -> None:
+        if self._loop:
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(5)
+
+    def chat_requests(self) -> list[dict]:
+        return [r for r in self.requests if r["path"].endswith("/chat/completions")]
+
+    # -- HTTP ----------------------------------------------------------------------------------
+    async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                request_line, *lines = head.decode("latin-1").split("\r\n")
+                method, target, _ = request_line.split(" ", 2)
+                headers = {}
+                for line in lines:
+                    name, _, value = line.partition(":")
+                    headers[name.strip().lower()] = value.strip()
+                body = await reader.readexactly(int(headers.get("content-length") or 0))
+                if not await self._route(method, target.split("?")[0], headers, body, writer):
+                    break
+        except (asyncio.IncompleteReadError, ConnectionError, asyncio.LimitOverrunError):
+            pass
+        finally:
+            writer.close()
+
+    async def _route(self, method: str, path: str, headers: dict, body: bytes, writer) -> bool:
+        site = f"http://{headers.get('host') or f'127.0.0.1:{self.port}'}"
+        if path == "/_mock/requests":
+            return await self._send(writer, 200, self.requests)
+        if method == "GET" and path == "/_mock/page":  # for web_extract and the browser, which send no key
+            return await self._send_bytes(writer, 200, mock_model.PAGE.encode(), "text/html; charset=utf-8")
+        if method == "GET" and path == "/_mock/image.png":
+            return await self._send_bytes(writer, 200, mock_model.solid_png(64, 64, b"\x3c\x8c\xc8"), "image/png")
+        if self.api_key and headers.get("authorization") != f"Bearer {self.api_key}":
+            self._log(path, {}, 401)
+            return await self._send(writer, 401, _error(401, "Invalid API key"))
+        if path.endswith("/models"):
+            return await self._send(writer, 200, {"object": "list", "data": [{"id": "mock", "object": "model"}]})
+        if method == "POST" and path.endswith("/chat/completions"):
+            return await self._chat(json.loads(body or b"{}"), path, writer, site)
+        if method == "POST" and path.endswith("/images/generations"):
+            request = json.loads(body or b"{}")
+            self._log(path, request, 200, str(request.get("prompt") or ""))
+            return await self._send(writer, 200, mock_model.image_reply(request, site))
+        return await self._send(writer, 404, _error(404, f"no route for {method} {path}"))
+
+    async def _chat(self, request: dict, path: str, writer, site: str) -> bool:
+        prompt = mock_model.prompt_text(request.get("messages") or [])
+        attempt = self.attempts[prompt]
+        self.attempts[prompt] += 1
+        reply, extra_latency = mock_model.reply(request, attempt, self.turns, site)
+        delay = self.latency + extra_latency
+        if delay:
+            await asyncio.sleep(delay)
+        self._log(path, request, reply.status, prompt)
+        if reply.status != 200:
+            return await self._send(writer, reply.status, _error(reply.status, reply.error), reply.headers)
+        completion = {
+            "id": f"chatcmpl-mock-{next(self._ids)}",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": request.get("model", "mock"),
+        }
+        if request.get("stream"):
+            await self._stream(writer, completion, reply, (request.get("stream_options") or {}).get("include_usage"))
+            return False
+        if reply.empty:
+            return await self._send(writer, 200, completion)
+        completion["choices"] = [{"index": 0, "message": reply.message, "finish_reason": reply.finish_reason}]
+        if reply.finish_reason == "error":
+            completion["choices"][0]["error"] = _error(502, reply.error)["error"]
+        completion["usage"] = reply.usage
+        return await self._send(writer, 200, completion)
+
+    def _log(self, path: str, request: dict, status: int, prompt: str = "") -> None:
+        if self.record:
+            self.requests.append({"path": path, "prompt": prompt, "status": status, "body": request})
+
+    async def _send(self, writer, status: int, payload, headers: dict | None = None) -> bool:
+        return await self._send_bytes(writer, status, json.dumps(payload).encode(), "application/json", headers)
+
+    async def _send_bytes(
+        self, writer, status: int, data: bytes, content_type: str, headers: dict | None = None
+    ) -> bool:
+        extra = "".join(f"{k}: {v}\r\n" for k, v in (headers or {}).items())
+        writer.write(
+            f"HTTP/1.1 {status} {REASONS.get(status, 'Error')}\r\nContent-Type: {content_type}\r\n"
+            f"Content-Length: {len(data)}\r\n{extra}Connection: keep-alive\r\n\r\n".encode()
+            + data
+        )
+        await writer.drain()
+        return True
+
+    async def _stream(self, writer, completion: dict, reply: mock_model.Reply, include_usage: bool) -> None:
+        """Server-sent events the way OpenAI streams: role, reasoning, content and tool-call deltas."""
+        writer.write(
+            b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
+            b"Connection: close\r\n\r\n"
+        )
+
+        def event(delta: dict, finish: str | None = None, **extra) -> None:
+            chunk = dict(completion, object="chat.completion.chunk", **extra)
+            chunk.setdefault("choices", [{"index": 0, "delta": delta, "finish_reason": finish}])
+            writer.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
+
+        if reply.empty:
+            writer.write(b"data: [DONE]\n\n")
+            await writer.drain()
+            return
+        message = reply.message
+        event({"role": "assistant", "content": ""})
+        for key in ("reasoning", "reasoning_content"):
+            for piece in _halves(message.get(key) or ""):
+                event({key: piece})
+        if message.get("reasoning_details"):
+            event({"reasoning_details": message["reasoning_details"]})
+        for piece in _halves(message.get("content") or ""):
+            event({"content": piece})
+        for index, call in enumerate(message.get("tool_calls") or []):
+            head = {"index": index, "id": call["id"], "type": "function"}
+            event({"tool_calls": [dict(head, function={"name": call["function"]["name"], "arguments": ""})]})
+            for piece in _halves(call["function"]["arguments"]):
+                event({"tool_calls": [{"index": index, "function": {"arguments": piece}}]})
+        event({}, reply.finish_reason)
+        if include_usage:
+            event({}, choices=[], usage=reply.usage)
+        writer.write(b"data: [DONE]\n\n")
+        await writer.drain()
+
+
+def _halves(text: str) -> list[str]:
+    middle = len(text) // 2
+    return [part for part in (text[:middle], text[middle:]) if part]
+
+
+def _error(status: int, message: str) -> dict:
+    return {"error": {"message": message, "type": "mock_error", "code": status}}
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("--latency", type=float, default=0.0, help="seconds before each reply")
+    parser.add_argument("--turns", type=int, default=None, help="tool-calling turns before the answer")
+    parser.add_argument("--api_key", default=None, help="require this bearer token")
+    parser.add_argument("--record", action="store_true", help="keep a request log at /_mock/requests")
+    parser.add_argument("--exit_with_stdin", action="store_true", help="exit when standard input closes")
+    args = parser.parse_args(argv)
+    server = MockServer(args.latency, args.turns, args.api_key, args.record)
+
+    async def serve() -> None:
+        listening = await server.listen(args.host, args.port)
+        print(f"MOCK_SERVER_URL=http://{args.host}:{server.port}/v1", flush=True)
+        async with listening:
+            await listening.serve_forever()
+
+    if args.exit_with_stdin:
+        # The runner holds our stdin; when it dies, even by SIGKILL, the pipe closes and we follow.
+        threading.Thread(target=lambda: (sys.stdin.read(), os._exit(0)), daemon=True).start()
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(serve())
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,230 @@
+"""The run folder `data/<run_name>/`: batch files, checkpoint, errors, atomic writes."""
+
+from __future__ import annotations
+
+import asyncio
+import fcntl
+import json
+import os
+import re
+import tempfile
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import orjson
+
+from trajforge.dataset import UsageError
+
+BATCH_FILE = re.compile(r"batch_(\d+)\.jsonl$")
+
+
+def entry_key(entry: dict) -> str:
+    """What makes two dataset entries the same task: the prompt and where it runs."""
+    return json.dumps(
+        [entry.get("prompt"), entry.get("image"), entry.get("docker_image"), entry.get("cwd")], ensure_ascii=False
+    )
+
+
+def write_atomic(path: Path, write: Callable) -> None:
+    """Write through a temporary file in the same folder, fsync, then rename over `path`."""
+    fd, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            write(handle)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(temp, path)
+    except BaseException:
+        os.unlink(temp)
+        raise
+
+
+def write_json_atomic(path: Path, data: dict) -> None:
+    write_atomic(path, lambda handle: handle.write(orjson.dumps(data, option=orjson.OPT_INDENT_2)))
+
+
+@dataclass(frozen=True)
+class RunFolder:
+    path: Path
+
+    @property
+    def checkpoint(self) -> Path:
+        return self.path / "checkpoint.json"
+
+    @property
+    def statistics(self) -> Path:
+        return self.path / "statistics.json"
+
+    @property
+    def trajectories(self) -> Path:
+        return self.path / "trajectories.jsonl"
+
+    @property
+    def errors(self) -> Path:
+        return self.path / "errors.jsonl"
+
+    def batch_file(self, batch_num: int) -> Path:
+        return self.path / f"batch_{batch_num}.jsonl"
+
+    def batch_files(self) -> list[tuple[int, Path]]:
+        """Every batch file, in batch order."""
+        if not self.path.is_dir():
+            return []
+        found = ((BATCH_FILE.match(p.name), p) for p in self.path.iterdir())
+        return sorted((int(m.group(1)), p) for m, p in found if m)
+
+    def has_run(self) -> bool:
+        return bool(self.batch_files()) or self.checkpoint.exists() or self.errors.exists()
+
+    def lock(self) -> int:
+        """Hold the folder for this run; two runs appending to the same batch files would duplicate
+        work and pay for it twice. The lock goes with the process (and its workers), however it ends."""
+        self.path.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise UsageError(f"--run_name: {self.path} is in use by another run that is still going") from None
+        return fd
+
+    def remove_leftovers(self) -> None:
+        """Temporary files of an atomic write that a kill interrupted."""
+        for name in ("trajectories.jsonl", "statistics.json", "checkpoint.json"):
+            for leftover in self.path.glob(f".{name}.*"):
+                leftover.unlink(missing_ok=True)
+
+    def next_batch_num(self) -> int:
+        files = self.batch_files()
+        return files[-1][0] + 1 if files else 0
+
+    def batch_lines(self, warn: Callable[[str], None]) -> Iterator[tuple[bytes, dict]]:
+        """(raw line, record) of every finished prompt, streaming, in batch order."""
+        for _, path in self.batch_files():
+            yield from self.lines_in(path, warn)
+
+    @staticmethod
+    def lines_in(path: Path, warn: Callable[[str], None]) -> Iterator[tuple[bytes, dict]]:
+        """(raw line, record) of one batch file. A torn line (a write cut short by a crash) is
+        skipped with a warning: that prompt simply runs again on --resume."""
+        if not path.exists():
+            return
+        with open(path, "rb") as handle:
+            for number, line in enumerate(handle, 1):
+                if not line.strip():
+                    continue
+                try:
+                    record = orjson.loads(line)
+                except orjson.JSONDecodeError:
+                    warn(f"{path.name} line {number} is incomplete (cut off by a crash?); ignoring it")
+                    continue
+                yield (line if line.endswith(b"\n") else line + b"\n"), record
+
+    def load_checkpoint(self) -> dict:
+        try:
+            return json.loads(self.checkpoint.read_text())
+        except (FileNotFoundError, json.JSONDecodeError):
+            return {}
+
+    def error_lines(self) -> Iterator[dict]:
+        """The lines of errors.jsonl (jsonlines loads only when a run has failures)."""
+        if not self.errors.exists():
+            return
+        import jsonlines
+
+        with jsonlines.open(self.errors) as reader:
+            yield from reader.iter(type=dict, skip_invalid=True)
+
+    def error_summary(self) -> tuple[dict[str, int], set[str]]:
+        """(failures per error type, entry keys of every prompt that ever failed) over errors.jsonl,
+        read once."""
+        counts: dict[str, int] = {}
+        keys: set[str] = set()
+        for line in self.error_lines():
+            kind = line.get("error_type", "unknown")
+            counts[kind] = counts.get(kind, 0) + 1
+            if "source" in line:
+                keys.add(entry_key(line["source"]))
+        return counts, keys
+
+    def append_error(self, line: dict) -> None:
+        import jsonlines
+
+        with jsonlines.open(self.errors, mode="a", flush=True) as writer:
+            writer.write(line)
+
+
+class BatchFiles:
+    """Appends whole lines to batch files, one descriptor per open batch.
+
+    `append` returns once the line is on disk. Lines written while an fsync runs share the next one
+    (group commit), so many sessions finishing at once cost one fsync, off the event loop, instead of
+    one each on it; what survives `kill -9` is the same."""
+
+    def __init__(self, folder: RunFolder):
+        self.folder = folder
+        self.open: dict[int, int] = {}
+        self.remaining: dict[int, int] = {}
+        self.next_sync: dict[int, asyncio.Future] = {}  # fd -> done when the lines written so far are synced
+        self.syncing: dict[int, asyncio.Task] = {}
+
+    def start(self, batch_num: int, size: int) -> None:
+        """`size` more prompts of this batch will end here (a worker may take several slices of it)."""
+        self.remaining[batch_num] = self.remaining.get(batch_num, 0) + size
+
+    def write(self, batch_num: int, line: bytes) -> int:
+        """Append one whole line; a write that fails half-way (disk full) is undone, so the next
+        line never sticks to a torn one."""
+        fd = self.open.get(batch_num)
+        if fd is None:
+            path = self.folder.batch_file(batch_num)
+            fd = self.open[batch_num] = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
+            size = os.fstat(fd).st_size
+            if size and os.pread(fd, 1, size - 1) != b"\n":  # a line torn by a crash (Ray re-runs append here)
+                os.write(fd, b"\n")
+        start = os.lseek(fd, 0, os.SEEK_END)
+        try:
+            view = memoryview(line)
+            while view:
+                view = view[os.write(fd, view) :]
+        except OSError:
+            os.ftruncate(fd, start)
+            raise
+        return fd
+
+    async def append(self, batch_num: int, line: bytes) -> None:
+        fd = self.write(batch_num, line)
+        waiter = self.next_sync.get(fd)
+        if waiter is None:
+            waiter = self.next_sync[fd] = asyncio.get_running_loop().create_future()
+            if fd not in self.syncing:
+                self.syncing[fd] = asyncio.create_task(self._sync(fd))
+        await asyncio.shield(waiter)
+
+    async def _sync(self, fd: int) -> None:
+        try:
+            while fd in self.next_sync:
+                waiter = self.next_sync.pop(fd)
+                try:
+                    await asyncio.to_thread(os.fsync, fd)
+                except OSError as exc:
+                    waiter.set_exception(exc)
+                else:
+                    waiter.set_result(None)
+        finally:
+            del self.syncing[fd]
+
+    def finish(self, batch_num: int) -> None:
+        """One prompt of the batch ended; the file closes after the last one."""
+        self.remaining[batch_num] -= 1
+        if not self.remaining[batch_num]:
+            del self.remaining[batch_num]
+            fd = self.open.pop(batch_num, None)
+            if fd is not None:
+                os.close(fd)
+
+    def close(self) -> None:
+        for fd in self.open.values():
+            os.close(fd)
+        self.open.clear()

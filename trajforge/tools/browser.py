@@ -1,0 +1,167 @@
+"""The browser toolset: a real headless Chromium, one browser context per prompt (see browser_runtime).
+
+The model reads a page with browser_snapshot and acts on the refs it lists (e1, e2, ...).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+from urllib.parse import urlsplit
+
+from trajforge.tools import check, tool
+from trajforge.tools.browser_runtime import PlaywrightError, launch_problem
+from trajforge.tools.browser_snapshot import element, snapshot
+from trajforge.tools.session import ToolSession
+from trajforge.tools.settings import ToolSettings
+
+SETTLE_TIMEOUT_MS = 5_000
+
+
+@check("browser")
+def _launchable(settings: ToolSettings) -> dict[str, str]:
+    problem = launch_problem(settings.browser_executable)
+    return {"browser": problem} if problem else {}
+
+
+def _one_line_errors(function):
+    """Playwright errors carry a long call log; the model needs their first line."""
+
+    @functools.wraps(function)
+    async def wrapper(session: ToolSession, **arguments) -> dict:
+        try:
+            return await function(session, **arguments)
+        except PlaywrightError as exc:
+            return {"error": (str(exc).strip().splitlines() or [type(exc).__name__])[0]}
+
+    return wrapper
+
+
+async def _page(session: ToolSession):
+    context = await session.resource("browser", session.services.browser.new_context)
+    # The newest page: a link that opened a tab is where the model's attention goes.
+    return context.pages[-1] if context.pages else await context.new_page()
+
+
+async def _settle(page) -> None:
+    """Let a navigation that an action started finish loading, without waiting on one that never comes."""
+    with contextlib.suppress(PlaywrightError):
+        await page.wait_for_load_state("domcontentloaded", timeout=SETTLE_TIMEOUT_MS)
+
+
+async def _where(page) -> dict:
+    title = ""
+    with contextlib.suppress(PlaywrightError):
+        title = await page.title()
+    return {"url": page.url, "title": title}
+
+
+@tool("browser")
+@_one_line_errors
+async def browser_navigate(session: ToolSession, url: str) -> dict:
+    """Open a web page in the browser. Then call browser_snapshot to read it and get element refs.
+
+    Args:
+        url: the http or https address to open
+    """
+    if urlsplit(url).scheme not in ("http", "https"):
+        return {"error": f"only http and https URLs can be opened, not {url!r}"}
+    page = await _page(session)
+    response = await page.goto(url, wait_until="domcontentloaded")
+    return await _where(page) | {"status": response.status if response else None}
+
+
+@tool("browser")
+@_one_line_errors
+async def browser_snapshot(session: ToolSession) -> dict:
+    """Read the current page as text: headings, text, and each link, button and form field with a ref
+    (like e3) for browser_click and browser_type. Refs change with every snapshot."""
+    page = await _page(session)
+    return await _where(page) | {"snapshot": await snapshot(page)}
+
+
+@tool("browser")
+@_one_line_errors
+async def browser_click(session: ToolSession, ref: str) -> dict:
+    """Click a link, button or other element of the page.
+
+    Args:
+        ref: the element's ref from the latest browser_snapshot, e.g. e3
+    """
+    page = await _page(session)
+    await (await element(page, ref)).click()
+    await _settle(page)
+    return await _where(page) | {"clicked": ref}
+
+
+@tool("browser")
+@_one_line_errors
+async def browser_type(session: ToolSession, ref: str, text: str, submit: bool = False) -> dict:
+    """Type text into a form field, replacing what it held.
+
+    Args:
+        ref: the field's ref from the latest browser_snapshot, e.g. e2
+        text: the text to enter
+        submit: press Enter afterwards (submits most forms)
+    """
+    page = await _page(session)
+    field = await element(page, ref)
+    await field.fill(text)
+    if submit:
+        await field.press("Enter")
+        await _settle(page)
+    return await _where(page) | {"typed": ref}
+
+
+@tool("browser")
+@_one_line_errors
+async def browser_scroll(session: ToolSession, direction: str = "down") -> dict:
+    """Scroll the page by about one screen.
+
+    Args:
+        direction: "down" or "up"
+    """
+    if direction not in ("down", "up"):
+        return {"error": 'direction must be "down" or "up"'}
+    page = await _page(session)
+    position = await page.evaluate(
+        """(sign) => {
+            window.scrollBy(0, sign * window.innerHeight * 0.9);
+            return {y: Math.round(window.scrollY), height: document.documentElement.scrollHeight, view: innerHeight};
+        }""",
+        1 if direction == "down" else -1,
+    )
+    at_bottom = position["y"] + position["view"] >= position["height"] - 2
+    return await _where(page) | {"scroll_y": position["y"], "page_height": position["height"], "at_bottom": at_bottom}
+
+
+@tool("browser")
+@_one_line_errors
+async def browser_back(session: ToolSession) -> dict:
+    """Go back to the previous page of the browser history."""
+    page = await _page(session)
+    before = page.url
+    response = await page.go_back(wait_until="domcontentloaded")
+    if response is None and page.url == before:
+        return {"error": "there is no previous page"}
+    return await _where(page)
+
+
+@tool("browser")
+@_one_line_errors
+async def browser_press(session: ToolSession, key: str) -> dict:
+    """Press a key in the page, on the focused element.
+
+    Args:
+        key: a key or combination, e.g. Enter, Tab, Escape, ArrowDown, PageDown, End, Control+A
+    """
+    page = await _page(session)
+    await page.keyboard.press(key)
+    await _settle(page)
+    return await _where(page) | {"pressed": key}
+
+
+@tool("browser")
+async def browser_close(session: ToolSession) -> dict:
+    """Close the browser with its cookies and history; the next browser tool opens a fresh one."""
+    return {"closed": await session.release("browser")}

@@ -1,0 +1,59 @@
+"""Bytes in and out of a prompt's environment, whose protocol moves text: the data travels base64
+encoded through a temporary file in the working directory and is decoded inside the environment by
+`base64` (coreutils or busybox, so a container has it too)."""
+
+from __future__ import annotations
+
+import base64
+import secrets
+import shlex
+
+from trajforge.environments import Environment
+
+_MAGIC = {
+    b"\x89PNG\r\n\x1a\n": "image/png",
+    b"\xff\xd8\xff": "image/jpeg",
+    b"GIF87a": "image/gif",
+    b"GIF89a": "image/gif",
+}
+
+
+def image_type(data: bytes) -> str | None:
+    """The media type of PNG, JPEG, GIF and WEBP data, from its first bytes; None for anything else."""
+    if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
+        return "image/webp"
+    return next((media_type for magic, media_type in _MAGIC.items() if data.startswith(magic)), None)
+
+
+def _temporary() -> str:
+    return f".transfer-{secrets.token_hex(6)}.b64"
+
+
+async def read_bytes(env: Environment, path: str, limit: int) -> bytes:
+    quoted = shlex.quote(path)
+    size = await env.execute(f"wc -c < {quoted}")
+    if size["exit_code"] != 0:
+        raise FileNotFoundError(f"cannot read {path}: {size['output'].strip()}")
+    if int(size["output"].split()[0]) > limit:
+        raise ValueError(f"{path} is larger than {limit} bytes")
+    temporary = _temporary()
+    try:
+        encoded = await env.execute(f"base64 < {quoted} > {temporary}")
+        if encoded["exit_code"] != 0:
+            raise OSError(f"cannot encode {path}: {encoded['output'].strip()}")
+        return base64.b64decode(await env.read_file(temporary))
+    finally:
+        await env.execute(f"rm -f {temporary}")
+
+
+async def write_bytes(env: Environment, path: str, data: bytes) -> None:
+    """Write `data` to `path` (parent directories are created)."""
+    temporary = _temporary()
+    quoted = shlex.quote(path)
+    await env.write_file(temporary, base64.b64encode(data).decode())
+    result = await env.execute(
+        f'mkdir -p "$(dirname {quoted})" && base64 -d < {temporary} > {quoted}; status=$?; rm -f {temporary}; '
+        "exit $status"
+    )
+    if result["exit_code"] != 0:
+        raise OSError(f"cannot write {path}: {result['output'].strip()}")
