@@ -15,7 +15,7 @@ from conftest import ROOT, tool_results
 from toolset_distributions import ALL_SIX
 from trajforge import tools
 from trajforge.mock import model as mock_model
-from trajforge.model.client import add_usage, empty_usage
+from trajforge.model.usage import add_usage, empty_usage
 from trajforge.tools.browser_runtime import launch_problem
 from trajforge.tools.settings import find_browser
 

@@ -7,7 +7,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from trajectory import ToolCall, Turn, split_reasoning
-from trajforge.model.client import ModelClient, add_usage, empty_usage
+from trajforge.model.client import ModelClient
+from trajforge.model.usage import add_usage, empty_usage
 from trajforge.tools import Tool, call_tool
 
 

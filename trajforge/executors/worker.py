@@ -23,7 +23,9 @@ from trajectory import build_record, discard_reason
 from trajforge.agent.loop import run_agent
 from trajforge.config import RunConfig
 from trajforge.environments import SetupError, backend_for
-from trajforge.model.client import ModelCallFailed, ModelClient, RunStopped, add_usage
+from trajforge.model.client import ModelClient
+from trajforge.model.retry import ModelCallFailed, RunStopped
+from trajforge.model.usage import add_usage
 from trajforge.runfolder.folder import BatchFiles, RunFolder
 from trajforge.tools import Tool
 from trajforge.tools.session import ToolServices, ToolSession

@@ -45,7 +45,7 @@ async def image_generate(session: ToolSession, prompt: str, size: str = "1024x10
         return {"error": f"size must look like 1024x1024, got {size!r}"}
     services = session.services
     request = {"model": services.settings.image_model, "prompt": prompt, "size": size, "n": 1}
-    response, _ = await services.model.call(lambda: services.model.post_json("/images/generations", request))
+    response = await services.model.generate_image(request)
     used = response.get("usage") or {}
     if used:  # gpt-image models report tokens: they count in the prompt's usage
         tokens = {"prompt_tokens": used.get("input_tokens"), "completion_tokens": used.get("output_tokens")}

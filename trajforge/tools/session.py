@@ -12,13 +12,14 @@ from __future__ import annotations
 import contextlib
 import functools
 from collections.abc import Awaitable, Callable
-from dataclasses import replace
 from typing import Any
 
 import httpx
 
 from trajforge.environments import Environment
-from trajforge.model.client import ModelClient, ModelSettings, add_usage, empty_usage
+from trajforge.model.client import ModelSettings
+from trajforge.model.tool_model import ToolModel
+from trajforge.model.usage import add_usage, empty_usage
 from trajforge.tools.browser_runtime import BrowserLauncher
 from trajforge.tools.fetch import http_client
 from trajforge.tools.settings import ToolSettings
@@ -32,8 +33,7 @@ class ToolServices:
         # Text that must never reach a trajectory, e.g. the API key a command finds with `ps` or in
         # /proc/<runner>/environ, or an ephemeral system prompt passed on the command line.
         self.secrets = tuple(secret for secret in secrets if len(secret) >= 8)
-        # Vision and image requests go to the run's endpoint under the same retry policy, never streamed.
-        self.model = ModelClient(replace(model, model=settings.vision_model, stream=False))
+        self.model = ToolModel(model, chat_model=settings.vision_model)  # for vision and image requests
         self.browser = BrowserLauncher(settings.browser_executable)
 
     @functools.cached_property

@@ -33,7 +33,7 @@ async def vision_analyze(
     remote = image_url.startswith(("http://", "https://", "data:"))
     url = image_url if remote else await _data_url(session, image_url)
     content = [{"type": "text", "text": question}, {"type": "image_url", "image_url": {"url": url}}]
-    message, usage, _ = await session.services.model.complete([{"role": "user", "content": content}], [])
+    message, usage = await session.services.model.chat([{"role": "user", "content": content}])
     session.count_usage(usage)
     _, answer = split_reasoning(message)
     if not answer:
