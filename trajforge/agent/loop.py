@@ -10,6 +10,9 @@ from trajectory import ToolCall, Turn, split_reasoning
 from trajforge.model.client import ModelClient
 from trajforge.model.usage import add_usage, empty_usage
 from trajforge.tools import Tool, call_tool
+from trajforge.tools.session import ToolSession
+
+Log = Callable[[str, str], None]
 
 
 @dataclass
@@ -21,25 +24,14 @@ class AgentResult:
     usage: dict
 
 
-def _tool_calls(message: dict, turn: int) -> list[ToolCall]:
-    calls = []
-    for i, call in enumerate(message.get("tool_calls") or []):
-        function = call.get("function") or {}
-        arguments = function.get("arguments")
-        if not isinstance(arguments, str):  # some servers send an object
-            arguments = json.dumps(arguments or {})
-        calls.append(ToolCall(call.get("id") or f"call_{turn}_{i}", function.get("name") or "", arguments))
-    return calls
-
-
 async def run_agent(
     client: ModelClient,
-    env,
+    session: ToolSession,
     prompt: str,
     tools: dict[str, Tool],
     max_turns: int,
     preamble: list[dict],
-    log: Callable[[str, str], None] | None = None,
+    log: Log | None = None,
 ) -> AgentResult:
     """Send messages and tools; run each tool call and send the results back; stop on a reply
     without tool calls (completed) or after `max_turns` model calls (partial)."""
@@ -57,19 +49,35 @@ async def run_agent(
         if log:
             names = ", ".join(c.name for c in turn.calls) or "none"
             log(f"turn {result.api_calls} (tool calls: {names})", content or reasoning)
-        reply = {"role": "assistant", "content": content}
-        if message.get("reasoning_details"):  # echoed so providers keep their reasoning across tool use
-            reply["reasoning_details"] = message["reasoning_details"]
         if not turn.calls:
             result.exit_reason = "completed"
             break
-        reply["tool_calls"] = [
-            {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}} for c in turn.calls
-        ]
-        messages.append(reply)
+        messages.append(_assistant_message(message, turn))
         for call in turn.calls:
-            call.result = await call_tool(env, call.name, call.arguments, tools)
+            call.result = await call_tool(session, call.name, call.arguments, tools)
             if log:
                 log(f"  {call.name} result", json.dumps(call.result))
             messages.append({"role": "tool", "tool_call_id": call.id, "content": json.dumps(call.result)})
     return result
+
+
+def _tool_calls(message: dict, turn: int) -> list[ToolCall]:
+    calls = []
+    for i, call in enumerate(message.get("tool_calls") or []):
+        function = call.get("function") or {}
+        arguments = function.get("arguments")
+        if not isinstance(arguments, str):  # some servers send an object
+            arguments = json.dumps(arguments or {})
+        calls.append(ToolCall(call.get("id") or f"call_{turn}_{i}", function.get("name") or "", arguments))
+    return calls
+
+
+def _assistant_message(message: dict, turn: Turn) -> dict:
+    """The reply as it goes back into the conversation: its content without reasoning, and its calls."""
+    reply = {"role": "assistant", "content": turn.content}
+    if message.get("reasoning_details"):  # echoed so providers keep their reasoning across tool use
+        reply["reasoning_details"] = message["reasoning_details"]
+    reply["tool_calls"] = [
+        {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}} for c in turn.calls
+    ]
+    return reply
