@@ -8,6 +8,8 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
+from trajforge.events import PromptDone, PromptEnded
+
 PLAIN_EVERY = 10.0  # seconds between progress lines when stdout is not a terminal
 
 
@@ -44,11 +46,14 @@ class ProgressView:
     def log(self, text: str) -> None:
         self.console.print(text, markup=False, highlight=False)
 
-    def update(self, outcome: str) -> None:
-        """Count one prompt that ended: completed / max_turns, a discard reason, or failed."""
+    def update(self, event: PromptEnded) -> None:
+        """Count one prompt that ended: done (a discard reason counts as discarded), failed or refused."""
         self.done += 1
-        self.failed += outcome == "failed"
-        self.discarded += outcome in ("no_reasoning", "hallucinated_tool")
+        match event:
+            case PromptDone(outcome=outcome):
+                self.discarded += outcome in ("no_reasoning", "hallucinated_tool")
+            case _:
+                self.failed += 1
         self.tick()
 
     def tick(self) -> None:

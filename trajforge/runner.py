@@ -20,6 +20,7 @@ from trajforge import tools
 from trajforge.config import RunConfig
 from trajforge.dataset import Entry, UsageError, load_dataset
 from trajforge.environments import SetupError, prepare_run, remove_leftovers
+from trajforge.events import LogLine, PromptDone, PromptEnded, PromptError, PromptFailed, RunRefused
 from trajforge.executors.pool import ProcessPool
 from trajforge.executors.ray_pool import RayPool
 from trajforge.executors.worker import Batch, WorkerSetup
@@ -181,22 +182,23 @@ class BatchRunner:
         try:
             executor.start(batches)
             with ProgressView(self.console, len(outstanding)) as view:
+
+                def ended(event: PromptEnded) -> None:
+                    outstanding.discard(event.index)
+                    state.record(event)
+                    view.update(event)
+
                 while outstanding and not state.stopped:
                     events = executor.poll(0.5)
                     for event in events:
-                        if event[0] == "log":
-                            view.log(event[1])
-                            continue
-                        kind, index, batch_num, detail = event[:4]
-                        outstanding.discard(index)
-                        state.record(kind, index, batch_num, detail, event[4:])
-                        view.update(detail if kind == "done" else "failed")
+                        match event:
+                            case LogLine(text=text):
+                                view.log(text)
+                            case PromptDone() | PromptFailed() | RunRefused():
+                                ended(event)
                     if not events:
                         for index, reason in sorted(executor.lost(outstanding).items()):
-                            outstanding.discard(index)
-                            failure = {"error_type": "worker_died", "message": reason, "attempts": 1}
-                            state.record("failed", index, None, failure, ())
-                            view.update("failed")
+                            ended(PromptFailed(index, None, PromptError("worker_died", reason, 1)))
                     view.tick()
                     state.save_every(CHECKPOINT_EVERY)
             return False

@@ -16,6 +16,7 @@ import queue
 import time
 from collections import deque
 
+from trajforge.events import Claimed, Event
 from trajforge.executors.worker import Batch, WorkerSetup, worker_main
 
 GRACE = 15.0  # seconds a worker gets to close its environments after SIGTERM
@@ -56,7 +57,7 @@ class ProcessPool:
         else:
             self.tasks.put(None)
 
-    def poll(self, timeout: float) -> list[tuple]:
+    def poll(self, timeout: float) -> list[Event]:
         """The events that arrived within `timeout` (at least one, or none when it ran out)."""
         try:
             found = [self.events.get(timeout=timeout)]
@@ -68,10 +69,10 @@ class ProcessPool:
             except queue.Empty:
                 break
         for event in found:
-            if event[0] == "claim":
-                self.claims.setdefault(event[2], []).extend(event[1])
+            if isinstance(event, Claimed):
+                self.claims.setdefault(event.pid, []).extend(event.indices)
                 self._feed()
-        return [event for event in found if event[0] != "claim"]
+        return [event for event in found if not isinstance(event, Claimed)]
 
     def lost(self, outstanding: set[int]) -> dict[int, str]:
         """Prompts that can no longer finish: those a dead worker (OOM, segfault) had taken, and all

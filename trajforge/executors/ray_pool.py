@@ -17,6 +17,7 @@ import tempfile
 import time
 from collections import deque
 
+from trajforge.events import Claimed, Event, PromptDone
 from trajforge.executors.worker import Batch, WorkerSetup, serve
 from trajforge.runfolder.folder import BatchFiles, RunFolder
 
@@ -28,19 +29,19 @@ class Sink:
     """Collects the tasks' events for the driver and remembers which prompts finished."""
 
     def __init__(self):
-        self.events: list[tuple] = []
+        self.events: list[Event] = []
         self.finished: dict[int, set[int]] = {}
 
-    def put(self, event: tuple) -> None:
+    def put(self, event: Event) -> None:
         self.events.append(event)
-        if event[0] == "done":
-            self.finished.setdefault(event[2], set()).add(event[1])
+        if isinstance(event, PromptDone):
+            self.finished.setdefault(event.batch_num, set()).add(event.index)
 
-    def put_many(self, events: list[tuple]) -> None:
+    def put_many(self, events: list[Event]) -> None:
         for event in events:
             self.put(event)
 
-    def drain(self) -> list[tuple]:
+    def drain(self) -> list[Event]:
         events, self.events = self.events, []
         return events
 
@@ -57,10 +58,10 @@ class SinkEvents:
 
     def __init__(self, sink):
         self.sink = sink
-        self.buffer: list[tuple] = []
+        self.buffer: list[Event] = []
         self.timer: asyncio.TimerHandle | None = None
 
-    def put(self, event: tuple) -> None:
+    def put(self, event: Event) -> None:
         self.buffer.append(event)
         if self.timer is None:
             try:
@@ -89,7 +90,7 @@ def run_batch(setup: WorkerSetup, batch: Batch, sink, shared_fs: bool) -> None:
             if record["prompt_index"] not in done:
                 done.add(record["prompt_index"])
                 outcome = record.get("discarded") or record["metadata"]["exit_reason"]
-                events.put(("done", record["prompt_index"], batch.num, outcome, 0))
+                events.put(PromptDone(record["prompt_index"], batch.num, outcome, 0))
     todo = Batch(batch.num, [(index, entry) for index, entry in batch.entries if index not in done])
     tasks: queue.Queue = queue.Queue()
     for item in (todo, None) if todo.entries else (None,):
@@ -142,7 +143,7 @@ class RayPool:
             batch = self.waiting.popleft()
             self.running[self.task.remote(self.setup, batch, self.sink, self.shared_fs)] = batch
 
-    def poll(self, timeout: float) -> list[tuple]:
+    def poll(self, timeout: float) -> list[Event]:
         ray = self.ray
         ready, _ = ray.wait(list(self.running), num_returns=len(self.running), timeout=0) if self.running else ([], [])
         events = ray.get(self.sink.drain.remote())
@@ -154,12 +155,12 @@ class RayPool:
                 self.failed.append((batch, f"Ray task failed: {type(exc).__name__}: {str(exc)[:300]}"))
         self._submit()
         if self.files is not None:  # the lines come with the events: on disk before they count
-            written = {self.files.write(event[2], event[5]) for event in events if event[0] == "done"}
-            for fd in written:
+            done = [event for event in events if isinstance(event, PromptDone)]
+            for fd in {self.files.write(event.batch_num, event.line) for event in done}:
                 os.fsync(fd)
         if not events:
             time.sleep(min(timeout, 0.1))
-        return [event[:5] if event[0] == "done" else event for event in events if event[0] != "claim"]
+        return [event for event in events if not isinstance(event, Claimed)]  # the driver ignores a done line
 
     def lost(self, outstanding: set[int]) -> dict[int, str]:
         lost: dict[int, str] = {}

@@ -14,7 +14,7 @@ import signal
 import sys
 import time
 import traceback
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import orjson
 
@@ -23,6 +23,7 @@ from trajectory import build_record, discard_reason
 from trajforge.agent.loop import run_agent
 from trajforge.config import RunConfig
 from trajforge.environments import SetupError, backend_for
+from trajforge.events import Claimed, LogLine, PromptDone, PromptError, PromptFailed, RunRefused
 from trajforge.model.client import ModelClient
 from trajforge.model.retry import ModelCallFailed, RunStopped
 from trajforge.model.usage import add_usage
@@ -47,7 +48,7 @@ class WorkerSetup:
 
 class Worker:
     """Runs prompts; `files` writes their lines, or, where the driver writes them (Ray without a
-    shared filesystem), each line travels in its "done" event."""
+    shared filesystem), each line travels in its PromptDone event."""
 
     def __init__(self, setup: WorkerSetup, events, files: BatchFiles | None):
         self.setup = setup
@@ -68,7 +69,7 @@ class Worker:
         def log(label: str, text: str) -> None:
             preview = " ".join(text.split())
             preview = preview[:width] + ("…" if len(preview) > width else "")
-            self.events.put(("log", f"[prompt {index}] {label}: {preview}"))
+            self.events.put(LogLine(f"[prompt {index}] {label}: {preview}"))
 
         return log
 
@@ -89,7 +90,7 @@ class Worker:
                     break
                 if self.files:
                     self.files.start(batch.num, len(batch.entries))
-                self.events.put(("claim", [index for index, _ in batch.entries], os.getpid()))
+                self.events.put(Claimed(tuple(index for index, _ in batch.entries), os.getpid()))
                 pending = ((batch.num, index, entry) for index, entry in batch.entries)
                 item = next(pending)
             task = asyncio.create_task(self.run_prompt(*item))
@@ -130,19 +131,17 @@ class Worker:
             if reason:
                 record["discarded"] = reason
             line = orjson.dumps(record) + b"\n"
-            done = ("done", index, batch_num, reason or result.exit_reason, result.retries)
             if self.files:
                 await self.files.append(batch_num, line)
-                self.events.put(done)
-            else:
-                self.events.put((*done, line))
+            outcome = reason or result.exit_reason
+            self.events.put(PromptDone(index, batch_num, outcome, result.retries, None if self.files else line))
         except RunStopped as exc:
             self.stopped = True
-            self.events.put(("fatal", index, batch_num, str(exc)))
+            self.events.put(RunRefused(index, batch_num, str(exc)))
         except Exception as exc:
-            failure = _failure(exc)
-            failure["message"] = self.services.redact(failure["message"])  # error bodies may echo the request
-            self.events.put(("failed", index, batch_num, failure))
+            error = _failure(exc)
+            error = replace(error, message=self.services.redact(error.message))  # error bodies may echo the request
+            self.events.put(PromptFailed(index, batch_num, error))
         finally:
             if env is not None:
                 await env.close()
@@ -166,7 +165,7 @@ async def _exit_with_parent(parent: int, task: asyncio.Task) -> None:
     task.cancel()
 
 
-def _failure(exc: Exception) -> dict:
+def _failure(exc: Exception) -> PromptError:
     if isinstance(exc, ModelCallFailed):
         kind, attempts = f"api_{exc.kind}", exc.attempts
     elif isinstance(exc, SetupError):
@@ -176,7 +175,7 @@ def _failure(exc: Exception) -> dict:
     message = str(exc) or type(exc).__name__
     if kind.startswith("crash_"):
         message += "\n" + "".join(traceback.format_exception(exc)[-3:])
-    return {"error_type": kind, "message": message, "attempts": attempts}
+    return PromptError(kind, message, attempts)
 
 
 def _watch_children_with_pidfds() -> None:

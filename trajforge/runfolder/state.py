@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import time
+from dataclasses import asdict
 from datetime import UTC, datetime
 
+from trajforge.events import PromptDone, PromptEnded, PromptError, PromptFailed, RunRefused
 from trajforge.runfolder.folder import RunFolder, write_json_atomic
 
 
@@ -22,29 +24,33 @@ class RunState:
         self.saved_at = 0.0
         self.dirty = True
 
-    def record(self, kind: str, index: int, batch_num: int | None, detail, extra) -> None:
-        """One prompt ended: "done" (detail: its outcome), "failed" or "fatal" (detail: the error)."""
+    def record(self, event: PromptEnded) -> None:
+        """One prompt ended: its outcome counts in its batch's stats; a failure also gets a line in
+        errors.jsonl, and a refusal stops the run."""
         self.ended += 1
         self.dirty = True
-        stats = self.batch_stats.setdefault(str(batch_num), {}) if batch_num is not None else {}
-        if kind == "done":
-            self.completed.add(index)
-            stats[detail] = stats.get(detail, 0) + 1
-            stats["retries"] = stats.get("retries", 0) + extra[0]
-            return
-        if kind == "fatal":
-            self.stopped = detail
-            detail = {"error_type": "api_refused", "message": detail, "attempts": 1}
-        self.failed.add(index)
+        stats = self.batch_stats.setdefault(str(event.batch_num), {}) if event.batch_num is not None else {}
+        match event:
+            case PromptDone(outcome=outcome, retries=retries):
+                self.completed.add(event.index)
+                stats[outcome] = stats.get(outcome, 0) + 1
+                stats["retries"] = stats.get("retries", 0) + retries
+                return
+            case RunRefused(reason=reason):
+                self.stopped = reason
+                error = PromptError("api_refused", reason, 1)
+            case PromptFailed(error=error):
+                pass
+        self.failed.add(event.index)
         stats["failed"] = stats.get("failed", 0) + 1
-        stats["retries"] = stats.get("retries", 0) + detail["attempts"] - 1
+        stats["retries"] = stats.get("retries", 0) + error.attempts - 1
         self.folder.append_error(
             {
-                "prompt_index": index,
-                "batch_num": batch_num,
-                **detail,
+                "prompt_index": event.index,
+                "batch_num": event.batch_num,
+                **asdict(error),
                 "time": datetime.now(UTC).isoformat(timespec="seconds"),
-                "source": self.entries[index],  # what --resume matches on
+                "source": self.entries[event.index],  # what --resume matches on
             }
         )
 

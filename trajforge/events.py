@@ -1,0 +1,71 @@
+"""What workers tell the driver, one frozen dataclass per kind.
+
+Events cross a process boundary (a multiprocessing queue, or Ray's object store), so they hold only
+plain values that pickle. The driver matches on the type: `match event: case PromptDone(): ...`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Claimed:
+    """A worker took a slice of a batch: if it dies, these prompts are lost with it."""
+
+    indices: tuple[int, ...]
+    pid: int
+
+
+@dataclass(frozen=True)
+class PromptDone:
+    """A prompt has its line in its batch file. `outcome` is the exit reason (completed, max_turns, ...)
+    or, for a discarded sample, the discard reason.
+
+    `line` is set only where the driver writes the batch files (Ray without a shared filesystem): the
+    line travels with the event and counts once the driver has it on disk."""
+
+    index: int
+    batch_num: int
+    outcome: str
+    retries: int  # model-call retries this prompt needed
+    line: bytes | None = None
+
+
+@dataclass(frozen=True)
+class PromptError:
+    """Why a prompt failed, as errors.jsonl records it."""
+
+    error_type: str  # api_<kind>, environment, crash_<exception>, worker_died, api_refused
+    message: str
+    attempts: int  # model calls tried, for an API error; 1 otherwise
+
+
+@dataclass(frozen=True)
+class PromptFailed:
+    """A prompt ended without a line; `--resume` runs it again. `batch_num` is None when the driver
+    reports it for a worker that died."""
+
+    index: int
+    batch_num: int | None
+    error: PromptError
+
+
+@dataclass(frozen=True)
+class RunRefused:
+    """The endpoint refused the key or account (401/402/403) on this prompt: the run stops."""
+
+    index: int
+    batch_num: int
+    reason: str
+
+
+@dataclass(frozen=True)
+class LogLine:
+    """A --verbose line to print as is."""
+
+    text: str
+
+
+PromptEnded = PromptDone | PromptFailed | RunRefused
+Event = Claimed | PromptEnded | LogLine
