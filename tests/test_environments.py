@@ -81,6 +81,17 @@ def test_a_timeout_kills_the_whole_process_group(kind, tmp_path):
     assert late.exit_code == 1, "a child of the timed-out command survived"
 
 
+def test_a_child_that_outlives_its_shell_goes_with_the_timeout(workspace_kind, tmp_path):
+    async def body(env):
+        # It holds the output open, so the command runs into its limit (bwrap ends it with the shell's PID namespace).
+        await env.exec("(sleep 2; echo late > late.txt) &", timeout=1)
+        await asyncio.sleep(2.5)  # the background child would have written by now
+        return await env.exec("test -e late.txt")
+
+    late = sync(in_env(make_settings(workspace_kind, tmp_path), body))
+    assert late.exit_code == 1, "a child of the timed-out command survived"
+
+
 def test_the_run_limit_caps_what_the_model_asks_for(kind, tmp_path):
     async def body(env):
         return await env.exec("sleep 5", timeout=600)

@@ -27,7 +27,7 @@ class ExecResult:
     timed_out: bool = False
 
 
-def timed_out(output: str, timeout: float) -> ExecResult:
+def timeout_result(output: str, timeout: float) -> ExecResult:
     """The result of a command its time limit ended; every backend reports it this way."""
     return ExecResult(output, 124, f"command timed out after {timeout:g}s", True)
 

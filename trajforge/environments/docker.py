@@ -26,7 +26,7 @@ from trajforge.environments import (
     container_cwd,
     image_of,
 )
-from trajforge.environments.contract import timed_out
+from trajforge.environments.contract import timeout_result
 from trajforge.environments.local import COMMAND_VARIABLES
 from trajforge.environments.shell import KEEP_ALIVE, CommandEnvironment
 
@@ -137,7 +137,7 @@ class DockerEnvironment(CommandEnvironment):
                 await self._call(self.api.exec_start, kill["Id"])
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(asyncio.shield(reading), KILL_GRACE)
-            return timed_out(output.text(), timeout)
+            return timeout_result(output.text(), timeout)
         return ExecResult(output.text(), await self._exit_code(exec_id))
 
     async def _exit_code(self, exec_id: str) -> int:

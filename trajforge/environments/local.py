@@ -12,7 +12,7 @@ import tempfile
 import time
 
 from trajforge.environments import OUTPUT_LIMIT, Backend, CappedOutput, EnvironmentSettings, ExecResult, SetupError
-from trajforge.environments.contract import timed_out
+from trajforge.environments.contract import timeout_result
 from trajforge.environments.shell import CommandEnvironment
 
 # What every command sees besides PATH and HOME; nothing of ours (API keys stay out of trajectories).
@@ -47,26 +47,33 @@ async def run_process(
         while chunk := await proc.stdout.read(65536):
             output.feed(chunk)
 
+    ended = False  # by itself: its output closed
     try:
         await asyncio.wait_for(asyncio.gather(feed(), drain()), timeout)
+        ended = True
         return ExecResult(output.text(), await proc.wait())
     except TimeoutError:
-        return timed_out(output.text(), timeout)
+        return timeout_result(output.text(), timeout)
     finally:
-        if proc.returncode is None:
+        # Timed out or cancelled: the whole group goes, also a background child that outlived the shell.
+        if not ended or proc.returncode is None:
             await end_group(proc.pid)
             await proc.wait()
 
 
 async def end_group(pgid: int) -> None:
     """SIGTERM to every process of the group; SIGKILL to those still there after TERM_GRACE."""
-    with contextlib.suppress(ProcessLookupError):  # raised once the group is empty
+    try:
         os.killpg(pgid, signal.SIGTERM)
         deadline = time.monotonic() + TERM_GRACE
         while time.monotonic() < deadline:
             await asyncio.sleep(0.05)
             os.killpg(pgid, 0)
-        os.killpg(pgid, signal.SIGKILL)
+    except ProcessLookupError:  # the group is empty
+        pass
+    finally:  # also when the prompt is cancelled during the grace
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pgid, signal.SIGKILL)
 
 
 def workspace_prefix(settings: EnvironmentSettings) -> str:
@@ -97,7 +104,7 @@ class LocalEnvironment(CommandEnvironment):
         if cwd and os.path.isabs(cwd) and not os.path.isdir(cwd):
             raise SetupError(f"cwd {cwd!r} does not exist on this machine (local environment)")
         self.workspace = make_workspace(self.settings)
-        self.cwd = os.path.join(self.workspace, cwd or "")  # an absolute cwd stays as it is
+        self.cwd = os.path.join(self.workspace, cwd) if cwd else self.workspace  # an absolute cwd stays as it is
         os.makedirs(self.cwd, exist_ok=True)
         self.env = command_env(self.workspace)
 

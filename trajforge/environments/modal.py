@@ -23,7 +23,7 @@ from trajforge.environments import (
     container_cwd,
     image_of,
 )
-from trajforge.environments.contract import timed_out
+from trajforge.environments.contract import timeout_result
 from trajforge.environments.shell import KEEP_ALIVE, CommandEnvironment
 
 APP_NAME = "batch-runner"
@@ -69,7 +69,7 @@ class ModalEnvironment(CommandEnvironment):
             output.feed(chunk)
         code = await process.wait.aio()
         if code == -1:  # what the SDK reports when the exec's timeout ended it
-            return timed_out(output.text(), timeout)
+            return timeout_result(output.text(), timeout)
         return ExecResult(output.text(), code)
 
     async def close(self) -> None:
