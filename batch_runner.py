@@ -13,11 +13,11 @@ import fire
 from rich.console import Console
 
 from toolset_distributions import DISTRIBUTIONS, distributions_table
-from trajforge import tools
 from trajforge.config import build_config, tool_settings
 from trajforge.dataset import UsageError
 from trajforge.environments import SetupError
 from trajforge.runner import BatchRunner
+from trajforge.tools import registry
 
 
 def main(
@@ -69,7 +69,7 @@ def main(
     console = Console(highlight=False, soft_wrap=True)
     if list_distributions:
         every_toolset = [name for weights in DISTRIBUTIONS.values() for name in weights]
-        _, missing = tools.available_toolsets(tool_settings(dict(locals())), every_toolset)
+        _, missing = registry.available_toolsets(tool_settings(dict(locals())), every_toolset)
         console.print(distributions_table(missing))
         return
     try:

@@ -52,7 +52,7 @@ def prompt_rng(seed: int | None, prompt_index: int) -> random.Random:
 
 def distributions_table(unavailable: list):
     """The --list_distributions view: every distribution with its toolsets and their probabilities, then
-    what this machine cannot offer and why (`unavailable`: tools.Unavailable items)."""
+    what this machine cannot offer and why (`unavailable`: tools.registry.Unavailable items)."""
     from rich.console import Group
     from rich.table import Table
 

@@ -26,7 +26,7 @@ BATCH = 1000
 PHASE = """
 import resource, sys, time
 from pathlib import Path
-from trajforge import tools
+from trajforge.tools import registry
 from trajforge.runner import match
 from collections import Counter
 from trajforge.dataset import load_dataset
@@ -40,8 +40,7 @@ if {phase!r} == "scan":
     pending, done = match(entries, finished)
     assert not pending and len(done) == len(entries)
 else:
-    tools.load_toolsets()
-    totals = merge(folder, True, sorted(tools.TOOLS), print)
+    totals = merge(folder, True, sorted(registry.TOOLS), print)
     assert totals.trajectories == {count}
 print(time.perf_counter() - started, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
 """

@@ -8,8 +8,8 @@ import os
 import pytest
 from tool_session import call, tool_session
 
-from trajforge import tools
 from trajforge.tools.browser_runtime import launch_problem
+from trajforge.tools.registry import available_toolsets
 from trajforge.tools.session import ToolSession
 from trajforge.tools.settings import ToolSettings, find_browser
 
@@ -100,7 +100,7 @@ def test_each_prompt_has_its_own_context_closed_with_the_prompt(site):
 def test_no_browser_means_the_toolset_is_not_offered(tmp_path):
     missing = tmp_path / "no-chromium"
     assert launch_problem(str(missing)).startswith(f"{missing} could not be launched: ")
-    offered, unavailable = tools.available_toolsets(ToolSettings("v", "i", browser_executable=None), ["browser"])
+    offered, unavailable = available_toolsets(ToolSettings("v", "i", browser_executable=None), ["browser"])
     assert offered == {}
     (item,) = unavailable
     assert (item.toolset, item.tool) == ("browser", None)

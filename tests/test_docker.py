@@ -38,10 +38,10 @@ def test_images_working_directories_and_labels(settings):
         entries = [{"image": BETA}, {"docker_image": BETA, "cwd": "sub"}, {"cwd": "/srv/app/x"}, {"cwd": "rel"}]
         envs = await asyncio.gather(*(backend.open(entry) for entry in entries))
         try:
-            seen = [await env.execute("pwd; cat /etc/batch-runner-test-image") for env in envs]
+            seen = [await env.exec("pwd; cat /etc/batch-runner-test-image") for env in envs]
             labels = docker.from_env().containers.get(envs[0].name).labels
-            network = await envs[0].execute("cat /proc/net/dev")
-            return [s["output"].split() for s in seen], labels, network["output"]
+            network = await envs[0].exec("cat /proc/net/dev")
+            return [s.output.split() for s in seen], labels, network.output
         finally:
             await asyncio.gather(*(env.close() for env in envs))
 
@@ -87,7 +87,7 @@ def test_docker_calls_never_block_the_event_loop(settings):
         ticker = asyncio.create_task(tick())
         backend = DockerBackend(settings)
         envs = await asyncio.gather(*(backend.open({}) for _ in range(3)))
-        await asyncio.gather(*(env.execute("sleep 1") for env in envs))
+        await asyncio.gather(*(env.exec("sleep 1") for env in envs))
         await asyncio.gather(*(env.close() for env in envs))
         ticker.cancel()
         return max(gaps)
@@ -100,7 +100,7 @@ def test_a_cancelled_prompt_removes_its_container(settings):
         env = await DockerBackend(settings).open({})
         try:
             started.set()
-            await env.execute("sleep 30")
+            await env.exec("sleep 30")
         finally:
             await env.close()
 

@@ -12,7 +12,7 @@ import uuid
 import pytest
 from conftest import tool_results
 
-from trajforge.environments import EnvironmentSettings, SetupError, backend_for, prepare_run
+from trajforge.environments import EnvironmentSettings, ExecResult, SetupError, backend_for, prepare_run
 from trajforge.environments.bwrap import BwrapBackend
 from trajforge.environments.modal import ModalBackend, has_credentials, sandbox_options
 from trajforge.environments.singularity import SingularityBackend, exec_argv, image_uri, start_argv
@@ -61,39 +61,50 @@ async def in_env(settings: EnvironmentSettings, body, entry: dict | None = None)
 
 def test_a_command_returns_its_output_and_exit_code(kind, tmp_path):
     async def body(env):
-        return await env.execute("echo out; echo err >&2; exit 3")
+        return await env.exec("echo out; echo err >&2; exit 3")
 
     result = sync(in_env(make_settings(kind, tmp_path), body))
-    assert result == {"output": "out\nerr\n", "exit_code": 3, "error": None}
+    assert result == ExecResult("out\nerr\n", 3, None, False)
 
 
 def test_a_timeout_kills_the_whole_process_group(kind, tmp_path):
     async def body(env):
         started = time.monotonic()
-        result = await env.execute("(sleep 2; echo late > late.txt) & sleep 30", timeout=1)
+        result = await env.exec("(sleep 2; echo late > late.txt) & sleep 30", timeout=1)
         took = time.monotonic() - started
         await asyncio.sleep(2.5)  # the background child would have written by now
-        return result, took, await env.execute("test -e late.txt")
+        return result, took, await env.exec("test -e late.txt")
 
     result, took, late = sync(in_env(make_settings(kind, tmp_path), body))
-    assert result["exit_code"] == 124 and "timed out after 1s" in result["error"]
+    assert result.timed_out and result.exit_code == 124 and "timed out after 1s" in result.error
     assert took < 5
-    assert late["exit_code"] == 1, "a child of the timed-out command survived"
+    assert late.exit_code == 1, "a child of the timed-out command survived"
+
+
+def test_a_child_that_outlives_its_shell_goes_with_the_timeout(workspace_kind, tmp_path):
+    async def body(env):
+        # It holds the output open, so the command runs into its limit (bwrap ends it with the shell's PID namespace).
+        await env.exec("(sleep 2; echo late > late.txt) &", timeout=1)
+        await asyncio.sleep(2.5)  # the background child would have written by now
+        return await env.exec("test -e late.txt")
+
+    late = sync(in_env(make_settings(workspace_kind, tmp_path), body))
+    assert late.exit_code == 1, "a child of the timed-out command survived"
 
 
 def test_the_run_limit_caps_what_the_model_asks_for(kind, tmp_path):
     async def body(env):
-        return await env.execute("sleep 5", timeout=600)
+        return await env.exec("sleep 5", timeout=600)
 
     result = sync(in_env(make_settings(kind, tmp_path, command_timeout=1.0), body))
-    assert result["exit_code"] == 124
+    assert result.timed_out and result.exit_code == 124
 
 
 def test_output_is_capped_with_a_visible_marker(kind, tmp_path):
     async def body(env):
-        return await env.execute("echo first; yes abcdefgh | head -c 200000; echo; echo last")
+        return await env.exec("echo first; yes abcdefgh | head -c 200000; echo; echo last")
 
-    output = sync(in_env(make_settings(kind, tmp_path), body))["output"]
+    output = sync(in_env(make_settings(kind, tmp_path), body)).output
     assert output.startswith("first\n") and output.endswith("last\n")
     assert "bytes of output omitted" in output and len(output) < 40_000
 
@@ -103,23 +114,36 @@ def test_files_written_read_and_seen_by_commands(kind, tmp_path):
 
     async def body(env):
         await env.write_file("deep/er/notes.txt", text)
-        seen = await env.execute("cat deep/er/notes.txt && printf 'from a command' > made.txt && echo > x.sh")
+        seen = await env.exec("cat deep/er/notes.txt && printf 'from a command' > made.txt && echo > x.sh")
         made = await env.read_file("made.txt")
-        await env.execute("chmod +x x.sh")
+        await env.exec("chmod +x x.sh")
         await env.write_file("x.sh", "#!/bin/sh\necho rewritten\n")  # an edit keeps the file's mode
-        executable = await env.execute("./x.sh")
-        with pytest.raises(OSError):
-            await env.read_file("missing.txt")
+        executable = await env.exec("./x.sh")
         return seen, made, executable, await env.read_file("deep/er/notes.txt")
 
     seen, made, executable, back = sync(in_env(make_settings(kind, tmp_path), body))
-    assert seen["output"] == text and made == "from a command" and back == text
-    assert executable["output"] == "rewritten\n"
+    assert seen.output == text and made == "from a command" and back == text
+    assert executable.output == "rewritten\n"
+
+
+def test_file_errors_are_the_same_in_every_backend(kind, tmp_path):
+    async def body(env):
+        await env.write_file("folder/inside.txt", b"\x89binary\x00")
+        with pytest.raises(FileNotFoundError, match=r"^cannot read missing\.txt: no such file$"):
+            await env.read_file("missing.txt")
+        with pytest.raises(IsADirectoryError, match=r"^cannot read folder: it is a directory$"):
+            await env.read_file("folder")
+        with pytest.raises(OSError, match=r"^cannot write folder: "):
+            await env.write_file("folder", "x")
+        return await env.exec("wc -c < folder/inside.txt; tail -c +2 folder/inside.txt | head -c 6")
+
+    written = sync(in_env(make_settings(kind, tmp_path), body))
+    assert written.output.split() == ["8", "binary"]  # bytes written as they are
 
 
 def test_read_file_refuses_a_file_over_the_limit(kind, tmp_path):
     async def body(env):
-        await env.execute("head -c 10000001 /dev/zero > big.bin")
+        await env.exec("head -c 10000001 /dev/zero > big.bin")
         with pytest.raises(ValueError, match="10000001 bytes"):
             await env.read_file("big.bin")
 
@@ -129,10 +153,10 @@ def test_read_file_refuses_a_file_over_the_limit(kind, tmp_path):
 def test_a_relative_cwd_is_made_inside_the_workspace(kind, tmp_path):
     async def body(env):
         await env.write_file("here.txt", "x")
-        return await env.execute("pwd && ls")
+        return await env.exec("pwd && ls")
 
     result = sync(in_env(make_settings(kind, tmp_path), body, {"cwd": "sub/dir"}))
-    where, listing = result["output"].split("\n", 1)
+    where, listing = result.output.split("\n", 1)
     assert where.endswith("/sub/dir") and listing == "here.txt\n"
 
 
@@ -146,9 +170,9 @@ def test_two_prompts_do_not_see_each_other(kind, tmp_path):
         try:
             await first.write_file("secret.txt", "first's secret")
             await first.write_file(in_tmp, "first's secret in /tmp")
-            where = (await first.execute("pwd"))["output"].strip()
-            listing = await second.execute("ls -a")
-            return listing, await second.execute(f"cat {where}/secret.txt"), await second.execute(f"cat {in_tmp}")
+            where = (await first.exec("pwd")).output.strip()
+            listing = await second.exec("ls -a")
+            return listing, await second.exec(f"cat {where}/secret.txt"), await second.exec(f"cat {in_tmp}")
         finally:
             await asyncio.gather(first.close(), second.close())
 
@@ -157,9 +181,9 @@ def test_two_prompts_do_not_see_each_other(kind, tmp_path):
     finally:
         if kind == "local":  # the local backend shares the host's /tmp
             os.remove(in_tmp)
-    assert "secret.txt" not in listing["output"]
+    assert "secret.txt" not in listing.output
     if kind != "local":  # sandboxes also hide the other's files by absolute path, and its /tmp
-        assert by_path["exit_code"] != 0 and tmp_file["exit_code"] != 0
+        assert by_path.exit_code != 0 and tmp_file.exit_code != 0
 
 
 def _leftovers(kind: str, env) -> list[str]:
@@ -169,15 +193,14 @@ def _leftovers(kind: str, env) -> list[str]:
 
         names = {c.name for c in docker.from_env().containers.list(all=True)}
         return [env.name] if env.name in names else []
-    host = env if kind == "local" else env.host
-    paths = [host.workspace] + ([env.tmp] if kind == "bwrap" else [])
+    paths = [env.workspace] + ([env.tmp] if kind == "bwrap" else [])
     return [path for path in paths if os.path.exists(path)]
 
 
 def test_close_removes_everything_of_the_prompt(kind, tmp_path):
     async def body():
         env = await backend_for(make_settings(kind, tmp_path)).open({})
-        await env.execute("echo x > file.txt")
+        await env.exec("echo x > file.txt")
         before = _leftovers(kind, env)
         await env.close()
         return before, _leftovers(kind, env)
@@ -207,9 +230,9 @@ def test_commands_never_see_api_keys(kind, tmp_path, monkeypatch):
     monkeypatch.setenv("OPENROUTER_API_KEY", "sk-or-leak-5678")
 
     async def body(env):
-        return await env.execute("env")
+        return await env.exec("env")
 
-    output = sync(in_env(make_settings(kind, tmp_path), body))["output"]
+    output = sync(in_env(make_settings(kind, tmp_path), body)).output
     assert "leak" not in output and "API_KEY" not in output
 
 
@@ -228,21 +251,21 @@ def interfaces(proc_net_dev: str) -> list[str]:
 
 def test_bwrap_host_is_read_only_with_own_pids_and_no_network(bwrap, tmp_path):
     async def body(env):
-        return [await env.execute(c) for c in ("touch /usr/bwrap-probe", "echo $$", "cat /proc/net/dev")]
+        return [await env.exec(c) for c in ("touch /usr/bwrap-probe", "echo $$", "cat /proc/net/dev")]
 
     touched, pid, network = sync(in_env(make_settings("bwrap", tmp_path), body))
-    assert "Read-only file system" in touched["output"] and not os.path.exists("/usr/bwrap-probe")
-    assert int(pid["output"]) < 10  # a fresh PID namespace
-    assert interfaces(network["output"]) == ["lo"]
+    assert "Read-only file system" in touched.output and not os.path.exists("/usr/bwrap-probe")
+    assert int(pid.output) < 10  # a fresh PID namespace
+    assert interfaces(network.output) == ["lo"]
 
 
 def test_bwrap_network_can_be_allowed(bwrap, tmp_path):
     async def body(env):
-        return await env.execute("cat /proc/net/dev")
+        return await env.exec("cat /proc/net/dev")
 
     with open("/proc/net/dev") as handle:
         host = interfaces(handle.read())
-    output = sync(in_env(make_settings("bwrap", tmp_path, sandbox_network=True), body))["output"]
+    output = sync(in_env(make_settings("bwrap", tmp_path, sandbox_network=True), body)).output
     assert interfaces(output) == host
 
 

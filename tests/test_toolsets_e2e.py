@@ -13,10 +13,10 @@ import pytest
 from conftest import ROOT, tool_results
 
 from toolset_distributions import ALL_SIX
-from trajforge import tools
 from trajforge.mock import model as mock_model
 from trajforge.model.usage import add_usage, empty_usage
 from trajforge.tools.browser_runtime import launch_problem
+from trajforge.tools.registry import BY_TOOLSET, TOOLS
 from trajforge.tools.settings import find_browser
 
 BROWSER_PROBLEM = launch_problem(find_browser(os.environ))
@@ -59,11 +59,11 @@ def test_default_distribution_offers_and_exercises_every_toolset(run, server, si
     assert result.code == 0, result.stdout + result.stderr
     assert "warning" not in result.stdout  # every toolset is available
 
-    every_tool = {t.name for toolset in ALL_SIX for t in tools.load_toolsets()[toolset]}
+    every_tool = {t.name for toolset in ALL_SIX for t in BY_TOOLSET[toolset]}
     exercised = every_tool - {"patch", "search_files"}  # the mock model edits no file in place
     for record in result.trajectories:
         assert record["toolsets_used"] == sorted(ALL_SIX) and offered_tools(record) == every_tool
-        assert set(record["tool_stats"]) == set(tools.TOOLS)  # every registered tool, execute_code included
+        assert set(record["tool_stats"]) == set(TOOLS)  # every registered tool, execute_code included
         for name in exercised:
             assert record["tool_stats"][name]["success"] >= 1, (name, record["tool_stats"][name])
         assert sum(stats["failure"] for stats in record["tool_stats"].values()) == 0

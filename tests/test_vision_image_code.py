@@ -14,7 +14,7 @@ from tool_session import call, tool_session
 
 from trajforge.environments import EnvironmentSettings
 from trajforge.mock.model import solid_png
-from trajforge.tools.transfer import read_bytes, write_bytes
+from trajforge.tools.transfer import read_bytes
 
 ALPHA = "batch-runner-test/alpha:1"  # busybox only: base64, but no python
 
@@ -50,8 +50,8 @@ def test_vision_sends_a_workspace_image_as_a_data_url(server):
     png = solid_png(3, 2, b"\x01\x02\x03")
 
     async def scenario(session):
-        await write_bytes(session, "pics/dot.png", png)
-        await session.write_file("notes.txt", "not an image")
+        await session.env.write_file("pics/dot.png", png)
+        await session.env.write_file("notes.txt", "not an image")
         return [
             await call(session, "vision_analyze", image_url=path) for path in ("pics/dot.png", "notes.txt", "nope.png")
         ]
@@ -73,9 +73,9 @@ def png_size(data: bytes) -> tuple[int, int]:
 def test_image_generate_saves_the_image_in_the_workspace(server):
     async def scenario(session):
         result = await call(session, "image_generate", prompt="A red boat!", size="256x128")
-        saved = await read_bytes(session, result["path"], 10**6)
-        listing = await session.execute("ls -a . images")
-        return result, saved, listing["output"], dict(session.usage)
+        saved = await read_bytes(session.env, result["path"], 10**6)
+        listing = await session.env.exec("ls -a . images")
+        return result, saved, listing.output, dict(session.usage)
 
     result, saved, listing, usage = in_session(scenario, model_url=server.base_url)
     assert re.fullmatch(r"images/a-red-boat-[0-9a-f]{6}\.png", result["path"])
@@ -91,7 +91,7 @@ def test_image_generate_saves_the_image_in_the_workspace(server):
 def test_image_generate_downloads_an_image_given_as_a_url(server):
     async def scenario(session):
         result = await call(session, "image_generate", prompt="a kite [mock image=url]")
-        return result, await read_bytes(session, result["path"], 10**6)
+        return result, await read_bytes(session.env, result["path"], 10**6)
 
     result, saved = in_session(scenario, model_url=server.base_url)
     assert result["url"] == f"http://127.0.0.1:{server.port}/_mock/image.png"
@@ -116,8 +116,8 @@ def test_execute_code_returns_stdout_stderr_and_the_exit_code():
     async def scenario(session):
         result = await call(session, "execute_code", code=code)
         broken = await call(session, "execute_code", code="def broken(:\n")
-        listing = await session.execute("ls -a")
-        return result, broken, listing["output"].split()
+        listing = await session.env.exec("ls -a")
+        return result, broken, listing.output.split()
 
     result, broken, listing = in_session(scenario)
     assert result == {"stdout": "to stdout\n", "stderr": "to stderr\n", "exit_code": 3}
@@ -148,7 +148,7 @@ def test_execute_code_kills_the_program_and_its_children_on_timeout(tmp_path):
 
 def test_images_travel_through_a_container_environment(docker_host, server, tmp_path):
     """image_generate saves into the container and vision_analyze reads it back from there: the
-    environment protocol moves text, so the bytes go base64 through busybox's own tools."""
+    environment reads text, so the bytes come back base64 through busybox's own tools."""
     settings = EnvironmentSettings(
         kind="docker", command_timeout=10.0, default_image=ALPHA, run_name="tools-test", run_dir=str(tmp_path)
     )
@@ -156,9 +156,9 @@ def test_images_travel_through_a_container_environment(docker_host, server, tmp_
     async def scenario(session):
         made = await call(session, "image_generate", prompt="a green field", size="32x16")
         seen = await call(session, "vision_analyze", image_url=made["path"])
-        where = await session.execute("pwd; cat /etc/batch-runner-test-image")
+        where = await session.env.exec("pwd; cat /etc/batch-runner-test-image")
         code = await call(session, "execute_code", code="print(1)")
-        return made, seen, where["output"].split(), code
+        return made, seen, where.output.split(), code
 
     made, seen, where, code = in_session(scenario, model_url=server.base_url, environment=settings)
     assert where[1] == ALPHA  # it ran in the container

@@ -10,7 +10,7 @@ import time
 from local_site import SEARCH_KEY
 from tool_session import call, tool_session
 
-from trajforge import tools
+from trajforge.tools.registry import available_toolsets
 from trajforge.tools.search_providers import TAVILY_ENDPOINT, SearchProvider, search_provider
 from trajforge.tools.settings import ToolSettings
 from trajforge.tools.web import TEXT_LIMIT
@@ -152,10 +152,10 @@ def test_the_provider_comes_from_the_environment():
 
 
 def test_without_a_provider_only_web_search_is_left_out():
-    offered, missing = tools.available_toolsets(ToolSettings("v", "i"), ["web"])
+    offered, missing = available_toolsets(ToolSettings("v", "i"), ["web"])
     assert [t.name for t in offered["web"]] == ["web_extract"]
     (item,) = missing
     assert (item.toolset, item.tool) == ("web", "web_search")
     assert item.reason.startswith("no search provider configured: set WEB_SEARCH_URL")
-    offered, missing = tools.available_toolsets(ToolSettings("v", "i", search=SearchProvider("searxng", "x")), ["web"])
+    offered, missing = available_toolsets(ToolSettings("v", "i", search=SearchProvider("searxng", "x")), ["web"])
     assert [t.name for t in offered["web"]] == ["web_extract", "web_search"] and missing == []

@@ -6,13 +6,13 @@ from __future__ import annotations
 import contextlib
 import json
 
-from trajforge import tools
 from trajforge.environments import EnvironmentSettings, backend_for
 from trajforge.model.client import ModelSettings
+from trajforge.tools import call_tool
+from trajforge.tools.registry import TOOLS
 from trajforge.tools.session import ToolServices, ToolSession
 from trajforge.tools.settings import ToolSettings
 
-tools.load_toolsets()
 NO_MODEL = "http://127.0.0.1:9/v1"  # for tests that make no model call
 
 
@@ -33,4 +33,4 @@ async def tool_session(model_url: str = NO_MODEL, environment: EnvironmentSettin
 
 
 async def call(session: ToolSession, name: str, **arguments) -> dict:
-    return await tools.call_tool(session, name, json.dumps(arguments), tools.TOOLS)
+    return await call_tool(session, name, json.dumps(arguments), TOOLS)

@@ -16,7 +16,6 @@ from rich.console import Console
 from rich.markup import escape
 
 from toolset_distributions import DISTRIBUTIONS, usable
-from trajforge import tools
 from trajforge.config import RunConfig
 from trajforge.dataset import Entry, UsageError, load_dataset
 from trajforge.environments import SetupError, prepare_run, remove_leftovers
@@ -28,6 +27,7 @@ from trajforge.progress import ProgressView, print_summary
 from trajforge.runfolder.folder import RunFolder, entry_key, write_json_atomic
 from trajforge.runfolder.merge import merge
 from trajforge.runfolder.state import RunState
+from trajforge.tools import registry
 
 CHECKPOINT_EVERY = 1.0  # seconds; batch files, not the checkpoint, are the record of what is done
 
@@ -99,7 +99,7 @@ class BatchRunner:
         config = self.config
         started = time.time()
         entries = load_dataset(config.dataset_file, config.max_samples)
-        toolsets, missing = tools.available_toolsets(config.tools, DISTRIBUTIONS[config.distribution])
+        toolsets, missing = registry.available_toolsets(config.tools, DISTRIBUTIONS[config.distribution])
         for item in missing:
             self.warn(f"{item.tool or item.toolset} is not available here, so it is not offered: {item.reason}")
         weights = usable(config.distribution, set(toolsets))
@@ -119,7 +119,7 @@ class BatchRunner:
         ]
         if config.resume:
             self.console.print(f"Resuming {config.run_name}: {len(done)} prompts already done, {len(pending)} to run")
-        tool_names = sorted(tools.TOOLS)
+        tool_names = sorted(registry.TOOLS)
         by_index = {e.index: e.data for e in entries}
         state = RunState(self.folder, config.run_name, str(config.dataset_file), by_index, done)
         interrupted = False

@@ -1,14 +1,8 @@
 """Where a prompt's commands and files live. One environment per prompt, closed after it.
 
-An environment is any object with these four coroutines; a failed command is data, not an exception:
-
-    execute(command, timeout) -> {"output": str, "exit_code": int, "error": str | None}
-    read_file(path) -> str
-    write_file(path, data) -> None
-    close() -> None
-
-A Backend (one per worker process) opens them: local (a temporary workspace), bwrap (the same under
-bubblewrap), docker (a container per prompt), singularity (an instance per prompt) and modal (a
+The contract (contract.py): an Environment has start, exec -> ExecResult, read_file, write_file and
+close; a Backend (one per worker process) opens them: local (a temporary workspace), bwrap (the same
+under bubblewrap), docker (a container per prompt), singularity (an instance per prompt) and modal (a
 Sandbox per prompt); the last three use the entry's `image` or `docker_image`.
 """
 
@@ -18,21 +12,13 @@ import hashlib
 import importlib
 import posixpath
 from dataclasses import dataclass
-from typing import Protocol
+
+from trajforge.environments.contract import Backend, Environment, ExecResult, SetupError
+
+__all__ = ["Backend", "Environment", "ExecResult", "SetupError"]  # the contract, where callers look for it
 
 OUTPUT_LIMIT = 32_000  # bytes of command output kept: the head and the tail, half each
 FILE_LIMIT = 10_000_000  # bytes read_file will load
-
-
-class Environment(Protocol):
-    async def execute(self, command: str, timeout: float | None = None) -> dict: ...
-    async def read_file(self, path: str) -> str: ...
-    async def write_file(self, path: str, data: str) -> None: ...
-    async def close(self) -> None: ...
-
-
-class SetupError(Exception):
-    """An environment could not be set up: the prompt fails and is retried on --resume."""
 
 
 @dataclass(frozen=True)
@@ -53,10 +39,6 @@ class EnvironmentSettings:
     def limit(self, timeout: float | None) -> float:
         """A command's time limit: what the model asked for, never more than --command_timeout."""
         return min(timeout, self.command_timeout) if timeout and timeout > 0 else self.command_timeout
-
-
-def file_too_big(path: str, size: int) -> ValueError:
-    return ValueError(f"{path} is {size} bytes, more than read_file loads; use terminal with head or grep")
 
 
 def image_of(entry: dict, settings: EnvironmentSettings) -> str:
@@ -94,37 +76,6 @@ class CappedOutput:
         return self.head.decode(errors="replace") + marker + self.tail.decode(errors="replace")
 
 
-class Backend:
-    """Opens the environments of one worker process and holds what its prompts share (a client, the
-    images already checked). Subclasses override `open`, and `check`/`remove_leftovers` as needed."""
-
-    def __init__(self, settings: EnvironmentSettings):
-        self.settings = settings
-
-    async def open(self, entry: dict) -> Environment:
-        """A fresh environment for one dataset entry; SetupError fails only that prompt."""
-        raise NotImplementedError
-
-    @classmethod
-    def check(cls, settings: EnvironmentSettings) -> None:
-        """Raise SetupError, saying how to fix it, when this backend cannot work on this machine."""
-
-    @classmethod
-    def remove_leftovers(cls, settings: EnvironmentSettings) -> None:
-        """Remove what a killed run of settings.run_dir left behind (containers, instances, sandboxes)."""
-
-
-async def started(env):
-    """`env` once its start() is done; closed again when starting fails or is cancelled, so a
-    half-made container or instance never outlives its prompt."""
-    try:
-        await env.start()
-    except BaseException:
-        await env.close()
-        raise
-    return env
-
-
 BACKENDS = {
     "local": "trajforge.environments.local:LocalBackend",
     "bwrap": "trajforge.environments.bwrap:BwrapBackend",
@@ -149,10 +100,7 @@ def backend_for(settings: EnvironmentSettings) -> Backend:
 def prepare_run(settings: EnvironmentSettings, resume: bool) -> None:
     """Before any prompt runs: fail fast (SetupError) when the backend cannot work here, and on
     --resume remove what a killed run of the same folder left behind."""
-    backend = backend_class(settings.kind)
-    backend.check(settings)
-    if resume:
-        backend.remove_leftovers(settings)
+    backend_class(settings.kind).prepare_run(settings, resume)
 
 
 def remove_leftovers(settings: EnvironmentSettings) -> None:

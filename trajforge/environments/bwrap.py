@@ -8,9 +8,8 @@ import shutil
 import subprocess
 import tempfile
 
-from trajforge.environments import OUTPUT_LIMIT, EnvironmentSettings, SetupError
+from trajforge.environments import OUTPUT_LIMIT, EnvironmentSettings, ExecResult, SetupError
 from trajforge.environments.local import LocalBackend, LocalEnvironment, make_workspace, run_process
-from trajforge.environments.shell import CommandEnvironment
 
 
 def bwrap_argv(settings: EnvironmentSettings, binds: list[tuple[str, str]], cwd: str, argv: list[str]) -> list[str]:
@@ -26,26 +25,33 @@ def bwrap_argv(settings: EnvironmentSettings, binds: list[tuple[str, str]], cwd:
     return [*sandbox, "--chdir", cwd, "--", *argv]
 
 
-class BwrapEnvironment(CommandEnvironment):
-    def __init__(self, cwd: str | None, settings: EnvironmentSettings):
-        self.settings = settings
-        self.host = LocalEnvironment(cwd, settings)  # the workspace, the cwd and the variables commands see
-        # /tmp is per prompt, kept between its commands; the host's /tmp (other prompts' workspaces) is hidden.
-        self.tmp = make_workspace(settings, "tmp-")
-        self.binds = [(self.tmp, "/tmp"), (self.host.workspace, self.host.workspace)]
+class BwrapEnvironment(LocalEnvironment):
+    """The local workspace, cwd and variables; each command sandboxed."""
 
-    async def run(self, argv: list[str], timeout: float, stdin: bytes | None = None, limit: int = OUTPUT_LIMIT) -> dict:
-        sandboxed = bwrap_argv(self.settings, self.binds, self.host.cwd, argv)
-        return await run_process(sandboxed, self.host.workspace, self.host.env, timeout, stdin, limit)
+    def __init__(self, cwd: str | None, settings: EnvironmentSettings):
+        super().__init__(cwd, settings)
+        self.tmp = ""  # made by start()
+
+    async def start(self) -> None:
+        await super().start()
+        # /tmp is per prompt, kept between its commands; the host's /tmp (other prompts' workspaces) is hidden.
+        self.tmp = make_workspace(self.settings, "tmp-")
+
+    async def run(
+        self, argv: list[str], timeout: float, stdin: bytes | None = None, limit: int = OUTPUT_LIMIT
+    ) -> ExecResult:
+        binds = [(self.tmp, "/tmp"), (self.workspace, self.workspace)]
+        sandboxed = bwrap_argv(self.settings, binds, self.cwd, argv)
+        return await run_process(sandboxed, self.workspace, self.env, timeout, stdin, limit)
 
     async def close(self) -> None:
-        await self.host.close()
-        if not self.settings.keep_workspaces:
+        await super().close()
+        if self.tmp and not self.settings.keep_workspaces:
             shutil.rmtree(self.tmp, ignore_errors=True)
 
 
 class BwrapBackend(LocalBackend):  # the same workspaces, so the same leftovers
-    async def open(self, entry: dict) -> BwrapEnvironment:
+    async def environment(self, entry: dict) -> BwrapEnvironment:
         return BwrapEnvironment(entry.get("cwd"), self.settings)
 
     @classmethod

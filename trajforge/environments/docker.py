@@ -21,11 +21,12 @@ from trajforge.environments import (
     Backend,
     CappedOutput,
     EnvironmentSettings,
+    ExecResult,
     SetupError,
     container_cwd,
     image_of,
-    started,
 )
+from trajforge.environments.contract import timeout_result
 from trajforge.environments.local import COMMAND_VARIABLES
 from trajforge.environments.shell import KEEP_ALIVE, CommandEnvironment
 
@@ -109,7 +110,9 @@ class DockerEnvironment(CommandEnvironment):
         except DockerException as exc:
             raise SetupError(f"cannot start a container from {self.image!r}: {_reason(exc)}") from None
 
-    async def run(self, argv: list[str], timeout: float, stdin: bytes | None = None, limit: int = OUTPUT_LIMIT) -> dict:
+    async def run(
+        self, argv: list[str], timeout: float, stdin: bytes | None = None, limit: int = OUTPUT_LIMIT
+    ) -> ExecResult:
         if stdin is not None:
             staged = f"{self.cwd.rstrip('/')}/.batch-runner-input-{uuid.uuid4().hex}"
             await self._call(self.api.put_archive, self.name, self.cwd, _tar(os.path.basename(staged), stdin))
@@ -134,8 +137,8 @@ class DockerEnvironment(CommandEnvironment):
                 await self._call(self.api.exec_start, kill["Id"])
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(asyncio.shield(reading), KILL_GRACE)
-            return {"output": output.text(), "exit_code": 124, "error": f"command timed out after {timeout:g}s"}
-        return {"output": output.text(), "exit_code": await self._exit_code(exec_id), "error": None}
+            return timeout_result(output.text(), timeout)
+        return ExecResult(output.text(), await self._exit_code(exec_id))
 
     async def _exit_code(self, exec_id: str) -> int:
         # The engine can report the exec as running for a moment after its output ended.
@@ -172,12 +175,11 @@ class DockerBackend(Backend):
             self.shared[key] = asyncio.get_running_loop().run_in_executor(self.pool, function, *args)
         return await asyncio.shield(self.shared[key])  # a cancelled prompt must not cancel it for the others
 
-    async def open(self, entry: dict) -> DockerEnvironment:
+    async def environment(self, entry: dict) -> DockerEnvironment:
         client = await self._once("client", connect)
         image = image_of(entry, self.settings)
         workdir = await self._once(f"image:{image}", image_workdir, client, image)
-        env = DockerEnvironment(client, image, container_cwd(entry, workdir or DEFAULT_CWD), self.settings)
-        return await started(env)
+        return DockerEnvironment(client, image, container_cwd(entry, workdir or DEFAULT_CWD), self.settings)
 
     @classmethod
     def check(cls, settings: EnvironmentSettings) -> None:

@@ -9,26 +9,22 @@ import os
 import shutil
 import signal
 import tempfile
-from pathlib import Path
+import time
 
-from trajforge.environments import (
-    FILE_LIMIT,
-    OUTPUT_LIMIT,
-    Backend,
-    CappedOutput,
-    EnvironmentSettings,
-    SetupError,
-    file_too_big,
-)
+from trajforge.environments import OUTPUT_LIMIT, Backend, CappedOutput, EnvironmentSettings, ExecResult, SetupError
+from trajforge.environments.contract import timeout_result
+from trajforge.environments.shell import CommandEnvironment
 
 # What every command sees besides PATH and HOME; nothing of ours (API keys stay out of trajectories).
 COMMAND_VARIABLES = {"LANG": "C.UTF-8", "TERM": "dumb", "PYTHONUNBUFFERED": "1"}
+TERM_GRACE = 2.0  # seconds a timed-out command's processes get to end after SIGTERM, before SIGKILL
 
 
 async def run_process(
     argv: list[str], cwd: str, env: dict, timeout: float, stdin: bytes | None = None, limit: int = OUTPUT_LIMIT
-) -> dict:
-    """Run argv in its own process group, feeding it `stdin`; on timeout kill the whole group."""
+) -> ExecResult:
+    """Run argv in its own process group, feeding it `stdin`; on timeout (or cancellation) end the whole
+    group: SIGTERM, then SIGKILL for what is still there after TERM_GRACE."""
     proc = await asyncio.create_subprocess_exec(
         *argv,
         cwd=cwd,
@@ -51,17 +47,33 @@ async def run_process(
         while chunk := await proc.stdout.read(65536):
             output.feed(chunk)
 
+    ended = False  # by itself: its output closed
     try:
         await asyncio.wait_for(asyncio.gather(feed(), drain()), timeout)
-        code = await proc.wait()
-        return {"output": output.text(), "exit_code": code, "error": None}
+        ended = True
+        return ExecResult(output.text(), await proc.wait())
     except TimeoutError:
-        return {"output": output.text(), "exit_code": 124, "error": f"command timed out after {timeout:g}s"}
+        return timeout_result(output.text(), timeout)
     finally:
-        if proc.returncode is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
+        # Timed out or cancelled: the whole group goes, also a background child that outlived the shell.
+        if not ended or proc.returncode is None:
+            await end_group(proc.pid)
             await proc.wait()
+
+
+async def end_group(pgid: int) -> None:
+    """SIGTERM to every process of the group; SIGKILL to those still there after TERM_GRACE."""
+    try:
+        os.killpg(pgid, signal.SIGTERM)
+        deadline = time.monotonic() + TERM_GRACE
+        while time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+            os.killpg(pgid, 0)
+    except ProcessLookupError:  # the group is empty
+        pass
+    finally:  # also when the prompt is cancelled during the grace
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pgid, signal.SIGKILL)
 
 
 def workspace_prefix(settings: EnvironmentSettings) -> str:
@@ -78,46 +90,40 @@ def command_env(home: str) -> dict:
     return {"PATH": os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin"), "HOME": home, **COMMAND_VARIABLES}
 
 
-class LocalEnvironment:
+class LocalEnvironment(CommandEnvironment):
+    """A fresh temporary workspace on this machine; commands run there (or in the entry's `cwd`)."""
+
     def __init__(self, cwd: str | None, settings: EnvironmentSettings):
         self.settings = settings
-        self.workspace = make_workspace(settings)
-        self.cwd = self.workspace
-        if cwd and os.path.isabs(cwd):
-            if not os.path.isdir(cwd):
-                shutil.rmtree(self.workspace, ignore_errors=True)
-                raise SetupError(f"cwd {cwd!r} does not exist on this machine (local environment)")
-            self.cwd = cwd
-        elif cwd:
-            self.cwd = os.path.join(self.workspace, cwd)
-            os.makedirs(self.cwd, exist_ok=True)
+        self.asked_cwd = cwd
+        self.workspace = self.cwd = ""  # made by start()
+        self.env: dict = {}
+
+    async def start(self) -> None:
+        cwd = self.asked_cwd
+        if cwd and os.path.isabs(cwd) and not os.path.isdir(cwd):
+            raise SetupError(f"cwd {cwd!r} does not exist on this machine (local environment)")
+        self.workspace = make_workspace(self.settings)
+        self.cwd = os.path.join(self.workspace, cwd) if cwd else self.workspace  # an absolute cwd stays as it is
+        os.makedirs(self.cwd, exist_ok=True)
         self.env = command_env(self.workspace)
 
-    def path(self, path: str) -> Path:
-        return Path(self.cwd, path)
-
-    async def execute(self, command: str, timeout: float | None = None) -> dict:
-        return await run_process(["sh", "-c", command], self.cwd, self.env, self.settings.limit(timeout))
-
-    async def read_file(self, path: str) -> str:
-        target = self.path(path)
-        size = target.stat().st_size
-        if size > FILE_LIMIT:
-            raise file_too_big(path, size)
-        return target.read_text(errors="replace")
-
-    async def write_file(self, path: str, data: str) -> None:
-        target = self.path(path)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(data)
+    async def run(
+        self, argv: list[str], timeout: float, stdin: bytes | None = None, limit: int = OUTPUT_LIMIT
+    ) -> ExecResult:
+        return await run_process(argv, self.cwd, self.env, timeout, stdin, limit)
 
     async def close(self) -> None:
-        if not self.settings.keep_workspaces:
+        if self.workspace and not self.settings.keep_workspaces:
             shutil.rmtree(self.workspace, ignore_errors=True)
 
 
 class LocalBackend(Backend):
-    async def open(self, entry: dict) -> LocalEnvironment:
+    @classmethod
+    def check(cls, settings: EnvironmentSettings) -> None:
+        """A temporary folder and `sh` are all it needs: it works wherever this program runs."""
+
+    async def environment(self, entry: dict) -> LocalEnvironment:
         return LocalEnvironment(entry.get("cwd"), self.settings)
 
     @classmethod

@@ -18,11 +18,12 @@ from trajforge.environments import (
     Backend,
     CappedOutput,
     EnvironmentSettings,
+    ExecResult,
     SetupError,
     container_cwd,
     image_of,
-    started,
 )
+from trajforge.environments.contract import timeout_result
 from trajforge.environments.shell import KEEP_ALIVE, CommandEnvironment
 
 APP_NAME = "batch-runner"
@@ -53,7 +54,9 @@ class ModalEnvironment(CommandEnvironment):
         if await made.wait.aio():
             raise SetupError(f"cannot create cwd {self.cwd!r} in the sandbox: {await made.stderr.read.aio()}")
 
-    async def run(self, argv: list[str], timeout: float, stdin: bytes | None = None, limit: int = OUTPUT_LIMIT) -> dict:
+    async def run(
+        self, argv: list[str], timeout: float, stdin: bytes | None = None, limit: int = OUTPUT_LIMIT
+    ) -> ExecResult:
         process = await self.sandbox.exec.aio(
             *MERGE_STDERR, *argv, timeout=max(1, math.ceil(timeout)), workdir=self.cwd, text=False
         )
@@ -66,8 +69,8 @@ class ModalEnvironment(CommandEnvironment):
             output.feed(chunk)
         code = await process.wait.aio()
         if code == -1:  # what the SDK reports when the exec's timeout ended it
-            return {"output": output.text(), "exit_code": 124, "error": f"command timed out after {timeout:g}s"}
-        return {"output": output.text(), "exit_code": code, "error": None}
+            return timeout_result(output.text(), timeout)
+        return ExecResult(output.text(), code)
 
     async def close(self) -> None:
         from modal.exception import Error
@@ -82,7 +85,7 @@ class ModalBackend(Backend):
         super().__init__(settings)
         self.app = None
 
-    async def open(self, entry: dict) -> ModalEnvironment:
+    async def environment(self, entry: dict) -> ModalEnvironment:
         import modal
         from modal.exception import Error
 
@@ -95,8 +98,7 @@ class ModalBackend(Backend):
             )
         except Error as exc:
             raise SetupError(f"Modal cannot start a sandbox from {image!r}: {exc}") from None
-        env = ModalEnvironment(sandbox, container_cwd(entry, WORKSPACE), self.settings)
-        return await started(env)
+        return ModalEnvironment(sandbox, container_cwd(entry, WORKSPACE), self.settings)
 
     @classmethod
     def check(cls, settings: EnvironmentSettings) -> None:

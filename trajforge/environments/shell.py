@@ -1,43 +1,61 @@
-"""Environments reached only through commands (bwrap, docker, singularity, modal). The file tools
-become commands too, so they see exactly the files the prompt's commands see, with the same rights."""
+"""Environments reached through commands: every backend. The file operations are commands too, so they
+see exactly the files the prompt's commands see, with the same rights, and fail the same way everywhere."""
 
 from __future__ import annotations
 
-from trajforge.environments import FILE_LIMIT, OUTPUT_LIMIT, EnvironmentSettings, file_too_big
+from abc import abstractmethod
+
+from trajforge.environments import FILE_LIMIT, OUTPUT_LIMIT, EnvironmentSettings
+from trajforge.environments.contract import (
+    Environment,
+    ExecResult,
+    file_is_directory,
+    file_missing,
+    file_too_big,
+)
 
 # What a container runs while the prompt's commands come in: busybox has neither bash nor `sleep infinity`.
 KEEP_ALIVE = ["sh", "-c", "while :; do sleep 3600; done"]
-TOO_BIG = 3  # exit status of READ_SCRIPT when the file is over the limit; it prints the size
+# Exit statuses of READ_SCRIPT that name why it read nothing; for TOO_BIG it prints the size.
+TOO_BIG, MISSING, DIRECTORY = 3, 4, 5
 READ_SCRIPT = (
+    f'[ -e "$1" ] || exit {MISSING}; [ -d "$1" ] && exit {DIRECTORY}; '
     f'size=$(wc -c < "$1") || exit 1; if [ "$size" -gt {FILE_LIMIT} ]; then echo "$size"; exit {TOO_BIG}; fi; '
     'exec cat -- "$1"'
 )
 WRITE_SCRIPT = 'mkdir -p -- "$(dirname -- "$1")" && cat > "$1"'
 
 
-class CommandEnvironment:
+class CommandEnvironment(Environment):
     settings: EnvironmentSettings
 
-    async def run(self, argv: list[str], timeout: float, stdin: bytes | None = None, limit: int = OUTPUT_LIMIT) -> dict:
-        """Run argv in the working directory, stderr merged into stdout; the result of execute()."""
-        raise NotImplementedError
+    @abstractmethod
+    async def run(
+        self, argv: list[str], timeout: float, stdin: bytes | None = None, limit: int = OUTPUT_LIMIT
+    ) -> ExecResult:
+        """Run argv in the working directory, stderr merged into stdout, output capped at `limit` bytes."""
 
-    async def execute(self, command: str, timeout: float | None = None) -> dict:
+    async def exec(self, command: str, timeout: float | None = None) -> ExecResult:
         return await self.run(["sh", "-c", command], self.settings.limit(timeout))
 
     async def read_file(self, path: str) -> str:
         argv = ["sh", "-c", READ_SCRIPT, "sh", path]
         result = await self.run(argv, self.settings.command_timeout, limit=2 * FILE_LIMIT)
-        if result["exit_code"] == TOO_BIG and result["output"].strip().isdigit():
-            raise file_too_big(path, int(result["output"]))
+        if not result.error and result.exit_code == MISSING:
+            raise file_missing(path)
+        if not result.error and result.exit_code == DIRECTORY:
+            raise file_is_directory(path)
+        if result.exit_code == TOO_BIG and result.output.strip().isdigit():
+            raise file_too_big(path, int(result.output))
         _raise_if_failed(result, "read", path)
-        return result["output"]
+        return result.output
 
-    async def write_file(self, path: str, data: str) -> None:
-        result = await self.run(["sh", "-c", WRITE_SCRIPT, "sh", path], self.settings.command_timeout, data.encode())
+    async def write_file(self, path: str, data: str | bytes) -> None:
+        data = data.encode() if isinstance(data, str) else data
+        result = await self.run(["sh", "-c", WRITE_SCRIPT, "sh", path], self.settings.command_timeout, data)
         _raise_if_failed(result, "write", path)
 
 
-def _raise_if_failed(result: dict, verb: str, path: str) -> None:
-    if result["error"] or result["exit_code"]:
-        raise OSError(f"cannot {verb} {path}: {(result['error'] or result['output']).strip()}")
+def _raise_if_failed(result: ExecResult, verb: str, path: str) -> None:
+    if result.error or result.exit_code:
+        raise OSError(f"cannot {verb} {path}: {(result.error or result.output).strip()}")

@@ -15,10 +15,10 @@ from trajforge.environments import (
     OUTPUT_LIMIT,
     Backend,
     EnvironmentSettings,
+    ExecResult,
     SetupError,
     container_cwd,
     image_of,
-    started,
 )
 from trajforge.environments.local import LocalBackend, command_env, make_workspace, run_process
 from trajforge.environments.shell import CommandEnvironment
@@ -56,39 +56,44 @@ class SingularityEnvironment(CommandEnvironment):
     def __init__(self, binary: str, image: str, cwd: str, settings: EnvironmentSettings):
         self.binary, self.image, self.cwd, self.settings = binary, image, cwd, settings
         self.name = f"{instance_prefix(settings)}-{uuid.uuid4().hex[:8]}"
-        self.workspace = make_workspace(settings)
-        self.env = command_env(self.workspace)
+        self.workspace = ""  # made by start()
+        self.env: dict = {}
 
     async def start(self) -> None:
+        self.workspace = make_workspace(self.settings)
+        self.env = command_env(self.workspace)
         argv = start_argv(self.binary, self.settings, self.image, self.name, self.workspace)
         started = await run_process(argv, self.workspace, self.env, START_TIMEOUT)
-        if started["error"] or started["exit_code"]:
-            reason = (started["error"] or started["output"]).strip()[-2000:]
+        if started.error or started.exit_code:
+            reason = (started.error or started.output).strip()[-2000:]
             raise SetupError(f"{self.binary} cannot start an instance of {self.image!r}: {reason}")
         made = await run_process(
             exec_argv(self.binary, self.name, "/", ["mkdir", "-p", "--", self.cwd]), self.workspace, self.env, 60
         )
-        if made["error"] or made["exit_code"]:
-            raise SetupError(f"cannot create cwd {self.cwd!r} in {self.image!r}: {made['output'].strip()}")
+        if made.error or made.exit_code:
+            raise SetupError(f"cannot create cwd {self.cwd!r} in {self.image!r}: {made.output.strip()}")
 
-    async def run(self, argv: list[str], timeout: float, stdin: bytes | None = None, limit: int = OUTPUT_LIMIT) -> dict:
+    async def run(
+        self, argv: list[str], timeout: float, stdin: bytes | None = None, limit: int = OUTPUT_LIMIT
+    ) -> ExecResult:
         wrapped = exec_argv(self.binary, self.name, self.cwd, argv)
         return await run_process(wrapped, self.workspace, self.env, timeout, stdin, limit)
 
     async def close(self) -> None:
+        if not self.workspace:  # never started
+            return
         await run_process([self.binary, "instance", "stop", "--force", self.name], self.workspace, self.env, 60)
         if not self.settings.keep_workspaces:
             shutil.rmtree(self.workspace, ignore_errors=True)
 
 
 class SingularityBackend(Backend):
-    async def open(self, entry: dict) -> SingularityEnvironment:
+    async def environment(self, entry: dict) -> SingularityEnvironment:
         binary = find_binary()
         if binary is None:
             raise SetupError(_MISSING)
         cwd = container_cwd(entry, WORKSPACE)
-        env = SingularityEnvironment(binary, image_of(entry, self.settings), cwd, self.settings)
-        return await started(env)
+        return SingularityEnvironment(binary, image_of(entry, self.settings), cwd, self.settings)
 
     @classmethod
     def check(cls, settings: EnvironmentSettings) -> None:

@@ -9,7 +9,6 @@ import contextlib
 import functools
 from urllib.parse import urlsplit
 
-from trajforge.tools import check, tool
 from trajforge.tools.browser_runtime import PlaywrightError, launch_problem
 from trajforge.tools.browser_snapshot import element, snapshot
 from trajforge.tools.session import ToolSession
@@ -18,8 +17,7 @@ from trajforge.tools.settings import ToolSettings
 SETTLE_TIMEOUT_MS = 5_000
 
 
-@check("browser")
-def _launchable(settings: ToolSettings) -> dict[str, str]:
+def launchable(settings: ToolSettings) -> dict[str, str]:
     problem = launch_problem(settings.browser_executable)
     return {"browser": problem} if problem else {}
 
@@ -56,7 +54,6 @@ async def _where(page) -> dict:
     return {"url": page.url, "title": title}
 
 
-@tool("browser")
 @_one_line_errors
 async def browser_navigate(session: ToolSession, url: str) -> dict:
     """Open a web page in the browser. Then call browser_snapshot to read it and get element refs.
@@ -71,7 +68,6 @@ async def browser_navigate(session: ToolSession, url: str) -> dict:
     return await _where(page) | {"status": response.status if response else None}
 
 
-@tool("browser")
 @_one_line_errors
 async def browser_snapshot(session: ToolSession) -> dict:
     """Read the current page as text: headings, text, and each link, button and form field with a ref
@@ -80,7 +76,6 @@ async def browser_snapshot(session: ToolSession) -> dict:
     return await _where(page) | {"snapshot": await snapshot(page)}
 
 
-@tool("browser")
 @_one_line_errors
 async def browser_click(session: ToolSession, ref: str) -> dict:
     """Click a link, button or other element of the page.
@@ -94,7 +89,6 @@ async def browser_click(session: ToolSession, ref: str) -> dict:
     return await _where(page) | {"clicked": ref}
 
 
-@tool("browser")
 @_one_line_errors
 async def browser_type(session: ToolSession, ref: str, text: str, submit: bool = False) -> dict:
     """Type text into a form field, replacing what it held.
@@ -113,7 +107,6 @@ async def browser_type(session: ToolSession, ref: str, text: str, submit: bool =
     return await _where(page) | {"typed": ref}
 
 
-@tool("browser")
 @_one_line_errors
 async def browser_scroll(session: ToolSession, direction: str = "down") -> dict:
     """Scroll the page by about one screen.
@@ -135,7 +128,6 @@ async def browser_scroll(session: ToolSession, direction: str = "down") -> dict:
     return await _where(page) | {"scroll_y": position["y"], "page_height": position["height"], "at_bottom": at_bottom}
 
 
-@tool("browser")
 @_one_line_errors
 async def browser_back(session: ToolSession) -> dict:
     """Go back to the previous page of the browser history."""
@@ -147,7 +139,6 @@ async def browser_back(session: ToolSession) -> dict:
     return await _where(page)
 
 
-@tool("browser")
 @_one_line_errors
 async def browser_press(session: ToolSession, key: str) -> dict:
     """Press a key in the page, on the focused element.
@@ -161,7 +152,6 @@ async def browser_press(session: ToolSession, key: str) -> dict:
     return await _where(page) | {"pressed": key}
 
 
-@tool("browser")
 async def browser_close(session: ToolSession) -> dict:
     """Close the browser with its cookies and history; the next browser tool opens a fresh one."""
     return {"closed": await session.release("browser")}

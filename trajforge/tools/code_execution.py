@@ -8,11 +8,10 @@ from __future__ import annotations
 
 import secrets
 
-from trajforge.tools import tool
+from trajforge.tools.session import ToolSession
 
 
-@tool("code_execution")
-async def execute_code(env, code: str, timeout: int | None = None) -> dict:
+async def execute_code(session: ToolSession, code: str, timeout: int | None = None) -> dict:
     """Run a Python 3 program in the working directory and return its stdout, stderr and exit code.
     Each call is a fresh process; files it writes stay. On timeout the program and its children are
     killed and the output so far comes back.
@@ -23,19 +22,20 @@ async def execute_code(env, code: str, timeout: int | None = None) -> dict:
     """
     name = f".execute_code-{secrets.token_hex(6)}"
     script, out, err = f"{name}.py", f"{name}.out", f"{name}.err"
+    env = session.env
     await env.write_file(script, code)
     try:
-        run = await env.execute(
+        run = await env.exec(
             f'PY=$(command -v python3 || command -v python) || {{ echo "no python in this environment" > {err}; '
             f'exit 127; }}; "$PY" {script} > {out} 2> {err}',
             timeout,
         )
-        # Read through execute: its output cap keeps the head and tail of a flood, with a marker.
-        stdout = await env.execute(f"cat {out} 2>/dev/null")
-        stderr = await env.execute(f"cat {err} 2>/dev/null")
+        # Read through exec: its output cap keeps the head and tail of a flood, with a marker.
+        stdout = await env.exec(f"cat {out} 2>/dev/null")
+        stderr = await env.exec(f"cat {err} 2>/dev/null")
     finally:
-        await env.execute(f"rm -f {script} {out} {err}")
-    result = {"stdout": stdout["output"], "stderr": stderr["output"], "exit_code": run["exit_code"]}
-    if run["error"]:  # the timeout: the call counts as failed
-        result["error"] = run["error"]
+        await env.exec(f"rm -f {script} {out} {err}")
+    result = {"stdout": stdout.output, "stderr": stderr.output, "exit_code": run.exit_code}
+    if run.error:  # the timeout: the call counts as failed
+        result["error"] = run.error
     return result

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import shlex
 
-from trajforge.tools import tool
+from trajforge.tools.session import ToolSession
 
 READ_LIMIT = 32_000  # characters of a file returned in one read
 
 
-@tool("file")
-async def read_file(env, path: str, offset: int = 1, limit: int = 500) -> dict:
+async def read_file(session: ToolSession, path: str, offset: int = 1, limit: int = 500) -> dict:
     """Read a text file and return its lines, numbered.
 
     Args:
@@ -18,7 +17,7 @@ async def read_file(env, path: str, offset: int = 1, limit: int = 500) -> dict:
         offset: first line to return (1-based)
         limit: how many lines to return at most
     """
-    lines = (await env.read_file(path)).splitlines()
+    lines = (await session.env.read_file(path)).splitlines()
     first = max(offset, 1)
     chosen = lines[first - 1 : first - 1 + max(limit, 0)]
     content = "\n".join(f"{first + i:6}\t{line}" for i, line in enumerate(chosen))
@@ -27,20 +26,18 @@ async def read_file(env, path: str, offset: int = 1, limit: int = 500) -> dict:
     return {"path": path, "content": content, "total_lines": len(lines)}
 
 
-@tool("file")
-async def write_file(env, path: str, content: str) -> dict:
+async def write_file(session: ToolSession, path: str, content: str) -> dict:
     """Create or overwrite a text file (parent directories are created).
 
     Args:
         path: file path, relative to the working directory or absolute
         content: the whole new content of the file
     """
-    await env.write_file(path, content)
+    await session.env.write_file(path, content)
     return {"path": path, "bytes_written": len(content.encode())}
 
 
-@tool("file")
-async def patch(env, path: str, old_string: str, new_string: str, replace_all: bool = False) -> dict:
+async def patch(session: ToolSession, path: str, old_string: str, new_string: str, replace_all: bool = False) -> dict:
     """Replace an exact piece of text in a file. The old text must occur exactly once unless
     replace_all is true.
 
@@ -50,18 +47,19 @@ async def patch(env, path: str, old_string: str, new_string: str, replace_all: b
         new_string: the text to put in its place
         replace_all: replace every occurrence instead of requiring exactly one
     """
-    text = await env.read_file(path)
+    text = await session.env.read_file(path)
     found = text.count(old_string)
     if not old_string or found == 0:
         return {"error": f"old_string not found in {path}"}
     if found > 1 and not replace_all:
         return {"error": f"old_string occurs {found} times in {path}; add context or set replace_all"}
-    await env.write_file(path, text.replace(old_string, new_string))
+    await session.env.write_file(path, text.replace(old_string, new_string))
     return {"path": path, "replacements": found if replace_all else 1}
 
 
-@tool("file")
-async def search_files(env, pattern: str, target: str = "content", path: str = ".", limit: int = 50) -> dict:
+async def search_files(
+    session: ToolSession, pattern: str, target: str = "content", path: str = ".", limit: int = 50
+) -> dict:
     """Search file contents with a regular expression (like grep -rn), or file names with a glob
     (like find -name).
 
@@ -78,8 +76,8 @@ async def search_files(env, pattern: str, target: str = "content", path: str = "
         command = f"grep -rnE -e {what} -- {where} 2>/dev/null | head -n {int(limit)}"
     else:
         command = f"find {where} -name {what} -not -path '*/.*' 2>/dev/null | head -n {int(limit)}"
-    result = await env.execute(command)
-    if result["error"]:
-        return {"error": result["error"]}
-    matches = result["output"].splitlines()
+    result = await session.env.exec(command)
+    if result.error:
+        return {"error": result.error}
+    matches = result.output.splitlines()
     return {"matches": matches, "count": len(matches), "truncated": len(matches) >= int(limit)}

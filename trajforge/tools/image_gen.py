@@ -7,10 +7,9 @@ import base64
 import re
 import secrets
 
-from trajforge.tools import tool
 from trajforge.tools.fetch import fetch
 from trajforge.tools.session import ToolServices, ToolSession
-from trajforge.tools.transfer import image_type, write_bytes
+from trajforge.tools.transfer import image_type
 
 IMAGE_LIMIT = 50_000_000  # bytes of a generated image downloaded from the provider's URL
 
@@ -32,7 +31,6 @@ async def _download(services: ToolServices, url: str) -> bytes:
     return image.body
 
 
-@tool("image_gen")
 async def image_generate(session: ToolSession, prompt: str, size: str = "1024x1024") -> dict:
     """Generate an image from a description. It is saved in the workspace under images/; its path
     comes back, and the provider's URL when it gives one.
@@ -59,5 +57,5 @@ async def image_generate(session: ToolSession, prompt: str, size: str = "1024x10
     if media_type is None:
         return {"error": "the image model returned data that is not a PNG, JPEG, GIF or WEBP image"}
     path = f"images/{_slug(prompt)}-{secrets.token_hex(3)}.{media_type.split('/')[1]}"
-    await write_bytes(session, path, data)
+    await session.env.write_file(path, data)
     return {"path": path, "url": image.get("url"), "bytes": len(data), "revised_prompt": image.get("revised_prompt")}

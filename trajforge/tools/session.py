@@ -1,10 +1,10 @@
 """What a tool call can reach besides its arguments.
 
-The worker hands the agent loop one ToolSession per prompt in place of the bare environment. Its four
-environment coroutines pass straight through, so the terminal and file tools see a plain environment;
-tools that need more find the worker's shared services, per-prompt resources (the browser context,
-opened on first use and closed with the prompt) and a usage counter for the model calls they make
-(vision, images), which the worker adds to the prompt's usage.
+The worker hands the agent loop one ToolSession per prompt; every tool gets it as its first argument.
+It holds the prompt's environment (`session.env`, with the run's secrets redacted from what comes out of
+it), the worker's shared services, per-prompt resources (the browser context, opened on first use and
+closed with the prompt) and a usage counter for the model calls tools make (vision, images), which the
+worker adds to the prompt's usage.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from typing import Any
 import httpx
 
 from trajforge.environments import Environment
+from trajforge.environments.redacted import Redacted
 from trajforge.model.client import ModelSettings
 from trajforge.model.tool_model import ToolModel
 from trajforge.model.usage import add_usage, empty_usage
@@ -56,20 +57,10 @@ class ToolServices:
 
 class ToolSession:
     def __init__(self, env: Environment, services: ToolServices):
-        self.env = env
+        self.env: Environment = Redacted(env, services.redact)
         self.services = services
         self.usage = empty_usage()
         self._resources: dict[str, Any] = {}
-
-    async def execute(self, command: str, timeout: float | None = None) -> dict:
-        result = await self.env.execute(command, timeout)
-        return {**result, "output": self.services.redact(result["output"])}
-
-    async def read_file(self, path: str) -> str:
-        return self.services.redact(await self.env.read_file(path))
-
-    async def write_file(self, path: str, data: str) -> None:
-        await self.env.write_file(path, data)
 
     def count_usage(self, usage: dict) -> None:
         add_usage(self.usage, usage)

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from trajforge.tools import tool
+from trajforge.tools.session import ToolSession
 
 
-@tool("terminal")
-async def terminal(env, command: str, timeout: int | None = None) -> dict:
+async def terminal(session: ToolSession, command: str, timeout: int | None = None) -> dict:
     """Run a shell command (sh -c) in the task's working directory and return its combined output
     and exit code. Each call starts a fresh shell, so `cd` and variables do not carry over; chain
     commands with && instead. Long output is cut in the middle.
@@ -15,4 +14,5 @@ async def terminal(env, command: str, timeout: int | None = None) -> dict:
         command: the shell command to run
         timeout: seconds before the command and all its children are killed (capped by the run's limit)
     """
-    return await env.execute(command, timeout)
+    result = await session.env.exec(command, timeout)
+    return {"output": result.output, "exit_code": result.exit_code, "error": result.error}

@@ -1,6 +1,7 @@
-"""Bytes in and out of a prompt's environment, whose protocol moves text: the data travels base64
-encoded through a temporary file in the working directory and is decoded inside the environment by
-`base64` (coreutils or busybox, so a container has it too)."""
+"""Images in a prompt's environment: recognising their type, and reading their bytes. An environment
+writes bytes but reads text, so a file's bytes travel base64 encoded through a temporary file in the
+working directory, encoded inside the environment by `base64` (coreutils or busybox, so a container
+has it too)."""
 
 from __future__ import annotations
 
@@ -25,35 +26,18 @@ def image_type(data: bytes) -> str | None:
     return next((media_type for magic, media_type in _MAGIC.items() if data.startswith(magic)), None)
 
 
-def _temporary() -> str:
-    return f".transfer-{secrets.token_hex(6)}.b64"
-
-
 async def read_bytes(env: Environment, path: str, limit: int) -> bytes:
     quoted = shlex.quote(path)
-    size = await env.execute(f"wc -c < {quoted}")
-    if size["exit_code"] != 0:
-        raise FileNotFoundError(f"cannot read {path}: {size['output'].strip()}")
-    if int(size["output"].split()[0]) > limit:
+    size = await env.exec(f"wc -c < {quoted}")
+    if size.exit_code != 0:
+        raise FileNotFoundError(f"cannot read {path}: {size.output.strip()}")
+    if int(size.output.split()[0]) > limit:
         raise ValueError(f"{path} is larger than {limit} bytes")
-    temporary = _temporary()
+    temporary = f".transfer-{secrets.token_hex(6)}.b64"
     try:
-        encoded = await env.execute(f"base64 < {quoted} > {temporary}")
-        if encoded["exit_code"] != 0:
-            raise OSError(f"cannot encode {path}: {encoded['output'].strip()}")
+        encoded = await env.exec(f"base64 < {quoted} > {temporary}")
+        if encoded.exit_code != 0:
+            raise OSError(f"cannot encode {path}: {encoded.output.strip()}")
         return base64.b64decode(await env.read_file(temporary))
     finally:
-        await env.execute(f"rm -f {temporary}")
-
-
-async def write_bytes(env: Environment, path: str, data: bytes) -> None:
-    """Write `data` to `path` (parent directories are created)."""
-    temporary = _temporary()
-    quoted = shlex.quote(path)
-    await env.write_file(temporary, base64.b64encode(data).decode())
-    result = await env.execute(
-        f'mkdir -p "$(dirname {quoted})" && base64 -d < {temporary} > {quoted}; status=$?; rm -f {temporary}; '
-        "exit $status"
-    )
-    if result["exit_code"] != 0:
-        raise OSError(f"cannot write {path}: {result['output'].strip()}")
+        await env.exec(f"rm -f {temporary}")

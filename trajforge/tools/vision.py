@@ -5,7 +5,6 @@ from __future__ import annotations
 import base64
 
 from trajectory import split_reasoning
-from trajforge.tools import tool
 from trajforge.tools.session import ToolSession
 from trajforge.tools.transfer import image_type, read_bytes
 
@@ -13,14 +12,13 @@ IMAGE_LIMIT = 20_000_000  # bytes of a workspace image sent inline
 
 
 async def _data_url(session: ToolSession, path: str) -> str:
-    data = await read_bytes(session, path, IMAGE_LIMIT)
+    data = await read_bytes(session.env, path, IMAGE_LIMIT)
     media_type = image_type(data)
     if media_type is None:
         raise ValueError(f"{path} is not a PNG, JPEG, GIF or WEBP image")
     return f"data:{media_type};base64,{base64.b64encode(data).decode()}"
 
 
-@tool("vision")
 async def vision_analyze(
     session: ToolSession, image_url: str, question: str = "Describe this image in detail."
 ) -> dict:

@@ -10,7 +10,6 @@ import asyncio
 
 import trafilatura
 
-from trajforge.tools import check, tool
 from trajforge.tools.fetch import FetchError, fetch
 from trajforge.tools.search_providers import HOW_TO_CONFIGURE, search
 from trajforge.tools.session import ToolSession
@@ -22,8 +21,7 @@ HTML_TYPES = ("text/html", "application/xhtml+xml")
 TEXT_TYPES = ("application/json", "application/xml", "application/javascript", "application/x-ndjson")
 
 
-@check("web")
-def _search_configured(settings: ToolSettings) -> dict[str, str]:
+def search_configured(settings: ToolSettings) -> dict[str, str]:
     return {} if settings.search else {"web_search": f"no search provider configured: {HOW_TO_CONFIGURE}"}
 
 
@@ -74,7 +72,6 @@ async def _extract(session: ToolSession, url: str) -> dict:
     return {"url": url, "final_url": page.url, "title": title, "content": text, "truncated": bool(notes)}
 
 
-@tool("web")
 async def web_extract(session: ToolSession, urls: list[str]) -> dict:
     """Fetch web pages and return their readable text: the main content of HTML pages, plain text,
     JSON and XML as they are. Long pages are cut with a marker.
@@ -92,7 +89,6 @@ async def web_extract(session: ToolSession, urls: list[str]) -> dict:
     return {"results": results}
 
 
-@tool("web")
 async def web_search(session: ToolSession, query: str, limit: int = 5) -> dict:
     """Search the web; returns titles, URLs and snippets. Read a result in full with web_extract.
 

@@ -1,0 +1,117 @@
+"""The environment contract, once: what every backend's environments do and how a backend's life goes.
+
+An Environment is one prompt's place to run commands and keep files. A failed command is data (an
+ExecResult), never an exception; file operations raise the same error types with the same messages in
+every backend, so a tool fails the same way wherever it runs.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from trajforge.environments import EnvironmentSettings
+
+
+class SetupError(Exception):
+    """An environment could not be set up: the prompt fails and is retried on --resume."""
+
+
+@dataclass(frozen=True)
+class ExecResult:
+    output: str  # stdout and stderr merged, in order, capped with a visible marker
+    exit_code: int  # 124 when the time limit ended the command
+    error: str | None = None  # why the command did not finish by itself (the timeout), else None
+    timed_out: bool = False
+
+
+def timeout_result(output: str, timeout: float) -> ExecResult:
+    """The result of a command its time limit ended; every backend reports it this way."""
+    return ExecResult(output, 124, f"command timed out after {timeout:g}s", True)
+
+
+def file_missing(path: str) -> FileNotFoundError:
+    return FileNotFoundError(f"cannot read {path}: no such file")
+
+
+def file_is_directory(path: str) -> IsADirectoryError:
+    return IsADirectoryError(f"cannot read {path}: it is a directory")
+
+
+def file_too_big(path: str, size: int) -> ValueError:
+    return ValueError(f"{path} is {size} bytes, more than read_file loads; use terminal with head or grep")
+
+
+class Environment(ABC):
+    """One prompt's environment: started once, closed after the prompt, even on error."""
+
+    @abstractmethod
+    async def start(self) -> None:
+        """Make what the environment needs (a workspace, a container); SetupError when it cannot."""
+
+    @abstractmethod
+    async def exec(self, command: str, timeout: float | None = None) -> ExecResult:
+        """Run `command` with sh -c in the working directory, within min(timeout, --command_timeout);
+        at the limit every process the command started is killed."""
+
+    @abstractmethod
+    async def read_file(self, path: str) -> str:
+        """The text of a file (relative paths from the working directory). Raises FileNotFoundError,
+        IsADirectoryError, ValueError (too big to load) or OSError (any other reason)."""
+
+    @abstractmethod
+    async def write_file(self, path: str, data: str | bytes) -> None:
+        """Create or overwrite a file (parent directories are created); OSError when it cannot."""
+
+    @abstractmethod
+    async def close(self) -> None:
+        """Remove what start() made (unless --keep_workspaces keeps the files); never raises for
+        something already gone."""
+
+
+class Backend(ABC):
+    """Opens the environments of one worker process and holds what its prompts share (a client, the
+    images already checked). Its life, named the same in every backend:
+
+    - check(settings): can this backend work on this machine? (the parent, once, before any request)
+    - prepare_run(settings, resume): per run, before the workers start
+    - open(entry): per prompt, in a worker: a started environment
+    - remove_leftovers(settings): what a killed run of the same folder left behind
+    """
+
+    def __init__(self, settings: EnvironmentSettings):
+        self.settings = settings
+
+    @classmethod
+    @abstractmethod
+    def check(cls, settings: EnvironmentSettings) -> None:
+        """Raise SetupError, saying how to fix it, when this backend cannot work on this machine."""
+
+    @classmethod
+    def prepare_run(cls, settings: EnvironmentSettings, resume: bool) -> None:
+        """Fail fast when the backend cannot work here; on --resume remove a killed run's leftovers."""
+        cls.check(settings)
+        if resume:
+            cls.remove_leftovers(settings)
+
+    @classmethod
+    @abstractmethod
+    def remove_leftovers(cls, settings: EnvironmentSettings) -> None:
+        """Remove what a killed run of settings.run_dir left behind (workspaces, containers, sandboxes)."""
+
+    @abstractmethod
+    async def environment(self, entry: dict) -> Environment:
+        """A new, not yet started environment for one dataset entry."""
+
+    async def open(self, entry: dict) -> Environment:
+        """A started environment for one dataset entry; SetupError fails only that prompt. Closed again
+        when starting fails or is cancelled, so a half-made container never outlives its prompt."""
+        env = await self.environment(entry)
+        try:
+            await env.start()
+        except BaseException:
+            await env.close()
+            raise
+        return env

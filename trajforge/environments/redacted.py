@@ -1,0 +1,31 @@
+"""An environment seen through a filter: text that must never reach a trajectory (the API key a command
+finds with `ps`, an ephemeral system prompt) is replaced in command output and in files read."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+
+from trajforge.environments.contract import Environment, ExecResult
+
+
+class Redacted(Environment):
+    def __init__(self, inner: Environment, redact: Callable[[str], str]):
+        self.inner = inner
+        self.redact = redact
+
+    async def start(self) -> None:
+        await self.inner.start()
+
+    async def exec(self, command: str, timeout: float | None = None) -> ExecResult:
+        result = await self.inner.exec(command, timeout)
+        return replace(result, output=self.redact(result.output))
+
+    async def read_file(self, path: str) -> str:
+        return self.redact(await self.inner.read_file(path))
+
+    async def write_file(self, path: str, data: str | bytes) -> None:
+        await self.inner.write_file(path, data)
+
+    async def close(self) -> None:
+        await self.inner.close()
