@@ -10,12 +10,12 @@ import json
 import pytest
 from tool_session import tool_session
 
-from trajforge import tools
 from trajforge.agent.loop import AgentResult, run_agent
 from trajforge.model.client import ModelClient, ModelSettings
 from trajforge.model.retry import ModelCallFailed, RunStopped
+from trajforge.tools.registry import BY_TOOLSET
 
-OFFERED = {t.name: t for toolset in ("terminal", "file") for t in tools.load_toolsets()[toolset]}
+OFFERED = {t.name: t for toolset in ("terminal", "file") for t in BY_TOOLSET[toolset]}
 
 
 def agent(
