@@ -49,6 +49,8 @@ def main(
     require_reasoning: bool | None = None,
     command_timeout: float = 180,
     request_timeout: float = 600,
+    prompt_timeout: float = 3600,
+    max_tool_calls_per_turn: int = 32,
     max_retries: int = 6,
     stream: bool = False,
     output_dir: str = "data",

@@ -50,12 +50,16 @@ def split_reasoning(message: dict) -> tuple[str, str]:
     """(reasoning, content) of an assistant message: the first native field that has it (`reasoning`,
     `reasoning_content`, `reasoning_details`), then <think> / <REASONING_SCRATCHPAD> in the content."""
     # Providers often send the same reasoning in several of these fields: take the first one given.
-    details = [d.get("text") or d.get("summary") for d in message.get("reasoning_details") or [] if isinstance(d, dict)]
+    listed = message.get("reasoning_details")
+    items = [d for d in listed if isinstance(d, dict)] if isinstance(listed, list) else []
+    details = [text for d in items if isinstance(text := d.get("text") or d.get("summary"), str)]
     native = (message.get("reasoning"), message.get("reasoning_content"), "\n".join(d for d in details if d))
     parts = [next((text for text in native if isinstance(text, str) and text.strip()), None)]
     content = message.get("content") or ""
-    if not isinstance(content, str):  # a list of content parts
-        content = "".join(p.get("text", "") for p in content if isinstance(p, dict))
+    if isinstance(content, list):  # content parts
+        content = "".join(p["text"] for p in content if isinstance(p, dict) and isinstance(p.get("text"), str))
+    elif not isinstance(content, str):  # anything else a server may send there, kept as its JSON text
+        content = json.dumps(content, ensure_ascii=False)
     if "</think>" in content and "<think>" not in content:
         # Templates that open <think> in the prompt leave only the closing tag in the reply.
         head, _, content = content.partition("</think>")
@@ -145,7 +149,7 @@ def build_record(
             "source": entry,
         },
         "completed": exit_reason == "completed",
-        "partial": exit_reason == "max_turns",
+        "partial": exit_reason != "completed",  # max_turns, timeout: a limit is an outcome, not an error
         "api_calls": api_calls,
         "toolsets_used": toolsets,
         "tool_stats": stats,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,6 +32,8 @@ class RunConfig:
     environment: EnvironmentSettings
     tools: ToolSettings
     max_turns: int = 10
+    max_tool_calls_per_turn: int = 32  # calls of one reply that run; the others are answered with an error
+    prompt_timeout: float = 3600.0  # seconds for a whole session, model calls and tools: then partial
     num_workers: int = 4
     concurrency: int = 1
     resume: bool = False
@@ -84,7 +87,9 @@ def as_seconds(value, flag: str) -> float:
     try:
         number = float(value)
     except (TypeError, ValueError):
-        raise UsageError(f"--{flag} must be a number of seconds, got {value!r}") from None
+        number = math.nan
+    if isinstance(value, bool) or not math.isfinite(number):  # a bare --flag comes as True
+        raise UsageError(f"--{flag} must be a number of seconds, got {value!r}")
     if number <= 0:
         raise UsageError(f"--{flag} must be more than 0 seconds")
     return number
@@ -219,6 +224,8 @@ def build_config(flags: dict) -> RunConfig:
         ),
         tools=tool_settings(flags),
         max_turns=as_int(flags["max_turns"], "max_turns", 1),
+        max_tool_calls_per_turn=as_int(flags["max_tool_calls_per_turn"], "max_tool_calls_per_turn", 1),
+        prompt_timeout=as_seconds(flags["prompt_timeout"], "prompt_timeout"),
         num_workers=as_int(flags["num_workers"], "num_workers", 1),
         concurrency=as_int(flags["concurrency"], "concurrency", 1),
         resume=as_bool(flags["resume"], "resume"),

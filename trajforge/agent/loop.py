@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from trajectory import ToolCall, Turn, split_reasoning
+from trajectory import Turn, split_reasoning
+from trajforge.agent.calls import read_tool_calls
 from trajforge.model.client import ModelClient
 from trajforge.model.usage import add_usage, empty_usage
 from trajforge.tools import Tool, call_tool
@@ -20,7 +22,7 @@ class AgentResult:
     turns: list[Turn]
     api_calls: int
     retries: int
-    exit_reason: str  # "completed" | "max_turns"
+    exit_reason: str  # "completed" | "max_turns" | "timeout"
     usage: dict
 
 
@@ -32,44 +34,53 @@ async def run_agent(
     max_turns: int,
     preamble: list[dict],
     log: Log | None = None,
+    *,
+    max_tool_calls: int = 32,
+    timeout: float | None = None,
 ) -> AgentResult:
-    """Send messages and tools; run each tool call and send the results back; stop on a reply
-    without tool calls (completed) or after `max_turns` model calls (partial)."""
+    """Send messages and tools; run the tool calls (the first `max_tool_calls` of a reply) and send the
+    results back; stop on a reply without tool calls (completed), after `max_turns` model calls or
+    after `timeout` seconds (partial, with the turns so far: a limit is an outcome, not an error)."""
     schemas = [t.schema for t in tools.values()]
     messages = [{"role": "user", "content": prompt}]
     result = AgentResult([], 0, 0, "max_turns", empty_usage())
-    while result.api_calls < max_turns:
-        message, usage, retries = await client.complete(preamble + messages, schemas, log)
-        result.api_calls += 1
-        result.retries += retries
-        add_usage(result.usage, usage)
-        reasoning, content = split_reasoning(message)
-        turn = Turn(content, reasoning, _tool_calls(message, result.api_calls))
-        result.turns.append(turn)
-        if log:
-            names = ", ".join(c.name for c in turn.calls) or "none"
-            log(f"turn {result.api_calls} (tool calls: {names})", content or reasoning)
-        if not turn.calls:
-            result.exit_reason = "completed"
-            break
-        messages.append(_assistant_message(message, turn))
-        for call in turn.calls:
-            call.result = await call_tool(session, call.name, call.arguments, tools)
-            if log:
-                log(f"  {call.name} result", json.dumps(call.result))
-            messages.append({"role": "tool", "tool_call_id": call.id, "content": json.dumps(call.result)})
+    try:
+        async with asyncio.timeout(timeout) as limit:
+            while result.api_calls < max_turns:
+                message, usage, retries = await client.complete(preamble + messages, schemas, log)
+                result.api_calls += 1
+                result.retries += retries
+                add_usage(result.usage, usage)
+                reasoning, content = split_reasoning(message)
+                calls = read_tool_calls(message, result.api_calls, max_tool_calls)
+                turn = Turn(content, reasoning, [call for call, _ in calls])
+                result.turns.append(turn)
+                if log:
+                    names = ", ".join(c.name for c in turn.calls) or "none"
+                    log(f"turn {result.api_calls} (tool calls: {names})", content or reasoning)
+                if not turn.calls:
+                    result.exit_reason = "completed"
+                    break
+                messages.append(_assistant_message(message, turn))
+                messages += await _answer(session, calls, tools, log)
+    except TimeoutError:
+        if not limit.expired():
+            raise
+        result.exit_reason = "timeout"
     return result
 
 
-def _tool_calls(message: dict, turn: int) -> list[ToolCall]:
-    calls = []
-    for i, call in enumerate(message.get("tool_calls") or []):
-        function = call.get("function") or {}
-        arguments = function.get("arguments")
-        if not isinstance(arguments, str):  # some servers send an object
-            arguments = json.dumps(arguments or {})
-        calls.append(ToolCall(call.get("id") or f"call_{turn}_{i}", function.get("name") or "", arguments))
-    return calls
+async def _answer(session: ToolSession, calls: list, tools: dict[str, Tool], log: Log | None) -> list[dict]:
+    """Run the calls that may run, refuse the others; the tool messages that answer them."""
+    for call, _ in calls:  # what a call keeps when the time limit ends the session before its answer
+        call.result = {"error": "not run or not finished: the prompt reached its time limit (--prompt_timeout)"}
+    answers = []
+    for call, refusal in calls:
+        call.result = {"error": refusal} if refusal else await call_tool(session, call.name, call.arguments, tools)
+        if log:
+            log(f"  {call.name} result", json.dumps(call.result))
+        answers.append({"role": "tool", "tool_call_id": call.id, "content": json.dumps(call.result)})
+    return answers
 
 
 def _assistant_message(message: dict, turn: Turn) -> dict:

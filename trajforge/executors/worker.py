@@ -107,7 +107,15 @@ class Worker:
         try:
             env = ToolSession(await self.environments.open(entry), self.services)
             result = await run_agent(
-                self.client, env, entry["prompt"], tools, config.max_turns, config.preamble, self._logger(index)
+                self.client,
+                env,
+                entry["prompt"],
+                tools,
+                config.max_turns,
+                config.preamble,
+                self._logger(index),
+                max_tool_calls=config.max_tool_calls_per_turn,
+                timeout=config.prompt_timeout,
             )
             add_usage(result.usage, env.usage)  # the tools' own model calls (vision, images) count too
             record = build_record(

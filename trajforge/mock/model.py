@@ -20,6 +20,20 @@ A prompt can steer it with directives such as ``[mock turns=3 reasoning=think fa
     bad_json         the first tool call carries arguments that are not JSON
     unknown_tool     the first tool call names a tool that was not offered
     image=url        (in an image prompt) the images API answers a URL instead of base64 data
+    sleep=S          the first terminal command sleeps S seconds first
+
+Hostile replies, to show that none can crash or hang a prompt (the first turn's calls, or every reply
+while ``times=N`` lasts):
+
+    name_list        the first tool call's name is a list, not a string
+    calls_string     ``tool_calls`` is a string (the calls' JSON text), not a list
+    args_number      the first tool call's arguments are a number
+    no_ids           the tool calls carry no id
+    dup_ids          every tool call carries the same id
+    calls=N          the first turn sends N tool calls
+    endless          the reply never ends: a stream sends keep-alive comments, a plain body spaces, forever
+    trickle=S        the reply comes one byte every S seconds
+    huge_mb=N        the reply's content is padded to N MB
 """
 
 from __future__ import annotations
@@ -56,6 +70,10 @@ if (name) document.getElementById("greeting").textContent = `Hello, ${name}!`;
 """
 
 
+FLAGS = ("bad_json", "unknown_tool", "flagged", "upstream_error", "empty", "snoop")
+FLAGS += ("name_list", "calls_string", "args_number", "no_ids", "dup_ids", "endless")
+
+
 @dataclass
 class Directives:
     turns: int | None = None
@@ -71,6 +89,16 @@ class Directives:
     empty: bool = False
     snoop: bool = False
     image: str = "b64"
+    sleep: float = 0.0
+    name_list: bool = False
+    calls_string: bool = False
+    args_number: bool = False
+    no_ids: bool = False
+    dup_ids: bool = False
+    calls: int | None = None
+    endless: bool = False
+    trickle: float = 0.0
+    huge_mb: float = 0.0
 
     @classmethod
     def parse(cls, prompt: str) -> Directives:
@@ -78,11 +106,11 @@ class Directives:
         for match in DIRECTIVE.finditer(prompt):
             for word in match.group(1).split():
                 key, _, value = word.partition("=")
-                if key in ("bad_json", "unknown_tool", "flagged", "upstream_error", "empty", "snoop"):
+                if key in FLAGS:
                     setattr(found, key, True)
-                elif key in ("turns", "fail", "times"):
+                elif key in ("turns", "fail", "times", "calls"):
                     setattr(found, key, int(value))
-                elif key in ("retry_after", "latency"):
+                elif key in ("retry_after", "latency", "sleep", "trickle", "huge_mb"):
                     setattr(found, key, float(value))
                 elif key == "reasoning":
                     found.reasoning = value
@@ -102,6 +130,8 @@ class Reply:
     usage: dict = field(default_factory=dict)
     error: str = "injected fault"  # the message of a failure, or of an error inside a 200 choice
     empty: bool = False  # a 200 without any choice
+    endless: bool = False  # the reply never ends
+    trickle: float = 0.0  # seconds between the bytes of the reply; 0: all at once
 
 
 def prompt_text(messages: list[dict]) -> str:
@@ -246,18 +276,22 @@ def reply(
 
     if turn < turns and offered:
         calls = plan[turn] if turn < len(plan) else [_filler(offered, turn)]
+        if turn == 0 and steer.calls is not None:
+            calls = [_filler(offered, i) for i in range(steer.calls)]
         tool_calls = [_call(turn, i, name, args) for i, (name, args) in enumerate(calls)]
         if turn == 0 and steer.bad_json:
             tool_calls[0]["function"]["arguments"] = '{"command": "echo broken'
         if turn == 0 and steer.snoop and tool_calls[0]["function"]["name"] == "terminal":
             tool_calls[0]["function"]["arguments"] = json.dumps({"command": "tr '\\0' ' ' < /proc/$PPID/cmdline"})
+        if turn == 0 and steer.sleep and tool_calls[0]["function"]["name"] == "terminal":
+            tool_calls[0]["function"]["arguments"] = json.dumps({"command": f"sleep {steer.sleep:g}; echo awake"})
         if turn == 0 and steer.unknown_tool:
             tool_calls[0]["function"]["name"] = "hallucinated_tool"
         thought = f"Turn {turn + 1}: to make progress on '{prompt[:60]}' I will call " + ", ".join(
             name for name, _ in calls
         )
         message = _with_reasoning(steer.reasoning, thought, "")
-        message["tool_calls"] = tool_calls
+        message["tool_calls"] = _malformed(tool_calls, steer) if turn == 0 else tool_calls
         finish = "tool_calls"
     else:
         seen = (results[-1].get("content") or "")[:200] if results else "nothing yet"
@@ -266,8 +300,25 @@ def reply(
         message = _with_reasoning(steer.reasoning, thought, answer)
         finish = "stop"
 
+    if steer.huge_mb and faulty:
+        message["content"] += "x" * int(steer.huge_mb * 2**20)
     usage = _usage(messages, message, thought if steer.reasoning != "none" else "")
-    return Reply(message=message, finish_reason=finish, usage=usage), steer.latency
+    endless, trickle = steer.endless and faulty, steer.trickle if faulty else 0.0
+    return Reply(message=message, finish_reason=finish, usage=usage, endless=endless, trickle=trickle), steer.latency
+
+
+def _malformed(tool_calls: list[dict], steer: Directives) -> list[dict] | str:
+    """The first turn's calls as a broken or hostile server may send them."""
+    if steer.name_list:
+        tool_calls[0]["function"]["name"] = [tool_calls[0]["function"]["name"]]
+    if steer.args_number:
+        tool_calls[0]["function"]["arguments"] = 42
+    for call in tool_calls:
+        if steer.no_ids:
+            del call["id"]
+        elif steer.dup_ids:
+            call["id"] = "call_dup"
+    return json.dumps(tool_calls) if steer.calls_string else tool_calls
 
 
 def _usage(messages: list[dict], message: dict, reasoning: str) -> dict:

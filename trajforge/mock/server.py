@@ -122,6 +122,11 @@ class MockServer:
         if delay:
             await asyncio.sleep(delay)
         self._log(path, request, reply.status, prompt)
+        if reply.trickle:
+            writer = Trickle(writer, reply.trickle)
+        if reply.endless:
+            await _endless(writer, bool(request.get("stream")))
+            return False
         if reply.status != 200:
             return await self._send(writer, reply.status, _error(reply.status, reply.error), reply.headers)
         completion = {
@@ -185,16 +190,57 @@ class MockServer:
             event({"reasoning_details": message["reasoning_details"]})
         for piece in _halves(message.get("content") or ""):
             event({"content": piece})
-        for index, call in enumerate(message.get("tool_calls") or []):
-            head = {"index": index, "id": call["id"], "type": "function"}
-            event({"tool_calls": [dict(head, function={"name": call["function"]["name"], "arguments": ""})]})
-            for piece in _halves(call["function"]["arguments"]):
-                event({"tool_calls": [{"index": index, "function": {"arguments": piece}}]})
+        calls = message.get("tool_calls") or []
+        if not isinstance(calls, list):  # a hostile reply (``calls_string``): sent as it is
+            event({"tool_calls": calls})
+        for index, call in enumerate(calls if isinstance(calls, list) else []):
+            for piece in _call_pieces(index, call):
+                event({"tool_calls": [piece]})
         event({}, reply.finish_reason)
         if include_usage:
             event({}, choices=[], usage=reply.usage)
         writer.write(b"data: [DONE]\n\n")
         await writer.drain()
+
+
+class Trickle:
+    """A writer that sends what it is given one byte at a time, `interval` seconds apart."""
+
+    def __init__(self, writer: asyncio.StreamWriter, interval: float):
+        self._writer, self._interval, self._pending = writer, interval, b""
+
+    def write(self, data: bytes) -> None:
+        self._pending += data
+
+    async def drain(self) -> None:
+        pending, self._pending = self._pending, b""
+        for i in range(len(pending)):
+            self._writer.write(pending[i : i + 1])
+            await self._writer.drain()
+            await asyncio.sleep(self._interval)
+
+
+async def _endless(writer, stream: bool) -> None:
+    """A 200 whose body never ends: keep-alive comments on a stream, spaces (JSON allows them) in a
+    plain body, until the client hangs up."""
+    kind = b"text/event-stream" if stream else b"application/json"
+    writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: " + kind + b"\r\nConnection: close\r\n\r\n")
+    while True:
+        writer.write(b": keep-alive\n\n" if stream else b" ")
+        await writer.drain()
+        await asyncio.sleep(0.05)
+
+
+def _call_pieces(index: int, call) -> list:
+    """The stream pieces of one tool call: its id and name, then its arguments in halves. A malformed
+    call (hostile directives) goes out as malformed as it is."""
+    if not isinstance(call, dict) or not isinstance(call.get("function"), dict):
+        return [call]
+    head = {"index": index, "id": call["id"], "type": "function"} if "id" in call else {"index": index}
+    name, arguments = call["function"]["name"], call["function"]["arguments"]
+    pieces = [dict(head, function={"name": name, "arguments": ""})]
+    parts = _halves(arguments) if isinstance(arguments, str) else [arguments]
+    return pieces + [{"index": index, "function": {"arguments": part}} for part in parts]
 
 
 def _halves(text: str) -> list[str]:

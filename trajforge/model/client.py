@@ -3,6 +3,7 @@ retried by the policy of model/retry.py."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -13,7 +14,8 @@ import httpx
 import openai
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_random_exponential
 
-from trajforge.model.retry import NOT_OURS, REFUSALS, BadReply, ModelCallFailed, RunStopped, classify
+from trajforge.model.reply_size import ACCEPT_ENCODING, capper
+from trajforge.model.retry import NOT_OURS, REFUSALS, BadReply, ModelCallFailed, ReplyTimeout, RunStopped, classify
 from trajforge.model.stream import answer, assemble
 
 T = TypeVar("T")
@@ -26,7 +28,7 @@ class ModelSettings:
     api_key: str = field(repr=False)
     max_tokens: int | None = None
     extra_body: dict = field(default_factory=dict)  # OpenRouter `provider` and `reasoning` options
-    request_timeout: float = 600.0
+    request_timeout: float = 600.0  # seconds for a whole request: connecting and every byte of the reply
     max_retries: int = 6
     stream: bool = False
 
@@ -38,8 +40,11 @@ class ModelClient:
             base_url=settings.base_url,
             api_key=settings.api_key,
             max_retries=0,
-            timeout=settings.request_timeout,
-            http_client=openai.DefaultAioHttpClient(timeout=settings.request_timeout),
+            timeout=settings.request_timeout,  # per read: _attempt bounds the whole request
+            default_headers=ACCEPT_ENCODING,
+            http_client=openai.DefaultAioHttpClient(
+                timeout=settings.request_timeout, event_hooks={"response": [capper()]}
+            ),
         )
         self._backoff = wait_random_exponential(multiplier=1, max=60)
 
@@ -82,7 +87,7 @@ class ModelClient:
         try:
             async for attempt in retrying:
                 with attempt:
-                    result = await request()
+                    result = await self._attempt(request)
             return result, attempt.retry_state.attempt_number - 1
         except Exception as exc:
             decision = classify(exc)
@@ -92,6 +97,22 @@ class ModelClient:
                 status = exc.status_code
                 raise RunStopped(f"{REFUSALS[status]} (HTTP {status} from {self.settings.base_url})") from exc
             raise ModelCallFailed(decision.kind, str(exc), attempt.retry_state.attempt_number) from exc
+
+    async def _attempt(self, request: Callable[[], Awaitable[T]]) -> T:
+        """One try of `request()`, within --request_timeout from connecting to the reply's last byte
+        (the client's own timeout bounds each read alone, which a trickling stream never trips)."""
+        seconds = self.settings.request_timeout
+        try:
+            async with asyncio.timeout(seconds) as limit:
+                return await request()
+        except TimeoutError:
+            if not limit.expired():
+                raise
+            raise ReplyTimeout(f"no whole reply within {seconds:g}s (--request_timeout)") from None
+        except openai.APIConnectionError as exc:
+            if isinstance(exc.__cause__, BadReply):  # our size check, which the client took for a broken connection
+                raise exc.__cause__ from None
+            raise
 
     def _body(self, messages: list[dict], tools: list[dict]) -> dict:
         body = {"model": self.settings.model, "messages": messages}

@@ -25,7 +25,11 @@ class Decision:
 
 class BadReply(Exception):
     """A 200 answer without a usable choice (OpenRouter sends upstream errors this way), a stream cut
-    off or carrying data that is not JSON."""
+    off or carrying data that is not JSON, a reply too large to keep."""
+
+
+class ReplyTimeout(Exception):
+    """No whole reply within --request_timeout: a server that stalls or trickles a stream."""
 
 
 class RunStopped(Exception):
@@ -52,7 +56,7 @@ def classify(exc: BaseException) -> Decision:
         # OpenRouter answers 403 also for one input its moderation flagged: that fails only this prompt.
         flagged = status == 403 and any(word in str(exc).lower() for word in ("flagged", "moderation"))
         return Decision(False, status in REFUSALS and not flagged, f"http_{status}")
-    if isinstance(exc, openai.APITimeoutError):
+    if isinstance(exc, (openai.APITimeoutError, ReplyTimeout)):
         return Decision(True, False, "timeout")
     if isinstance(exc, openai.APIConnectionError):
         return Decision(True, False, "connection")

@@ -43,7 +43,7 @@ def assemble(chunks: Iterable[object]) -> dict:
                 if isinstance(delta.get(key), str):
                     message[key] = message.get(key, "") + delta[key]
             for part in _dicts(delta.get("reasoning_details")):
-                merge_fragment(details, part.get("index"), part, DETAIL_TEXT)
+                merge_fragment(details, _index(part), part, DETAIL_TEXT)
             for part in _dicts(delta.get("tool_calls")):
                 merge_tool_call(calls, part)
     if not answered:
@@ -69,7 +69,7 @@ def merge_fragment(merged: dict[int, dict], index: int | None, part: dict, text_
 
 def merge_tool_call(calls: dict[int, dict], part: dict) -> None:
     """Add one streamed piece of a tool call (its id, name or a piece of its arguments) to `calls`."""
-    index = part.get("index")
+    index = _index(part)
     if index is None:  # some servers leave it out: a new id starts a new call, else the last one goes on
         known = [i for i, call in calls.items() if call["id"] and call["id"] == part.get("id")]
         index = known[0] if known else (len(calls) if part.get("id") or not calls else max(calls))
@@ -84,3 +84,9 @@ def merge_tool_call(calls: dict[int, dict], part: dict) -> None:
 def _dicts(value) -> list[dict]:
     """The objects of a list from the wire; anything else a server sends there is ignored."""
     return [item for item in value if isinstance(item, dict)] if isinstance(value, list) else []
+
+
+def _index(part: dict) -> int | None:
+    """The position a piece says it belongs to; what is not a whole number counts as none given."""
+    index = part.get("index")
+    return index if isinstance(index, int) and not isinstance(index, bool) else None

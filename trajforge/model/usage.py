@@ -10,8 +10,16 @@ def empty_usage() -> dict:
 
 
 def add_usage(total: dict, usage: dict) -> None:
-    """Add one reply's `usage` to `total`; reasoning tokens may sit in `completion_tokens_details`."""
-    details = usage.get("completion_tokens_details") or {}
+    """Add one reply's `usage` to `total`; reasoning tokens may sit in `completion_tokens_details`.
+    What is not a plausible number (a string, a list, infinity, beyond 2**53) counts as nothing."""
+    details = usage.get("completion_tokens_details")
+    details = details if isinstance(details, dict) else {}
     for key in USAGE_KEYS:
-        total[key] += int(usage.get(key) or details.get(key) or 0)
-    total["cost"] += float(usage.get("cost") or 0.0)
+        total[key] += int(_number(usage.get(key)) or _number(details.get(key)))
+    total["cost"] += _number(usage.get("cost"))
+
+
+def _number(value) -> float:
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and abs(value) < 2**53:
+        return float(value)
+    return 0.0

@@ -1,0 +1,58 @@
+"""The agent loop run in-process on one prompt: a real ModelClient against the scripted model's server
+on 127.0.0.1, real terminal and file tools in a real local environment."""
+
+from __future__ import annotations
+
+import asyncio
+
+from tool_session import tool_session
+
+from trajforge.agent.loop import AgentResult, run_agent
+from trajforge.model.client import ModelClient, ModelSettings
+from trajforge.tools.registry import BY_TOOLSET
+
+OFFERED = {t.name: t for toolset in ("terminal", "file") for t in BY_TOOLSET[toolset]}
+
+
+def agent(
+    server,
+    prompt: str,
+    *,
+    max_turns: int = 10,
+    preamble: list[dict] | None = None,
+    log: list[str] | None = None,
+    max_tool_calls: int = 32,
+    timeout: float | None = None,
+    **model,
+) -> AgentResult:
+    """run_agent on `prompt` with the terminal and file tools; `model` overrides ModelSettings."""
+    settings = ModelSettings(
+        **{"model": "test-model", "base_url": server.base_url, "api_key": "test-key", "max_retries": 2} | model
+    )
+
+    def record(label: str, text: str) -> None:
+        log.append(f"{label}: {text}")
+
+    async def go() -> AgentResult:
+        client = ModelClient(settings)
+        try:
+            async with tool_session() as session:
+                return await run_agent(
+                    client,
+                    session,
+                    prompt,
+                    OFFERED,
+                    max_turns,
+                    preamble or [],
+                    record if log is not None else None,
+                    max_tool_calls=max_tool_calls,
+                    timeout=timeout,
+                )
+        finally:
+            await client.close()
+
+    return asyncio.run(go())
+
+
+def calls(result: AgentResult) -> list[list[str]]:
+    return [[call.name for call in turn.calls] for turn in result.turns]
