@@ -212,11 +212,12 @@ def test_a_session_past_its_time_limit_ends_partial_with_the_turns_so_far(server
 
 
 def test_the_time_limit_also_ends_a_model_call_that_never_answers(server):
+    """With no turn to save, the prompt fails (and --resume runs it again) instead of saving nothing."""
     started = time.monotonic()
-    result = agent(server, "never [mock endless]", timeout=1, request_timeout=HUNG)
+    with pytest.raises(ModelCallFailed) as failed:
+        agent(server, "never [mock endless]", timeout=1, request_timeout=HUNG)
     assert time.monotonic() - started < HUNG
-    assert (result.exit_reason, result.api_calls, result.turns) == ("timeout", 0, [])
-    assert record(result, "never")["partial"]
+    assert (failed.value.kind, str(failed.value)) == ("timeout", "no model reply within --prompt_timeout (1s)")
 
 
 # -- --request_timeout: the whole request, a stream included ---------------------------------------------------

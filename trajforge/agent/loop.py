@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from trajectory import Turn, split_reasoning
 from trajforge.agent.calls import read_tool_calls
 from trajforge.model.client import ModelClient
+from trajforge.model.retry import ModelCallFailed
 from trajforge.model.usage import add_usage, empty_usage
 from trajforge.tools import Tool, call_tool
 from trajforge.tools.session import ToolSession
@@ -40,7 +41,8 @@ async def run_agent(
 ) -> AgentResult:
     """Send messages and tools; run the tool calls (the first `max_tool_calls` of a reply) and send the
     results back; stop on a reply without tool calls (completed), after `max_turns` model calls or
-    after `timeout` seconds (partial, with the turns so far: a limit is an outcome, not an error)."""
+    after `timeout` seconds (partial, with the turns so far: a limit is an outcome, not an error; with no
+    turn at all, the prompt fails instead)."""
     schemas = [t.schema for t in tools.values()]
     messages = [{"role": "user", "content": prompt}]
     result = AgentResult([], 0, 0, "max_turns", empty_usage())
@@ -66,6 +68,8 @@ async def run_agent(
     except TimeoutError:
         if not limit.expired():
             raise
+        if not result.turns:  # nothing to save: the prompt failed and --resume runs it again
+            raise ModelCallFailed("timeout", f"no model reply within --prompt_timeout ({timeout:g}s)", 1) from None
         result.exit_reason = "timeout"
     return result
 
