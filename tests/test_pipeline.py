@@ -11,7 +11,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import API_KEY, ROOT, write_dataset
+from conftest import API_KEY, ROOT, run_cli, write_dataset
 
 TOOLS = ["--distribution=terminal_only"]
 
@@ -291,13 +291,13 @@ def test_bad_flags_exit_2(run_here, server, flags, message):
 
 
 def test_missing_required_flag_and_key(tmp_path):
-    # A subprocess: its exit status, and an environment that holds no key at all.
     dataset = write_dataset(tmp_path / "d.jsonl", [{"prompt": "x"}])
-    base = [sys.executable, str(ROOT / "batch_runner.py"), f"--dataset_file={dataset}", "--run_name=r"]
-    env = {"PATH": "/usr/bin:/bin"}
-    proc = subprocess.run(base, capture_output=True, text=True, env=env, cwd=tmp_path)
-    assert proc.returncode == 2 and "--batch_size is required" in proc.stderr
-    proc = subprocess.run([*base, "--batch_size=1"], capture_output=True, text=True, env=env, cwd=tmp_path)
+    flags = [f"--dataset_file={dataset}", "--run_name=r"]
+    code, _, stderr = run_cli(flags)
+    assert code == 2 and "--batch_size is required" in stderr
+    # A process of its own: its exit status, with an environment that holds no key at all.
+    command = [sys.executable, str(ROOT / "batch_runner.py"), *flags, "--batch_size=1"]
+    proc = subprocess.run(command, capture_output=True, text=True, env={"PATH": "/usr/bin:/bin"}, cwd=tmp_path)
     assert proc.returncode == 2 and "OPENROUTER_API_KEY" in proc.stderr
 
 

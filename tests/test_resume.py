@@ -216,8 +216,8 @@ def test_sigkill_at_any_moment_then_resume_is_exact(run, run_here, server, kill_
 
 
 def test_a_second_run_on_a_busy_folder_refuses(run, run_here, server):
-    server.latency = 0.3
-    entries = [{"prompt": f"slow {i}"} for i in range(6)]
+    server.latency = 0.3  # one prompt after another, three calls each: the first run goes on for about 2.5 s
+    entries = [{"prompt": f"slow {i}"} for i in range(3)]
     proc = _start(run, entries, *TOOLS, "--num_workers=1")
     wait_for(lambda: server.requests, what="the first run's first request")
     second = run_here(entries, *TOOLS, "--resume")
