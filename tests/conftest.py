@@ -162,6 +162,8 @@ def run(tmp_path, server) -> Runner:
 
 @pytest.fixture
 def run_here(tmp_path, server, monkeypatch) -> InProcessRunner:
+    import batch_runner  # noqa: F401  (its imports, paid once, before a test starts timing anything)
+
     monkeypatch.chdir(tmp_path)
     for name in [k for k in os.environ if k.endswith("API_KEY")]:
         monkeypatch.delenv(name)
