@@ -1,12 +1,17 @@
-"""Shared fixtures: a real OpenAI-compatible server (the scripted model) on 127.0.0.1, and a helper
-that runs the real batch_runner.py as a subprocess against it."""
+"""Shared fixtures: a real OpenAI-compatible server (the scripted model) on 127.0.0.1, and helpers that
+run the real batch_runner.py against it, as a subprocess (`run`) or through its entry point in this
+process (`run_here`)."""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import subprocess
 import sys
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -65,8 +70,36 @@ def write_dataset(path: Path, entries: list) -> Path:
     return path
 
 
+def wait_for(condition: Callable[[], object], timeout: float = 60, what: str = "the condition") -> None:
+    """Poll `condition` until it holds; fail naming `what` after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            pytest.fail(f"gave up waiting for {what} after {timeout} s")
+        time.sleep(0.01)
+
+
+def run_cli(args: list[str]) -> tuple[int, str, str]:
+    """(exit status, stdout, stderr) of batch_runner's console entry point called in this process with
+    `args` as its command line: Fire parses the same flags, and the workers fork from here."""
+    import batch_runner  # only the tests that run it pay for its imports
+
+    out, err = io.StringIO(), io.StringIO()
+    argv, sys.argv = sys.argv, ["batch_runner.py", *args]
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            batch_runner.cli()
+        code = 0
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else int(exc.code is not None)
+    finally:
+        sys.argv = argv
+    return code, out.getvalue(), err.getvalue()
+
+
 class Runner:
-    """Runs batch_runner.py in `tmp_path` against `server` with a dataset given as a list of entries."""
+    """Runs batch_runner.py in `tmp_path` against `server` with a dataset given as a list of entries,
+    as a subprocess: for what only a process shows (signals, kill -9, its command line, its exit)."""
 
     def __init__(self, tmp_path: Path, server: MockServer | None):
         self.tmp_path = tmp_path
@@ -99,9 +132,42 @@ class Runner:
         return Result(proc.returncode, proc.stdout, proc.stderr, self.tmp_path / "out" / run_name)
 
 
+class InProcessRunner(Runner):
+    """The same runs through `run_cli` in this process: no 2 s of imports per run, and an exception in
+    the driver fails the test with its own traceback. Needs the cwd in `tmp_path` and no API key in
+    the environment, as the subprocess has (the `run_here` fixture sets both)."""
+
+    def __call__(self, entries, *flags: str, run_name: str = "run", batch_size: int = 2, timeout: float = 120):
+        # `timeout` is the subprocess's; here pytest-timeout bounds a run.
+        command = self.command(entries, *flags, run_name=run_name, batch_size=batch_size)
+        code, stdout, stderr = run_cli(command[2:])
+        _release_folder_locks(self.tmp_path)
+        return Result(code, stdout, stderr, self.tmp_path / "out" / run_name)
+
+
+def _release_folder_locks(under: Path) -> None:
+    """Do what the end of the process does after a run: the runner holds its run folder's lock until
+    then, and a later run here on the same folder (--resume) would find it taken."""
+    for fd in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):
+            target = os.readlink(f"/proc/self/fd/{fd}")
+            if target.startswith(f"{under.resolve()}/") and target.endswith("/.lock"):
+                os.close(int(fd))
+
+
 @pytest.fixture
 def run(tmp_path, server) -> Runner:
     return Runner(tmp_path, server)
+
+
+@pytest.fixture
+def run_here(tmp_path, server, monkeypatch) -> InProcessRunner:
+    import batch_runner  # noqa: F401  (its imports, paid once, before a test starts timing anything)
+
+    monkeypatch.chdir(tmp_path)
+    for name in [k for k in os.environ if k.endswith("API_KEY")]:
+        monkeypatch.delenv(name)
+    return InProcessRunner(tmp_path, server)
 
 
 @pytest.fixture(scope="session")

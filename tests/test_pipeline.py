@@ -1,4 +1,7 @@
-"""The core pipeline end to end: flags reach the request, the record format, filters, isolation."""
+"""The core pipeline end to end: flags reach the request, the record format, filters, isolation.
+
+Whole runs go through batch_runner's entry point in this process (`run_here`); only what a separate
+process shows (its command line, its exit with no key in its environment) runs one (`run`)."""
 
 from __future__ import annotations
 
@@ -8,15 +11,21 @@ import subprocess
 import sys
 
 import pytest
-from conftest import API_KEY, ROOT, write_dataset
+from conftest import API_KEY, ROOT, run_cli, write_dataset
 
 TOOLS = ["--distribution=terminal_only"]
 
 
-def test_record_format_field_by_field(run):
-    result = run([{"prompt": "inspect the workspace", "id": "task-7"}], *TOOLS)
+def test_record_format_summary_and_huggingface_loading(run_here):
+    entries = [
+        {"prompt": "inspect the workspace", "id": "task-7"},
+        {"prompt": "b [mock turns=0]"},
+        {"prompt": "c [mock bad_json]", "cwd": "x"},
+        {"prompt": "d [mock turns=4]"},
+    ]
+    result = run_here(entries, *TOOLS, batch_size=4)
     assert result.code == 0, result.stderr
-    (record,) = result.trajectories
+    record = next(r for r in result.trajectories if r["prompt_index"] == 0)
     assert list(record) == [
         "prompt_index",
         "conversations",
@@ -64,11 +73,22 @@ def test_record_format_field_by_field(run):
     assert record["tool_stats"]["patch"] == {"count": 0, "success": 0, "failure": 0}
     assert record["tool_error_counts"]["terminal"] == 0
 
+    # Not a terminal: plain progress lines and the summary.
+    assert "4/4 prompts ended, 0 failed" in result.stdout
+    for text in ("Tool usage", "terminal", "Reasoning coverage: 100.0%", "Tokens:", "trajectories.jsonl"):
+        assert text in result.stdout
 
-def test_flags_reach_the_request(run, server, tmp_path):
+    # Rows of every shape (no tool call, a broken call, a cwd, more turns) load as one table.
+    datasets = pytest.importorskip("datasets")
+    loaded = datasets.load_dataset("json", data_files=str(result.run_dir / "trajectories.jsonl"), split="train")
+    assert loaded.num_rows == 4
+    assert set(loaded.column_names) >= {"conversations", "tool_stats", "metadata"}
+
+
+def test_flags_reach_the_request(run_here, server, tmp_path):
     prefill = tmp_path / "prefill.json"
     prefill.write_text(json.dumps([{"role": "user", "content": "PREFILL-Q"}, {"role": "assistant", "content": "OK"}]))
-    result = run(
+    result = run_here(
         [{"prompt": "one"}],
         *TOOLS,
         "--providers_allowed=anthropic,openai",
@@ -114,6 +134,7 @@ def test_flags_reach_the_request(run, server, tmp_path):
 
 
 def test_commands_cannot_leak_the_key_into_trajectories(run):
+    # A subprocess: what the command reads is the runner's own command line.
     result = run([{"prompt": "snoop [mock snoop]"}], *TOOLS, "--ephemeral_system_prompt=EPHEMERAL-SYSTEM-TEXT")
     assert result.code == 0, result.stderr
     output = result.trajectories[0]["conversations"][3]["value"]
@@ -121,8 +142,8 @@ def test_commands_cannot_leak_the_key_into_trajectories(run):
     assert API_KEY not in output and "EPHEMERAL-SYSTEM-TEXT" not in output
 
 
-def test_defaults_send_no_routing_and_reasoning_disabled(run, server):
-    result = run([{"prompt": "plain [mock reasoning=none]"}], *TOOLS, "--reasoning_disabled")
+def test_defaults_send_no_routing_and_reasoning_disabled(run_here, server):
+    result = run_here([{"prompt": "plain [mock reasoning=none]"}], *TOOLS, "--reasoning_disabled")
     assert result.code == 0, result.stderr
     body = server.chat_requests()[0]["body"]
     assert "provider" not in body and "max_tokens" not in body
@@ -131,8 +152,8 @@ def test_defaults_send_no_routing_and_reasoning_disabled(run, server):
     assert len(result.trajectories) == 1
 
 
-def test_max_turns_gives_partial(run):
-    result = run([{"prompt": "keep going [mock turns=9]"}], *TOOLS, "--max_turns=2")
+def test_max_turns_gives_partial(run_here):
+    result = run_here([{"prompt": "keep going [mock turns=9]"}], *TOOLS, "--max_turns=2")
     assert result.code == 0, result.stderr
     (record,) = result.trajectories
     assert (record["completed"], record["partial"], record["api_calls"]) == (False, True, 2)
@@ -140,53 +161,61 @@ def test_max_turns_gives_partial(run):
     assert result.statistics["partial"] == 1
 
 
-def test_max_samples_and_prompt_index(run, server):
+def test_max_samples_and_prompt_index(run_here, server):
     entries = [{"prompt": f"p{i}"} for i in range(5)]
-    result = run(["", *entries[:2], "   ", *entries[2:]], *TOOLS, "--max_samples=3")
+    result = run_here(["", *entries[:2], "   ", *entries[2:]], *TOOLS, "--max_samples=3")
     assert result.code == 0, result.stderr
     assert sorted(r["prompt_index"] for r in result.trajectories) == [0, 1, 2]
     assert {r["prompt"] for r in server.chat_requests()} == {"p0", "p1", "p2"}
+    assert result.statistics["total_prompts"] == 3
 
 
-@pytest.mark.parametrize("kind", ["reasoning", "reasoning_content", "reasoning_details", "think", "scratchpad"])
-def test_reasoning_is_found_everywhere(run, kind):
-    result = run([{"prompt": f"why [mock reasoning={kind}]"}], *TOOLS)
+def first_thought(record: dict) -> str:
+    return record["conversations"][2]["value"].split("\n</think>")[0].removeprefix("<think>\n")
+
+
+def test_reasoning_is_found_everywhere_and_kept_once(run_here):
+    kinds = ["reasoning", "reasoning_content", "reasoning_details", "think", "scratchpad", "all"]
+    result = run_here([{"prompt": f"why [mock reasoning={kind}]"} for kind in kinds], *TOOLS, batch_size=6)
     assert result.code == 0, result.stderr
-    (record,) = result.trajectories
-    for turn in (t for t in record["conversations"] if t["from"] == "gpt"):
-        assert re.match(r"<think>\n(Turn \d|I have what I need).*\n</think>\n", turn["value"], re.S)
-        assert "<think>" not in turn["value"][7:] and "SCRATCHPAD" not in turn["value"]
+    assert len(result.trajectories) == len(kinds)
+    for record in result.trajectories:
+        for turn in (t for t in record["conversations"] if t["from"] == "gpt"):
+            assert re.match(r"<think>\n(Turn \d|I have what I need).*\n</think>\n", turn["value"], re.S)
+            assert "<think>" not in turn["value"][7:] and "SCRATCHPAD" not in turn["value"]
+    # Sent in every native field at once, it is kept once.
+    everywhere = next(r for r in result.trajectories if "reasoning=all" in r["metadata"]["source"]["prompt"])
+    thought = first_thought(everywhere)
+    assert thought.startswith("Turn 1:") and thought.count("Turn 1:") == 1 and "\n" not in thought
     assert result.statistics["reasoning_statistics"]["coverage"] == 1.0
 
 
-@pytest.mark.parametrize("stream", [False, True])
-def test_reasoning_sent_in_every_field_is_kept_once(run, stream):
-    result = run([{"prompt": "everywhere [mock reasoning=all]"}], *TOOLS, f"--stream={stream}")
-    assert result.code == 0, result.stderr
-    first = result.trajectories[0]["conversations"][2]["value"]
-    thought = first.split("\n</think>")[0].removeprefix("<think>\n")
-    assert thought.startswith("Turn 1:") and thought.count("Turn 1:") == 1 and "\n" not in thought
-
-
-def test_streaming_gives_the_same_record(run, server):
-    result = run([{"prompt": "stream it [mock reasoning=reasoning_content]"}], *TOOLS, "--stream")
+def test_streaming_gives_the_same_record(run_here, server):
+    entries = [
+        {"prompt": "stream it [mock reasoning=reasoning_content]"},
+        {"prompt": "everywhere [mock reasoning=all]"},
+    ]
+    result = run_here(entries, *TOOLS, "--stream")
     assert result.code == 0, result.stderr
     assert all(r["body"]["stream"] for r in server.chat_requests())
-    (record,) = result.trajectories
+    by_prompt = {r["metadata"]["source"]["prompt"]: r for r in result.trajectories}
+    record = by_prompt[entries[0]["prompt"]]
     gpt = [t for t in record["conversations"] if t["from"] == "gpt"]
     assert gpt[0]["value"].startswith("<think>\nTurn 1:") and len(gpt[0]["tool_calls"]) == 2
     assert json.loads(gpt[0]["tool_calls"][1]["arguments"])["path"] == "notes.txt"
     assert record["metadata"]["usage"]["total_tokens"] > 0
+    thought = first_thought(by_prompt[entries[1]["prompt"]])
+    assert thought.startswith("Turn 1:") and thought.count("Turn 1:") == 1 and "\n" not in thought
 
 
-def test_filters_no_reasoning_and_hallucinated_tools(run):
+def test_filters_no_reasoning_and_hallucinated_tools(run_here):
     entries = [
         {"prompt": "fine"},
         {"prompt": "silent [mock reasoning=none]"},
         {"prompt": "dreamer [mock unknown_tool]"},
         {"prompt": "broken json [mock bad_json]"},
     ]
-    result = run(entries, *TOOLS)
+    result = run_here(entries, *TOOLS)
     assert result.code == 0, result.stderr
     assert sorted(r["metadata"]["source"]["prompt"] for r in result.trajectories) == [
         "broken json [mock bad_json]",
@@ -210,17 +239,17 @@ def test_filters_no_reasoning_and_hallucinated_tools(run):
     assert broken["conversations"][2]["tool_calls"][0]["arguments"] == '{"command": "echo broken'
 
 
-def test_require_reasoning_false_keeps_them(run):
-    result = run([{"prompt": "silent [mock reasoning=none]"}], *TOOLS, "--require_reasoning=False")
+def test_require_reasoning_false_keeps_them(run_here):
+    result = run_here([{"prompt": "silent [mock reasoning=none]"}], *TOOLS, "--require_reasoning=False")
     assert result.code == 0, result.stderr
     (record,) = result.trajectories
     assert record["conversations"][2]["value"].startswith("<think>\n\n</think>\n")
     assert result.statistics["reasoning_statistics"]["coverage"] == 0.0
 
 
-def test_prompts_are_isolated(run):
+def test_prompts_are_isolated(run_here):
     entries = [{"prompt": "first"}, {"prompt": "second"}, {"prompt": "third", "cwd": "sub/dir"}]
-    result = run(entries, *TOOLS, "--num_workers=1", "--concurrency=3", batch_size=3)
+    result = run_here(entries, *TOOLS, "--num_workers=1", "--concurrency=3", batch_size=3)
     assert result.code == 0, result.stderr
     outputs = {}
     for record in result.trajectories:
@@ -233,13 +262,12 @@ def test_prompts_are_isolated(run):
         assert output.splitlines()[2:] == [".", ".."]
 
 
-def test_bad_dataset_lines_exit_2_without_requests(run, server):
+def test_bad_dataset_lines_exit_2_without_requests(run_here, server):
+    # Each kind of bad line and its message: tests/test_dataset.py.
     lines = ['{"prompt": "ok"}', "not json", "[1, 2]", '{"prompt": ""}', '{"text": "x"}', '{"prompt": "x", "cwd": 5}']
-    result = run(lines, *TOOLS)
+    result = run_here(lines, *TOOLS)
     assert result.code == 2
-    assert "5 bad line(s)" in result.stderr
-    for expected in ("line 2: not valid JSON", "line 3: expected a JSON object", "line 4:", "line 5:", "line 6:"):
-        assert expected in result.stderr
+    assert "5 bad line(s)" in result.stderr and "line 2: not valid JSON" in result.stderr
     assert server.requests == []
     assert not result.run_dir.exists()
 
@@ -256,26 +284,28 @@ def test_bad_dataset_lines_exit_2_without_requests(run, server):
         (["--num_workers=many"], "--num_workers must be a whole number"),
     ],
 )
-def test_bad_flags_exit_2(run, server, flags, message):
-    result = run([{"prompt": "x"}], *flags)
+def test_bad_flags_exit_2(run_here, server, flags, message):
+    result = run_here([{"prompt": "x"}], *flags)
     assert result.code == 2 and message in result.stderr, result.stderr
     assert server.requests == []
 
 
 def test_missing_required_flag_and_key(tmp_path):
     dataset = write_dataset(tmp_path / "d.jsonl", [{"prompt": "x"}])
-    base = [sys.executable, str(ROOT / "batch_runner.py"), f"--dataset_file={dataset}", "--run_name=r"]
-    env = {"PATH": "/usr/bin:/bin"}
-    proc = subprocess.run(base, capture_output=True, text=True, env=env, cwd=tmp_path)
-    assert proc.returncode == 2 and "--batch_size is required" in proc.stderr
-    proc = subprocess.run([*base, "--batch_size=1"], capture_output=True, text=True, env=env, cwd=tmp_path)
+    flags = [f"--dataset_file={dataset}", "--run_name=r"]
+    code, _, stderr = run_cli(flags)
+    assert code == 2 and "--batch_size is required" in stderr
+    # A process of its own: its exit status, with an environment that holds no key at all.
+    command = [sys.executable, str(ROOT / "batch_runner.py"), *flags, "--batch_size=1"]
+    proc = subprocess.run(command, capture_output=True, text=True, env={"PATH": "/usr/bin:/bin"}, cwd=tmp_path)
     assert proc.returncode == 2 and "OPENROUTER_API_KEY" in proc.stderr
 
 
-def test_seed_makes_toolsets_reproducible(run):
+def test_seed_makes_toolsets_reproducible(run_here):
+    # The draw itself: tests/test_toolset_distributions.py; here, that scheduling does not change it.
     entries = [{"prompt": f"task {i} [mock turns=0]"} for i in range(12)]
-    first = run(entries, "--distribution=development", "--seed=7", run_name="a")
-    second = run(entries, "--distribution=development", "--seed=7", "--num_workers=1", run_name="b")
+    first = run_here(entries, "--distribution=development", "--seed=7", run_name="a")
+    second = run_here(entries, "--distribution=development", "--seed=7", "--num_workers=1", run_name="b")
     assert first.code == second.code == 0, first.stderr + second.stderr
 
     def draws(result):
@@ -285,60 +315,8 @@ def test_seed_makes_toolsets_reproducible(run):
     assert len({tuple(v) for v in draws(first).values()}) > 1  # 80% coin flips do differ between prompts
 
 
-def test_verbose_logs_previews(run):
-    result = run([{"prompt": "talk"}], *TOOLS, "--verbose", "--log_prefix_chars=12")
+def test_verbose_logs_previews(run_here):
+    result = run_here([{"prompt": "talk"}], *TOOLS, "--verbose", "--log_prefix_chars=12")
     assert result.code == 0, result.stderr
     assert "[prompt 0] turn 1 (tool calls: terminal, write_file): Turn 1: to m…" in result.stdout
     assert 'terminal result: {"output"' in result.stdout
-
-
-def test_plain_progress_and_summary_when_not_a_terminal(run):
-    result = run([{"prompt": "a"}, {"prompt": "b"}], *TOOLS)
-    assert "2/2 prompts ended, 0 failed" in result.stdout
-    for text in ("Tool usage", "terminal", "Reasoning coverage: 100.0%", "Tokens:", "trajectories.jsonl"):
-        assert text in result.stdout
-
-
-def test_list_distributions():
-    proc = subprocess.run(
-        [sys.executable, str(ROOT / "batch_runner.py"), "--list_distributions"], capture_output=True, text=True
-    )
-    assert proc.returncode == 0
-    for name in ("default", "terminal_tasks", "mixed_tasks", "browser_only"):
-        assert name in proc.stdout
-
-
-def test_huggingface_datasets_loads_the_output(run):
-    datasets = pytest.importorskip("datasets")
-    entries = [
-        {"prompt": "a"},
-        {"prompt": "b [mock turns=0]"},
-        {"prompt": "c [mock bad_json]", "cwd": "x"},
-        {"prompt": "d [mock turns=4]"},
-    ]
-    result = run(entries, *TOOLS)
-    assert result.code == 0, result.stderr
-    loaded = datasets.load_dataset("json", data_files=str(result.run_dir / "trajectories.jsonl"), split="train")
-    assert loaded.num_rows == 4
-    assert set(loaded.column_names) >= {"conversations", "tool_stats", "metadata"}
-
-
-def test_mock_model_on_the_example_dataset(tmp_path):
-    proc = subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "batch_runner.py"),
-            f"--dataset_file={ROOT / 'data' / 'example_prompts.jsonl'}",
-            "--batch_size=4",
-            "--run_name=demo",
-            "--model=mock",
-            f"--output_dir={tmp_path}",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env={"PATH": "/usr/bin:/bin"},
-    )
-    assert proc.returncode == 0, proc.stderr
-    assert proc.stderr == ""  # no stray warnings (unclosed sessions, child watchers) on a clean run
-    assert len((tmp_path / "demo" / "trajectories.jsonl").read_text().splitlines()) == 8

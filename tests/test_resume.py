@@ -1,16 +1,23 @@
 """Checkpoint, resume and fault tolerance: a crash, a rate limit or a bad reply never loses finished
-work or pays for it twice."""
+work or pays for it twice.
+
+Runs go through batch_runner's entry point in this process (`run_here`) unless the process is the
+point: kill -9, Ctrl-C, a second run while the first still holds the folder, the exit of a stopped run."""
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
-import time
 from collections import Counter
 
 import pytest
+from conftest import wait_for
+
+from trajforge.dataset import UsageError
+from trajforge.runfolder.folder import RunFolder
 
 TOOLS = ["--distribution=terminal_only", "--max_retries=2"]
 
@@ -24,22 +31,23 @@ def asked(server) -> Counter:
     return Counter(r["prompt"] for r in server.chat_requests())
 
 
-def test_rate_limit_with_retry_after_completes_in_the_same_run(run, server):
+def test_rate_limit_with_retry_after_completes_in_the_same_run(run_here, server):
     entries = [{"prompt": "busy [mock fail=429 times=2 retry_after=0.3]"}, {"prompt": "calm"}]
-    started = time.monotonic()
-    result = run(entries, *TOOLS, "--verbose")
+    result = run_here(entries, *TOOLS, "--verbose")
     assert result.code == 0, result.stderr
     assert len(result.trajectories) == 2
-    statuses = [r["status"] for r in server.chat_requests() if "busy" in r["prompt"]]
-    assert statuses[:3] == [429, 429, 200]
+    busy = [r for r in server.chat_requests() if "busy" in r["prompt"]]
+    assert [r["status"] for r in busy[:3]] == [429, 429, 200]
+    assert busy[0]["body"] == busy[1]["body"] == busy[2]["body"]  # the same request, sent again
     assert result.statistics["retries"] == 2
-    assert "retry 1/2 in 0.3s" in result.stdout
-    assert time.monotonic() - started > 0.6  # Retry-After was honoured
+    # Both waits are the server's Retry-After (0.3 s), not the client's own random backoff.
+    waits = re.findall(r"\[prompt 0\] retry (\d)/2 in ([\d.]+)s", result.stdout)
+    assert waits == [("1", "0.3"), ("2", "0.3")], result.stdout
 
 
-def test_server_errors_fail_the_prompt_and_resume_retries_only_it(run, server):
+def test_server_errors_fail_the_prompt_and_resume_retries_only_it(run_here, server):
     entries = [{"prompt": "ok one"}, {"prompt": "flaky [mock fail=500 times=3]"}, {"prompt": "ok two"}]
-    first = run(entries, *TOOLS)
+    first = run_here(entries, *TOOLS)
     assert first.code == 1
     assert "1 prompt(s) failed" in first.stdout and "--resume" in first.stdout
     assert sorted(sources(first)) == ["ok one", "ok two"]
@@ -50,7 +58,7 @@ def test_server_errors_fail_the_prompt_and_resume_retries_only_it(run, server):
     assert first.checkpoint["failed_prompts"] == [1]
     before = asked(server)
 
-    second = run(entries, *TOOLS, "--resume")
+    second = run_here(entries, *TOOLS, "--resume")
     assert second.code == 0, second.stdout
     new = asked(server) - before
     assert set(new) == {"flaky [mock fail=500 times=3]"}  # finished prompts were never sent again
@@ -62,33 +70,30 @@ def test_server_errors_fail_the_prompt_and_resume_retries_only_it(run, server):
 
 
 @pytest.mark.parametrize("stream", [False, True])
-@pytest.mark.parametrize("fault", ["upstream_error", "empty"])
-def test_a_200_reply_without_an_answer_is_retried_not_saved(run, fault, stream):
-    result = run([{"prompt": f"upstream hiccup [mock {fault} times=1]"}], *TOOLS, f"--stream={stream}")
+def test_a_200_reply_without_an_answer_is_retried_not_saved(run_here, stream):
+    entries = [{"prompt": f"upstream hiccup [mock {fault} times=1]"} for fault in ("upstream_error", "empty")]
+    result = run_here(entries, *TOOLS, f"--stream={stream}")
     assert result.code == 0, result.stdout
-    (record,) = result.trajectories
-    assert record["completed"] and record["conversations"][-1]["value"].count("Here is my answer") == 1
-    assert result.statistics["retries"] == 1
+    assert len(result.trajectories) == 2
+    for record in result.trajectories:
+        assert record["completed"] and record["conversations"][-1]["value"].count("Here is my answer") == 1
+    assert result.statistics["retries"] == 2  # one per prompt
 
 
-def test_a_prompt_flagged_by_moderation_fails_alone(run, server):
-    entries = [{"prompt": "flagged [mock fail=403 flagged]"}, {"prompt": "fine"}, {"prompt": "also fine"}]
-    result = run(entries, *TOOLS, "--num_workers=1")
+def test_flagged_and_bad_requests_fail_alone_and_at_once(run_here, server):
+    flagged, bad = {"prompt": "flagged [mock fail=403 flagged]"}, {"prompt": "bad request [mock fail=400]"}
+    # One worker, one slot: a 403 taken for a refused key would stop the run before the fine prompts.
+    result = run_here([flagged, bad, {"prompt": "fine"}, {"prompt": "also fine"}], *TOOLS, "--num_workers=1")
     assert result.code == 1
     assert "refused" not in result.stdout and len(result.trajectories) == 2
-    (error,) = result.jsonl("errors.jsonl")
-    assert error["error_type"] == "api_http_403" and error["source"] == entries[0]
-
-
-def test_client_errors_fail_at_once(run, server):
-    result = run([{"prompt": "bad request [mock fail=400]"}, {"prompt": "fine"}], *TOOLS)
-    assert result.code == 1
-    assert asked(server)["bad request [mock fail=400]"] == 1
-    (error,) = result.jsonl("errors.jsonl")
-    assert error["error_type"] == "api_http_400" and error["attempts"] == 1
+    errors = {e["error_type"]: e for e in result.jsonl("errors.jsonl")}
+    assert set(errors) == {"api_http_403", "api_http_400"}
+    assert errors["api_http_403"]["source"] == flagged
+    assert errors["api_http_400"]["attempts"] == 1 and asked(server)[bad["prompt"]] == 1  # not retried
 
 
 def test_refused_key_stops_the_whole_run(run, server):
+    # A subprocess: a backlog of batches left in a pipe would hang the exit of the process.
     server.api_key = "the-right-key"
     entries = [{"prompt": f"p{i}"} for i in range(3000)]  # a backlog of batches must not hang the exit
     result = run(entries, *TOOLS, "--num_workers=2", timeout=60)
@@ -98,60 +103,62 @@ def test_refused_key_stops_the_whole_run(run, server):
     assert result.jsonl("errors.jsonl")[0]["error_type"] == "api_refused"
 
 
-def test_request_timeout_fails_and_is_retried_later(run, server):
-    result = run([{"prompt": "slow [mock latency=3]"}], *TOOLS, "--request_timeout=0.5", "--max_retries=0")
+def test_request_timeout_fails_and_is_retried_later(run_here, server):
+    result = run_here([{"prompt": "slow [mock latency=3]"}], *TOOLS, "--request_timeout=0.5", "--max_retries=0")
     assert result.code == 1
-    assert result.jsonl("errors.jsonl")[0]["error_type"] == "api_timeout"
+    (error,) = result.jsonl("errors.jsonl")
+    assert error["error_type"] == "api_timeout" and error["attempts"] == 1
 
 
-def test_same_run_name_without_resume_refuses(run, server):
-    assert run([{"prompt": "a"}], *TOOLS).code == 0
-    again = run([{"prompt": "a"}], *TOOLS)
-    assert again.code == 2 and "pass --resume" in again.stderr
-
-
-def test_resume_of_a_finished_run_rebuilds_without_calling_the_model(run, server):
+def test_a_finished_run_is_rebuilt_on_resume_without_calling_the_model(run_here, server):
     entries = [{"prompt": "kept"}, {"prompt": "silent [mock reasoning=none]"}]
-    first = run(entries, *TOOLS)
+    first = run_here(entries, *TOOLS)
     assert first.code == 0 and len(first.trajectories) == 1
+    calls = len(server.requests)
+    again = run_here(entries, *TOOLS)  # the same run name without --resume
+    assert again.code == 2 and "pass --resume" in again.stderr
+    # What a kill in the middle of the merge leaves: a half-written temporary file, no final files.
+    (first.run_dir / ".trajectories.jsonl.abc123").write_text('{"prompt_index": 0, "conv')
     (first.run_dir / "trajectories.jsonl").unlink()
     (first.run_dir / "statistics.json").unlink()
-    calls = len(server.requests)
-    again = run(entries, *TOOLS, "--resume")
-    assert again.code == 0 and len(again.trajectories) == 1 and again.statistics["trajectories"] == 1
-    remerged = run(entries, *TOOLS, "--resume", "--require_reasoning=False")
+    rebuilt = run_here(entries, *TOOLS, "--resume")
+    assert rebuilt.code == 0 and sources(rebuilt) == Counter({"kept": 1})
+    assert rebuilt.statistics["trajectories"] == 1 and "0 to run" in rebuilt.stdout
+    assert not list(first.run_dir.glob(".trajectories.jsonl.*"))
+    remerged = run_here(entries, *TOOLS, "--resume", "--require_reasoning=False")
     assert remerged.code == 0 and len(remerged.trajectories) == 2
     assert remerged.statistics["discarded_no_reasoning"] == 0
     assert len(server.requests) == calls
 
 
-def test_duplicates_reordered_and_extended_datasets(run, server, tmp_path):
+def test_duplicates_reordered_and_extended_datasets(run_here, server):
+    # Matching itself: tests/test_match.py; here, the plan it makes and the batch files it leads to.
     entries = [{"prompt": "twice"}, {"prompt": "twice"}, {"prompt": "other"}, {"prompt": "img", "image": "a:1"}]
-    first = run(entries[:3], *TOOLS, "--max_samples=2")
+    first = run_here(entries[:3], *TOOLS, "--max_samples=2")
     assert first.code == 0 and sources(first) == Counter({"twice": 2})
     shuffled = [entries[2], entries[0], {"prompt": "new"}, entries[1], {"prompt": "twice"}]
     before = asked(server)
-    second = run(shuffled, *TOOLS, "--resume")
+    second = run_here(shuffled, *TOOLS, "--resume")
     assert second.code == 0, second.stdout
     assert "2 prompts already done, 3 to run" in second.stdout
     assert sources(second) == Counter({"twice": 3, "other": 1, "new": 1})
     assert set(asked(server) - before) == {"twice", "other", "new"}
     # A removed prompt's trajectory stays; a prompt that differs only by its image is another task.
-    third = run([{"prompt": "new"}, {"prompt": "other", "image": "x:1"}], *TOOLS, "--resume")
+    third = run_here([{"prompt": "new"}, {"prompt": "other", "image": "x:1"}], *TOOLS, "--resume")
     assert third.code == 0 and sources(third)["other"] == 2 and sources(third)["twice"] == 3
     batch_numbers = sorted(r["metadata"]["batch_num"] for r in third.trajectories)
     assert batch_numbers[-1] >= 3  # resumed runs start new batch files after the highest one
 
 
-def test_torn_last_line_is_ignored_and_rerun(run, server):
+def test_torn_last_line_is_ignored_and_rerun(run_here, server):
     entries = [{"prompt": f"p{i}"} for i in range(3)]
-    first = run(entries, *TOOLS, "--num_workers=1", batch_size=3)
+    first = run_here(entries, *TOOLS, "--num_workers=1", batch_size=3)
     assert first.code == 0
     batch = first.run_dir / "batch_0.jsonl"
     lines = batch.read_bytes().splitlines(keepends=True)
     torn = json.loads(lines[-1])["metadata"]["source"]["prompt"]
     batch.write_bytes(b"".join(lines[:-1]) + lines[-1][: len(lines[-1]) // 2])
-    second = run(entries, *TOOLS, "--resume")
+    second = run_here(entries, *TOOLS, "--resume")
     assert second.code == 0, second.stderr
     assert "batch_0.jsonl line 3 is incomplete" in second.stdout
     assert sources(second) == Counter(e["prompt"] for e in entries)
@@ -174,22 +181,33 @@ def _lines(run) -> int:
     return sum(p.read_bytes().count(b"\n") for p in folder.glob("batch_*.jsonl")) if folder.exists() else 0
 
 
+def released(run) -> bool:
+    """The killed run's workers are gone too (they die a moment after it): its folder lock is free."""
+    try:
+        os.close(RunFolder(run.tmp_path / "out" / "run").lock())
+    except UsageError:
+        return False
+    return True
+
+
+def settled(server) -> bool:
+    """Every chat request the server started on is in its log (it logs a reply after its latency)."""
+    return sum(server.attempts.values()) == len(server.chat_requests())
+
+
 @pytest.mark.parametrize("kill_after_lines", [0, 4, 11])
-def test_sigkill_at_any_moment_then_resume_is_exact(run, server, kill_after_lines):
+def test_sigkill_at_any_moment_then_resume_is_exact(run, run_here, server, kill_after_lines):
     server.latency = 0.05
     entries = [{"prompt": f"task {i % 10}"} for i in range(12)]  # with duplicates
     proc = _start(run, entries, *TOOLS, "--num_workers=2", "--concurrency=2")
-    deadline = time.monotonic() + 60
-    while _lines(run) < kill_after_lines and time.monotonic() < deadline:
-        time.sleep(0.01)
-    while kill_after_lines == 0 and not server.requests and time.monotonic() < deadline:
-        time.sleep(0.01)
+    wait_for(lambda: _lines(run) >= kill_after_lines and server.requests, what=f"{kill_after_lines} lines")
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
-    time.sleep(0.2)  # requests in flight at the kill reach the server's log after its latency
+    wait_for(lambda: released(run), what="the killed workers to be gone")
+    wait_for(lambda: settled(server), what="the requests in flight at the kill")
     finished = _lines(run)
     asked_before = asked(server)
-    result = run(entries, *TOOLS, "--resume", batch_size=3)
+    result = run_here(entries, *TOOLS, "--resume", batch_size=3)
     assert result.code == 0, result.stdout + result.stderr
     assert sources(result) == Counter(e["prompt"] for e in entries)
     assert len(result.trajectories) == 12 and result.statistics["trajectories"] == 12
@@ -197,40 +215,22 @@ def test_sigkill_at_any_moment_then_resume_is_exact(run, server, kill_after_line
     assert sum((asked(server) - asked_before).values()) <= 3 * (12 - finished)
 
 
-def test_a_second_run_on_a_busy_folder_refuses(run, server):
-    server.latency = 0.3
-    entries = [{"prompt": f"slow {i}"} for i in range(6)]
+def test_a_second_run_on_a_busy_folder_refuses(run, run_here, server):
+    server.latency = 0.3  # one prompt after another, three calls each: the first run goes on for about 2.5 s
+    entries = [{"prompt": f"slow {i}"} for i in range(3)]
     proc = _start(run, entries, *TOOLS, "--num_workers=1")
-    deadline = time.monotonic() + 30
-    while not server.requests and time.monotonic() < deadline:
-        time.sleep(0.02)
-    second = run(entries, *TOOLS, "--resume")
+    wait_for(lambda: server.requests, what="the first run's first request")
+    second = run_here(entries, *TOOLS, "--resume")
     assert second.code == 2 and "in use by another run" in second.stderr
     proc.communicate(timeout=60)
     assert proc.returncode == 0
 
 
-def test_leftovers_of_a_kill_during_merge_do_not_matter(run, server):
-    entries = [{"prompt": "a"}, {"prompt": "b"}]
-    first = run(entries, *TOOLS)
-    assert first.code == 0
-    # What a kill in the middle of the merge leaves: a half-written temporary file, no final file.
-    (first.run_dir / ".trajectories.jsonl.abc123").write_text('{"prompt_index": 0, "conv')
-    (first.run_dir / "trajectories.jsonl").unlink()
-    calls = len(server.requests)
-    second = run(entries, *TOOLS, "--resume")
-    assert second.code == 0 and sources(second) == Counter({"a": 1, "b": 1})
-    assert len(server.requests) == calls
-    assert not list(first.run_dir.glob(".trajectories.jsonl.*"))
-
-
-def test_ctrl_c_saves_and_says_how_to_resume(run, server):
+def test_ctrl_c_saves_and_says_how_to_resume(run, run_here, server):
     server.latency = 0.3
     entries = [{"prompt": f"slow {i}"} for i in range(20)]
     proc = _start(run, entries, *TOOLS, "--num_workers=2")
-    deadline = time.monotonic() + 60
-    while _lines(run) < 2 and time.monotonic() < deadline:
-        time.sleep(0.02)
+    wait_for(lambda: _lines(run) >= 2, what="two finished prompts")
     os.killpg(proc.pid, signal.SIGINT)
     stdout, stderr = proc.communicate(timeout=60)
     assert proc.returncode == 130, stdout + stderr
@@ -241,5 +241,5 @@ def test_ctrl_c_saves_and_says_how_to_resume(run, server):
     assert len(checkpoint["completed_prompts"]) == stats["trajectories"] >= 2
     assert not (folder / "errors.jsonl").exists()  # abandoned prompts are not failures
     server.latency = 0
-    result = run(entries, *TOOLS, "--resume", batch_size=3)
+    result = run_here(entries, *TOOLS, "--resume", batch_size=3)
     assert result.code == 0 and sources(result) == Counter(e["prompt"] for e in entries)

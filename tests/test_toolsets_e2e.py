@@ -1,16 +1,15 @@
 """Whole runs of batch_runner.py where the scripted model uses every toolset: what is offered, what is
-left out (and said so once), the summary's tool table, and the tools' own tokens in the run's usage."""
+left out (and said so once), the summary's tool table, and the tools' own tokens in the run's usage.
+They run through its entry point in this process (`run_here`); the workers fork from here."""
 
 from __future__ import annotations
 
 import json
 import os
 import re
-import subprocess
-import sys
 
 import pytest
-from conftest import ROOT, tool_results
+from conftest import run_cli, tool_results
 
 from toolset_distributions import ALL_SIX
 from trajforge.mock import model as mock_model
@@ -49,13 +48,13 @@ def replayed_usage(server) -> dict:
 
 
 @pytest.mark.skipif(BROWSER_PROBLEM is not None, reason=f"no browser can be launched here: {BROWSER_PROBLEM}")
-def test_default_distribution_offers_and_exercises_every_toolset(run, server, site, monkeypatch):
+def test_default_distribution_offers_and_exercises_every_toolset(run_here, server, site, monkeypatch):
     monkeypatch.setenv("WEB_SEARCH_URL", site.url)
     entries = [
         {"prompt": f"Greet the form at {site.url}/form.html and read about tide pools"},
         {"prompt": "Look around"},
     ]
-    result = run(entries, "--distribution=default", *MODELS, "--num_workers=2", batch_size=1)
+    result = run_here(entries, "--distribution=default", *MODELS, "--num_workers=2", batch_size=1)
     assert result.code == 0, result.stdout + result.stderr
     assert "warning" not in result.stdout  # every toolset is available
 
@@ -87,9 +86,9 @@ def test_default_distribution_offers_and_exercises_every_toolset(run, server, si
     }
 
 
-def test_without_a_search_provider_web_extract_is_still_offered(run, monkeypatch):
+def test_without_a_search_provider_web_extract_is_still_offered(run_here, monkeypatch):
     monkeypatch.delenv("WEB_SEARCH_URL", raising=False)
-    result = run([{"prompt": "read the mock page"}, {"prompt": "again"}], "--distribution=minimal", *MODELS)
+    result = run_here([{"prompt": "read the mock page"}, {"prompt": "again"}], "--distribution=minimal", *MODELS)
     assert result.code == 0, result.stderr
     assert result.stdout.count("warning:") == 1
     assert (
@@ -102,8 +101,8 @@ def test_without_a_search_provider_web_extract_is_still_offered(run, monkeypatch
         assert record["tool_stats"]["web_search"] == {"count": 0, "success": 0, "failure": 0}
 
 
-def test_the_code_execution_distribution(run):
-    result = run([{"prompt": "compute something"}], "--distribution=code_execution")
+def test_the_code_execution_distribution(run_here):
+    result = run_here([{"prompt": "compute something"}], "--distribution=code_execution")
     assert result.code == 0, result.stderr
     (record,) = result.trajectories
     assert record["toolsets_used"] == ["code_execution", "file", "terminal"]
@@ -112,10 +111,10 @@ def test_the_code_execution_distribution(run):
     assert '"content": {"stdout": "45\\n", "stderr": "done\\n", "exit_code": 0}' in responses
 
 
-def test_a_browser_that_cannot_start_is_reported_once_and_left_out(run, tmp_path, monkeypatch):
+def test_a_browser_that_cannot_start_is_reported_once_and_left_out(run_here, tmp_path, monkeypatch):
     monkeypatch.setenv("BROWSER_EXECUTABLE", str(tmp_path / "no-chromium"))
     monkeypatch.setenv("WEB_SEARCH_URL", "http://127.0.0.1:9")  # configured, never asked: the mock searches no web
-    result = run([{"prompt": "browse [mock turns=0]"}], "--distribution=browser_use", *MODELS)
+    result = run_here([{"prompt": "browse [mock turns=0]"}], "--distribution=browser_use", *MODELS)
     assert result.code == 0, result.stderr
     assert result.stdout.count("warning:") == 1
     assert f"warning: browser is not available here, so it is not offered: {tmp_path}/no-chromium could not" in (
@@ -123,23 +122,18 @@ def test_a_browser_that_cannot_start_is_reported_once_and_left_out(run, tmp_path
     )
     (record,) = result.trajectories
     assert "browser" not in record["toolsets_used"]
-    only_browser = run([{"prompt": "x"}], "--distribution=browser_only", run_name="other")
+    only_browser = run_here([{"prompt": "x"}], "--distribution=browser_only", run_name="other")
     assert only_browser.code == 2
     assert "none of its toolsets is available here" in only_browser.stderr
 
 
-def list_distributions(**environment) -> str:
-    env = {k: v for k, v in os.environ.items() if k not in ("WEB_SEARCH_URL", "BROWSER_EXECUTABLE")}
-    env |= {"COLUMNS": "200"} | environment  # wide enough that no cell wraps
-    proc = subprocess.run(
-        [sys.executable, str(ROOT / "batch_runner.py"), "--list_distributions"], capture_output=True, text=True, env=env
-    )
-    assert proc.returncode == 0, proc.stderr
-    return proc.stdout
-
-
-def test_list_distributions_says_what_is_unavailable_and_why(tmp_path):
-    listing = list_distributions(BROWSER_EXECUTABLE=str(tmp_path / "no-chromium"))
+def test_list_distributions_says_what_is_unavailable_and_why(tmp_path, monkeypatch):
+    # The README's --list_distributions as a process, with every toolset available: tests/test_smoke.py.
+    monkeypatch.delenv("WEB_SEARCH_URL", raising=False)
+    monkeypatch.setenv("BROWSER_EXECUTABLE", str(tmp_path / "no-chromium"))
+    monkeypatch.setenv("COLUMNS", "200")  # wide enough that no cell wraps
+    code, listing, stderr = run_cli(["--list_distributions"])
+    assert code == 0, stderr
     rows = {line.split("│")[1].strip(): line.split("│")[2].strip() for line in listing.splitlines() if "%" in line}
     assert rows["default"] == (
         "web 100% (partly), vision 100%, image_gen 100%, terminal 100%, file 100%, browser 100% (unavailable)"
@@ -149,10 +143,3 @@ def test_list_distributions_says_what_is_unavailable_and_why(tmp_path):
     assert "Not available on this machine" in listing
     assert re.search(r"│ web +│ web_search +│ no search provider configured: set WEB_SEARCH_URL", listing)
     assert re.search(rf"│ browser +│ all its tools +│ {tmp_path}/no-chromium could not be launched", listing)
-
-
-@pytest.mark.skipif(BROWSER_PROBLEM is not None, reason=f"no browser can be launched here: {BROWSER_PROBLEM}")
-def test_list_distributions_with_everything_available():
-    listing = list_distributions(WEB_SEARCH_URL="http://127.0.0.1:9")
-    assert "Every toolset is available on this machine." in listing
-    assert "(partly)" not in listing and "(unavailable)" not in listing
