@@ -141,18 +141,7 @@ class InProcessRunner(Runner):
         # `timeout` is the subprocess's; here pytest-timeout bounds a run.
         command = self.command(entries, *flags, run_name=run_name, batch_size=batch_size)
         code, stdout, stderr = run_cli(command[2:])
-        _release_folder_locks(self.tmp_path)
         return Result(code, stdout, stderr, self.tmp_path / "out" / run_name)
-
-
-def _release_folder_locks(under: Path) -> None:
-    """Do what the end of the process does after a run: the runner holds its run folder's lock until
-    then, and a later run here on the same folder (--resume) would find it taken."""
-    for fd in os.listdir("/proc/self/fd"):
-        with contextlib.suppress(OSError):
-            target = os.readlink(f"/proc/self/fd/{fd}")
-            if target.startswith(f"{under.resolve()}/") and target.endswith("/.lock"):
-                os.close(int(fd))
 
 
 @pytest.fixture

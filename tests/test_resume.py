@@ -184,7 +184,8 @@ def _lines(run) -> int:
 def released(run) -> bool:
     """The killed run's workers are gone too (they die a moment after it): its folder lock is free."""
     try:
-        os.close(RunFolder(run.tmp_path / "out" / "run").lock())
+        with RunFolder(run.tmp_path / "out" / "run").locked():
+            pass
     except UsageError:
         return False
     return True

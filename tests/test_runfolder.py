@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import subprocess
 import sys
 
@@ -115,9 +114,9 @@ HOLD_LOCK = """
 import sys
 from pathlib import Path
 from trajforge.runfolder.folder import RunFolder
-RunFolder(Path(sys.argv[1])).lock()
-print("locked", flush=True)
-sys.stdin.read()
+with RunFolder(Path(sys.argv[1])).locked():
+    print("locked", flush=True)
+    sys.stdin.read()
 """
 
 
@@ -128,14 +127,13 @@ def test_the_lock_refuses_a_second_run_until_the_first_process_is_gone(tmp_path)
     )
     try:
         assert holder.stdout.readline() == "locked\n"
-        with pytest.raises(UsageError, match="is in use by another run that is still going"):
-            folder.lock()
+        with pytest.raises(UsageError, match="is in use by another run that is still going"), folder.locked():
+            pass
     finally:
         holder.kill()  # however the holder ends, even by SIGKILL, the lock goes with it
         holder.wait()
-    fd = folder.lock()
-    try:
-        with pytest.raises(UsageError):  # flock is per open file: a second open in this process is refused too
-            folder.lock()
-    finally:
-        os.close(fd)
+    # flock is per open file: a second one in this process is refused too
+    with folder.locked(), pytest.raises(UsageError), folder.locked():
+        pass
+    with folder.locked():  # released when the run ends, so a later run in the same process can take it
+        pass

@@ -108,7 +108,11 @@ class BatchRunner:
                 f"--distribution {config.distribution}: none of its toolsets is available here "
                 f"({', '.join(DISTRIBUTIONS[config.distribution])}); try --distribution=terminal_only"
             )
-        self.folder.lock()
+        with self.folder.locked():
+            return self._run_locked(entries, weights, toolsets, started)
+
+    def _run_locked(self, entries: list[Entry], weights: dict, toolsets: dict, started: float) -> int:
+        config = self.config
         pending, done = self.plan(entries)
         self.folder.remove_leftovers()
         first = self.folder.next_batch_num()

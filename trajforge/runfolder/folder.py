@@ -9,6 +9,7 @@ import os
 import re
 import tempfile
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -77,17 +78,21 @@ class RunFolder:
     def has_run(self) -> bool:
         return bool(self.batch_files()) or self.checkpoint.exists() or self.errors.exists()
 
-    def lock(self) -> int:
+    @contextmanager
+    def locked(self) -> Iterator[None]:
         """Hold the folder for this run; two runs appending to the same batch files would duplicate
-        work and pay for it twice. The lock goes with the process (and its workers), however it ends."""
+        work and pay for it twice. Workers inherit the lock, and it goes with the process however it
+        ends, so a killed run never leaves it taken."""
         self.path.mkdir(parents=True, exist_ok=True)
         fd = os.open(self.path / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                raise UsageError(f"--run_name: {self.path} is in use by another run that is still going") from None
+            yield
+        finally:
             os.close(fd)
-            raise UsageError(f"--run_name: {self.path} is in use by another run that is still going") from None
-        return fd
 
     def remove_leftovers(self) -> None:
         """Temporary files of an atomic write that a kill interrupted."""
