@@ -87,8 +87,8 @@ class LocalSite:
         }
         if path in pages:
             return self.send(handler, 200, *pages[path])
-        if path == "/redirect":
-            return self.redirect(handler, "/article.html")
+        if path == "/redirect":  # ?to=URL: anywhere, e.g. another host
+            return self.redirect(handler, query.get("to", "/article.html"))
         if path.startswith("/chain/"):
             left = int(path.rsplit("/", 1)[1])
             return self.redirect(handler, f"/chain/{left - 1}" if left else "/article.html")

@@ -93,7 +93,7 @@ def test_image_generate_downloads_an_image_given_as_a_url(server):
         result = await call(session, "image_generate", prompt="a kite [mock image=url]")
         return result, await read_bytes(session.env, result["path"], 10**6)
 
-    result, saved = in_session(scenario, model_url=server.base_url)
+    result, saved = in_session(scenario, model_url=server.base_url, allow_private_urls=True)  # served on 127.0.0.1
     assert result["url"] == f"http://127.0.0.1:{server.port}/_mock/image.png"
     assert saved == solid_png(64, 64, b"\x3c\x8c\xc8")
 

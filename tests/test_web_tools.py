@@ -18,7 +18,7 @@ from trajforge.tools.web import TEXT_LIMIT
 
 def extract(urls: list[str] | str, **settings) -> dict:
     async def go() -> dict:
-        async with tool_session(**settings) as session:
+        async with tool_session(allow_private_urls=True, **settings) as session:  # the site is on 127.0.0.1
             return await call(session, "web_extract", urls=urls)
 
     return asyncio.run(go())

@@ -1,14 +1,18 @@
 """One HTTP GET with the limits a tool needs: redirects followed, a deadline for the whole exchange,
-a byte cap on the body, and the content type checked before the body is read."""
+a byte cap on the body, the content type checked before the body is read, and (unless private addresses
+are allowed) only public addresses reached, at every redirect hop (netguard.py)."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
+import httpcore
 import httpx
+
+from trajforge.tools.netguard import Blocked, Resolver, resolve_checked, system_resolver
 
 MAX_REDIRECTS = 5
 USER_AGENT = "Mozilla/5.0 (compatible; batch-runner/0.1; +web_extract)"
@@ -28,9 +32,69 @@ class Fetched:
     truncated: bool  # the body was cut at the byte cap
 
 
-def http_client() -> httpx.AsyncClient:
+LIMITS = httpx.Limits(max_connections=100, max_keepalive_connections=20, keepalive_expiry=5.0)  # httpx's defaults
+
+
+class GuardedNetwork(httpcore.AsyncNetworkBackend):
+    """Opens connections only to addresses netguard checked: the name is resolved once, here, and the
+    socket opened to one of those very addresses (no second lookup a DNS rebinding could answer), while
+    TLS (SNI and the certificate check) and the Host header keep the name, since httpcore sets them from
+    the URL. A connection is made per origin, so every redirect hop to a new host is checked again."""
+
+    def __init__(self, resolver: Resolver = system_resolver, network: httpcore.AsyncNetworkBackend | None = None):
+        self.resolver = resolver
+        self.network = network or httpcore.AnyIOBackend()
+
+    async def connect_tcp(
+        self,
+        host: str,
+        port: int,
+        timeout: float | None = None,
+        local_address: str | None = None,
+        socket_options: Iterable[httpcore.SOCKET_OPTION] | None = None,
+    ) -> httpcore.AsyncNetworkStream:
+        try:
+            addresses = await resolve_checked(host, self.resolver)
+        except OSError as exc:  # the name does not resolve: a connection error, as it is without the guard
+            raise httpcore.ConnectError(str(exc)) from exc
+        failure = httpcore.ConnectError(f"{host} resolves to no address")
+        for address in addresses:
+            try:
+                return await self.network.connect_tcp(
+                    address, port, timeout=timeout, local_address=local_address, socket_options=socket_options
+                )
+            except httpcore.ConnectError as exc:  # e.g. an IPv6 address and no IPv6 route: the next one
+                failure = exc
+        raise failure
+
+    async def sleep(self, seconds: float) -> None:
+        await self.network.sleep(seconds)
+
+
+class GuardedTransport(httpx.AsyncHTTPTransport):
+    def __init__(self, network: GuardedNetwork):
+        super().__init__(limits=LIMITS)
+        # httpx 0.28 takes no network backend (encode/httpx#3749 would add one): the connection pool it
+        # made is replaced by the same pool connecting through `network`.
+        self._pool = httpcore.AsyncConnectionPool(
+            ssl_context=httpx.create_ssl_context(),
+            max_connections=LIMITS.max_connections,
+            max_keepalive_connections=LIMITS.max_keepalive_connections,
+            keepalive_expiry=LIMITS.keepalive_expiry,
+            network_backend=network,
+        )
+
+
+def http_client(allow_private: bool = False, network: GuardedNetwork | None = None) -> httpx.AsyncClient:
+    """A client for the tools. Without `allow_private` (the one for URLs a model chooses) every connection
+    goes through `network`, a GuardedNetwork on the system resolver by default; proxy variables of the
+    environment are then not used, since a proxy would resolve the name again itself, past the check."""
     return httpx.AsyncClient(
-        follow_redirects=True, max_redirects=MAX_REDIRECTS, headers={"User-Agent": USER_AGENT}, timeout=30.0
+        transport=None if allow_private else GuardedTransport(network or GuardedNetwork()),
+        follow_redirects=True,
+        max_redirects=MAX_REDIRECTS,
+        headers={"User-Agent": USER_AGENT},
+        timeout=30.0,
     )
 
 
@@ -44,8 +108,9 @@ def _sniff(first: bytes) -> str:
 async def fetch(
     client: httpx.AsyncClient, url: str, *, max_bytes: int, timeout: float, accept: Callable[[str], bool]
 ) -> Fetched:
-    """GET `url`; raises FetchError for a bad scheme, an HTTP error status, too many redirects, the
-    deadline, a network failure, or a media type that `accept` refuses."""
+    """GET `url`; raises FetchError for a bad scheme, a blocked address (the message starts with
+    "blocked:"), an HTTP error status, too many redirects, the deadline, a network failure, or a media
+    type that `accept` refuses."""
     if urlsplit(url).scheme not in ("http", "https"):
         raise FetchError(f"only http and https URLs can be fetched, not {url!r}")
     try:
@@ -73,6 +138,10 @@ async def fetch(
                 bytes(body[:max_bytes]),
                 truncated,
             )
+    except Blocked as exc:
+        raise FetchError(str(exc)) from None
+    except httpx.InvalidURL as exc:  # e.g. an octal IPv4 address, 0177.0.0.1: not an HTTPError
+        raise FetchError(f"{url} is not a valid URL: {exc}") from None
     except TimeoutError:
         raise FetchError(f"{url} did not answer completely within {timeout:g}s") from None
     except httpx.TooManyRedirects:

@@ -39,8 +39,14 @@ class ToolServices:
 
     @functools.cached_property
     def http(self) -> httpx.AsyncClient:
-        """For web pages and images; made on first use (it costs a third of a second of imports)."""
-        return http_client()
+        """For URLs a model chooses (pages, images): public addresses only unless --allow_private_urls;
+        made on first use (it costs a third of a second of imports)."""
+        return http_client(allow_private=self.settings.allow_private_urls)
+
+    @functools.cached_property
+    def search_http(self) -> httpx.AsyncClient:
+        """For the search provider the user configured, which may well run on this machine (SearXNG)."""
+        return http_client(allow_private=True)
 
     def redact(self, text: str) -> str:
         for secret in self.secrets:
@@ -50,8 +56,9 @@ class ToolServices:
 
     async def close(self) -> None:
         await self.browser.close()
-        if "http" in self.__dict__:
-            await self.http.aclose()
+        for client in ("http", "search_http"):
+            if client in self.__dict__:
+                await self.__dict__[client].aclose()
         await self.model.close()
 
 

@@ -20,6 +20,7 @@ class ToolSettings:
     browser_executable: str | None = None  # None: the browser toolset is not offered
     fetch_timeout: float = 20.0  # seconds for one whole page or search request, redirects included
     fetch_max_bytes: int = 2_000_000  # bytes of a page read; text extraction of more gets slow
+    allow_private_urls: bool = False  # URLs a model chooses may reach loopback, private, link-local... addresses
 
     @classmethod
     def from_environment(

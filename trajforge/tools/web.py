@@ -101,5 +101,5 @@ async def web_search(session: ToolSession, query: str, limit: int = 5) -> dict:
     if provider is None:
         return {"error": f"web search is not configured: {HOW_TO_CONFIGURE}"}
     limit = min(max(int(limit), 1), 10)
-    results = await search(services.http, provider, query, limit, services.settings.fetch_timeout)
+    results = await search(services.search_http, provider, query, limit, services.settings.fetch_timeout)
     return {"query": query, "provider": provider.name, "results": results}
