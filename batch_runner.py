@@ -60,6 +60,7 @@ def main(
     default_image: str = "python:3.11-slim",
     keep_workspaces: bool = False,
     sandbox_network: bool = False,
+    allow_private_urls: bool = False,
     executor: str = "pool",
     ray_address: str | None = None,
     ray_shared_fs: bool = False,

@@ -54,7 +54,9 @@ def test_default_distribution_offers_and_exercises_every_toolset(run_here, serve
         {"prompt": f"Greet the form at {site.url}/form.html and read about tide pools"},
         {"prompt": "Look around"},
     ]
-    result = run_here(entries, "--distribution=default", *MODELS, "--num_workers=2", batch_size=1)
+    result = run_here(
+        entries, "--distribution=default", *MODELS, "--allow_private_urls", "--num_workers=2", batch_size=1
+    )
     assert result.code == 0, result.stdout + result.stderr
     assert "warning" not in result.stdout  # every toolset is available
 
@@ -88,7 +90,12 @@ def test_default_distribution_offers_and_exercises_every_toolset(run_here, serve
 
 def test_without_a_search_provider_web_extract_is_still_offered(run_here, monkeypatch):
     monkeypatch.delenv("WEB_SEARCH_URL", raising=False)
-    result = run_here([{"prompt": "read the mock page"}, {"prompt": "again"}], "--distribution=minimal", *MODELS)
+    result = run_here(
+        [{"prompt": "read the mock page"}, {"prompt": "again"}],
+        "--distribution=minimal",
+        *MODELS,
+        "--allow_private_urls",
+    )
     assert result.code == 0, result.stderr
     assert result.stdout.count("warning:") == 1
     assert (

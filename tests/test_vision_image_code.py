@@ -32,7 +32,9 @@ def test_vision_sends_a_url_as_it_is_and_counts_its_tokens(server):
         result = await call(session, "vision_analyze", image_url="http://127.0.0.1:1/cat.png", question="A cat?")
         return result, dict(session.usage)
 
-    result, usage = in_session(scenario, model_url=server.base_url)
+    blocked, usage = in_session(scenario, model_url=server.base_url)  # the model's server would fetch it for us
+    assert blocked == {"error": "blocked: 127.0.0.1 is a loopback address"} and not server.requests
+    result, usage = in_session(scenario, model_url=server.base_url, allow_private_urls=True)
     assert result == {
         "image": "http://127.0.0.1:1/cat.png",
         "analysis": "(mock vision) To 'A cat? ': the image at http://127.0.0.1:1/cat.png shows one flat colour, "

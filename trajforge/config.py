@@ -163,7 +163,8 @@ def _api_key(flags: dict, base_url: str, mock: bool) -> str:
 def tool_settings(flags: dict) -> ToolSettings:
     """--vision_model defaults to the main model; search provider and browser come from the environment."""
     vision_model = flags["vision_model"] if flags["vision_model"] is not None else flags["model"]
-    return ToolSettings.from_environment(str(vision_model), str(flags["image_model"]))
+    allow_private = as_bool(flags["allow_private_urls"], "allow_private_urls")
+    return ToolSettings.from_environment(str(vision_model), str(flags["image_model"]), allow_private)
 
 
 def _executor(flags: dict) -> str:

@@ -12,7 +12,7 @@ from urllib.parse import urlsplit
 import httpcore
 import httpx
 
-from trajforge.tools.netguard import Blocked, Resolver, resolve_checked, system_resolver
+from trajforge.tools.netguard import Blocked, Resolver, origin, resolve_checked, system_resolver
 
 MAX_REDIRECTS = 5
 USER_AGENT = "Mozilla/5.0 (compatible; batch-runner/0.1; +web_extract)"
@@ -41,9 +41,15 @@ class GuardedNetwork(httpcore.AsyncNetworkBackend):
     TLS (SNI and the certificate check) and the Host header keep the name, since httpcore sets them from
     the URL. A connection is made per origin, so every redirect hop to a new host is checked again."""
 
-    def __init__(self, resolver: Resolver = system_resolver, network: httpcore.AsyncNetworkBackend | None = None):
+    def __init__(
+        self,
+        resolver: Resolver = system_resolver,
+        network: httpcore.AsyncNetworkBackend | None = None,
+        trusted: frozenset[str] = frozenset(),
+    ):
         self.resolver = resolver
         self.network = network or httpcore.AnyIOBackend()
+        self.trusted = trusted  # host:port let through unchecked: the mock model's own server
 
     async def connect_tcp(
         self,
@@ -54,7 +60,7 @@ class GuardedNetwork(httpcore.AsyncNetworkBackend):
         socket_options: Iterable[httpcore.SOCKET_OPTION] | None = None,
     ) -> httpcore.AsyncNetworkStream:
         try:
-            addresses = await resolve_checked(host, self.resolver)
+            addresses = [host] if origin(host, port) in self.trusted else await resolve_checked(host, self.resolver)
         except OSError as exc:  # the name does not resolve: a connection error, as it is without the guard
             raise httpcore.ConnectError(str(exc)) from exc
         failure = httpcore.ConnectError(f"{host} resolves to no address")
@@ -85,12 +91,14 @@ class GuardedTransport(httpx.AsyncHTTPTransport):
         )
 
 
-def http_client(allow_private: bool = False, network: GuardedNetwork | None = None) -> httpx.AsyncClient:
+def http_client(
+    allow_private: bool = False, network: GuardedNetwork | None = None, trusted: frozenset[str] = frozenset()
+) -> httpx.AsyncClient:
     """A client for the tools. Without `allow_private` (the one for URLs a model chooses) every connection
     goes through `network`, a GuardedNetwork on the system resolver by default; proxy variables of the
     environment are then not used, since a proxy would resolve the name again itself, past the check."""
     return httpx.AsyncClient(
-        transport=None if allow_private else GuardedTransport(network or GuardedNetwork()),
+        transport=None if allow_private else GuardedTransport(network or GuardedNetwork(trusted=trusted)),
         follow_redirects=True,
         max_redirects=MAX_REDIRECTS,
         headers={"User-Agent": USER_AGENT},

@@ -60,6 +60,14 @@ IPV4_COMPATIBLE = ip_network("::/96")  # deprecated ::a.b.c.d
 NAT64 = ip_network("64:ff9b::/96")  # Python 3.11 calls 64:ff9b::7f00:1 global
 
 
+DEFAULT_PORTS = {"http": 80, "ws": 80, "https": 443, "wss": 443}
+
+
+def origin(host: str, port: int) -> str:
+    """`host:port` as ToolSettings.trusted_origins names it (the mock model's own server)."""
+    return f"{host.strip('[]').lower()}:{port}"
+
+
 class Blocked(Exception):
     """A URL whose host may not be reached; str() is the message for the model."""
 
@@ -113,7 +121,9 @@ async def resolve_checked(host: str, resolver: Resolver = system_resolver) -> li
     return addresses
 
 
-async def check_url(url: str, allow_private: bool = False, resolver: Resolver = system_resolver) -> None:
+async def check_url(
+    url: str, allow_private: bool = False, resolver: Resolver = system_resolver, trusted: frozenset[str] = frozenset()
+) -> None:
     """Raise Blocked unless `url` is an http(s) or ws(s) URL whose host resolves to public addresses only
     (any URL with `allow_private`). A check, not a pin: a client that resolves the name again itself may
     be answered differently, so the HTTP client connects through fetch.py's guard instead."""
@@ -128,4 +138,6 @@ async def check_url(url: str, allow_private: bool = False, resolver: Resolver = 
         raise Blocked(f"only http and https URLs are fetched, not {parts.scheme or 'this'}: {url!r}")
     if not host:
         raise Blocked(f"no host in {url!r}")
+    if origin(host, parts.port or DEFAULT_PORTS[parts.scheme]) in trusted:
+        return
     await resolve_checked(host, resolver)

@@ -41,7 +41,7 @@ class ToolServices:
     def http(self) -> httpx.AsyncClient:
         """For URLs a model chooses (pages, images): public addresses only unless --allow_private_urls;
         made on first use (it costs a third of a second of imports)."""
-        return http_client(allow_private=self.settings.allow_private_urls)
+        return http_client(allow_private=self.settings.allow_private_urls, trusted=self.settings.trusted_origins)
 
     @functools.cached_property
     def search_http(self) -> httpx.AsyncClient:

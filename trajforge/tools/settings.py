@@ -21,14 +21,16 @@ class ToolSettings:
     fetch_timeout: float = 20.0  # seconds for one whole page or search request, redirects included
     fetch_max_bytes: int = 2_000_000  # bytes of a page read; text extraction of more gets slow
     allow_private_urls: bool = False  # URLs a model chooses may reach loopback, private, link-local... addresses
+    trusted_origins: frozenset[str] = frozenset()  # host:port reachable all the same: the mock model's server
 
     @classmethod
     def from_environment(
-        cls, vision_model: str, image_model: str, environ: Mapping[str, str] = os.environ
+        cls, vision_model: str, image_model: str, allow_private_urls: bool, environ: Mapping[str, str] = os.environ
     ) -> ToolSettings:
         return cls(
             vision_model=vision_model,
             image_model=image_model,
+            allow_private_urls=allow_private_urls,
             search=search_provider(environ),
             browser_executable=find_browser(environ),
         )

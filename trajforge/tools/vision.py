@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 
 from trajectory import split_reasoning
+from trajforge.tools.netguard import Blocked, check_url
 from trajforge.tools.session import ToolSession
 from trajforge.tools.transfer import image_type, read_bytes
 
@@ -29,6 +30,12 @@ async def vision_analyze(
         question: what to find out about the image
     """
     remote = image_url.startswith(("http://", "https://", "data:"))
+    if image_url.startswith(("http://", "https://")):  # the vision model's server fetches it on our behalf
+        settings = session.services.settings
+        try:
+            await check_url(image_url, settings.allow_private_urls, trusted=settings.trusted_origins)
+        except Blocked as exc:
+            return {"error": str(exc)}
     url = image_url if remote else await _data_url(session, image_url)
     content = [{"type": "text", "text": question}, {"type": "image_url", "image_url": {"url": url}}]
     message, usage = await session.services.model.chat([{"role": "user", "content": content}])
