@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 
 import pytest
 from tool_session import call, tool_session
 
 from trajforge import tools
 from trajforge.tools.browser_runtime import launch_problem
+from trajforge.tools.browser_snapshot import SNAPSHOT_LIMIT
 from trajforge.tools.session import ToolSession
 from trajforge.tools.settings import ToolSettings, find_browser
 
@@ -18,25 +20,31 @@ PROBLEM = launch_problem(CHROMIUM)
 needs_chromium = pytest.mark.skipif(PROBLEM is not None, reason=f"no browser can be launched here: {PROBLEM}")
 
 
+def ref(snapshot: dict, element: str) -> str:
+    """The ref a snapshot gives `element` (role and name, e.g. 'button "Greet me"'), as a model reads it."""
+    return re.search(rf"- {re.escape(element)} \[ref=(\w+)\]", snapshot["snapshot"]).group(1)
+
+
 @needs_chromium
 def test_navigate_read_type_click_and_see_the_result(site):
     async def scenario(session):
         steps = {"navigate": await call(session, "browser_navigate", url=f"{site.url}/form.html")}
-        steps["snapshot"] = await call(session, "browser_snapshot")
-        steps["type"] = await call(session, "browser_type", ref="e1", text="Ada")
-        steps["click"] = await call(session, "browser_click", ref="e2")
+        form = steps["snapshot"] = await call(session, "browser_snapshot")
+        steps["type"] = await call(session, "browser_type", ref=ref(form, 'textbox "Your name"'), text="Ada")
+        steps["click"] = await call(session, "browser_click", ref=ref(form, 'button "Greet me"'))
         steps["result"] = await call(session, "browser_snapshot")
-        steps["stale"] = await call(session, "browser_click", ref="e9")
+        steps["stale"] = await call(session, "browser_click", ref=ref(form, 'button "Greet me"'))
         steps["bad"] = await call(session, "browser_click", ref="button")
         steps["back"] = await call(session, "browser_back")
         steps["scroll"] = await call(session, "browser_scroll", direction="down")
         steps["sideways"] = await call(session, "browser_scroll", direction="left")
-        await call(session, "browser_snapshot")  # refs are gone with the page they named
-        steps["typed_enter"] = await call(session, "browser_type", ref="e1", text="Bo", submit=True)
+        again = await call(session, "browser_snapshot")  # the refs of the first snapshot went with its page
+        field = ref(again, 'textbox "Your name"')
+        steps["typed_enter"] = await call(session, "browser_type", ref=field, text="Bo", submit=True)
         steps["press"] = await call(session, "browser_press", key="Tab")
         steps["bad_key"] = await call(session, "browser_press", key="NoSuchKey")
-        await call(session, "browser_snapshot")
-        steps["link"] = await call(session, "browser_click", ref="e3")
+        greeted = await call(session, "browser_snapshot")
+        steps["link"] = await call(session, "browser_click", ref=ref(greeted, 'link "Read about tide pools"'))
         steps["article"] = await call(session, "browser_snapshot")
         steps["close"] = await call(session, "browser_close")
         steps["close_again"] = await call(session, "browser_close")
@@ -47,15 +55,22 @@ def test_navigate_read_type_click_and_see_the_result(site):
     form = f"{site.url}/form.html"
     assert steps["navigate"] == {"url": form, "title": "Greeter", "status": 200}
     assert steps["snapshot"]["snapshot"] == (
-        "# Greeter\nTell us your name.\nYour name\n"
-        'textbox "Your name" [ref=e1]\nbutton "Greet me" [ref=e2]\n'
-        'link "Read about tide pools" [ref=e3] -> /article.html'
+        "- generic [active] [ref=e1]:\n"
+        '  - heading "Greeter" [level=1] [ref=e2]\n'
+        "  - paragraph [ref=e3]: Tell us your name.\n"
+        "  - generic [ref=e4]:\n"
+        "    - text: Your name\n"
+        '    - textbox "Your name" [ref=e5]\n'
+        '    - button "Greet me" [ref=e6]\n'
+        '  - link "Read about tide pools" [ref=e7] [cursor=pointer]:\n'
+        "    - /url: /article.html\n"
+        "  - paragraph"
     )
-    assert steps["type"] == {"url": form, "title": "Greeter", "typed": "e1"}
-    assert steps["click"] == {"url": f"{form}?name=Ada", "title": "Greeter", "clicked": "e2"}
-    assert steps["result"]["snapshot"].endswith("Hello, Ada!")
+    assert steps["type"] == {"url": form, "title": "Greeter", "typed": "e5"}
+    assert steps["click"] == {"url": f"{form}?name=Ada", "title": "Greeter", "clicked": "e6"}
+    assert steps["result"]["snapshot"].endswith("- paragraph [ref=f1e8]: Hello, Ada!")
     assert steps["stale"] == {
-        "error": "LookupError: no element e9 on the page now; call browser_snapshot for fresh refs"
+        "error": "LookupError: no element e6 on the page now; call browser_snapshot for fresh refs"
     }
     assert steps["bad"]["error"].startswith("ValueError: 'button' is not a ref")
     assert steps["back"] == {"url": form, "title": "Greeter"}
@@ -65,9 +80,26 @@ def test_navigate_read_type_click_and_see_the_result(site):
     assert steps["press"]["pressed"] == "Tab"
     assert steps["bad_key"]["error"].startswith("Keyboard.press: Unknown key")
     assert steps["link"]["url"] == f"{site.url}/article.html"
-    assert "# Life in tide pools" in steps["article"]["snapshot"]
+    assert '- heading "Life in tide pools" [level=1]' in steps["article"]["snapshot"]
     assert (steps["close"], steps["close_again"]) == ({"closed": True}, {"closed": False})
     assert steps["fresh"] == {"error": "there is no previous page"}  # a fresh context has no history
+
+
+@needs_chromium
+def test_a_long_page_is_cut_with_a_marker(site):
+    paragraphs = "".join(f"<p>Paragraph {i}: the quick brown fox jumps over the lazy dog.</p>" for i in range(600))
+
+    async def scenario(session):
+        await call(session, "browser_navigate", url=f"{site.url}/form.html")
+        context = await session.resource("browser", None)
+        await context.pages[-1].set_content(f"<body>{paragraphs}</body>")
+        return await call(session, "browser_snapshot")
+
+    text = asyncio.run(run_in_session(scenario))["snapshot"]
+    body, marker = text.rsplit("\n", 1)
+    assert len(body) == SNAPSHOT_LIMIT
+    assert body.startswith('- generic [active] [ref=e1]:\n  - paragraph [ref=e2]: "Paragraph 0: the quick')
+    assert re.fullmatch(r"\[\.\.\. \d+ more characters of the page cut \.\.\.\]", marker)
 
 
 async def run_in_session(scenario):
