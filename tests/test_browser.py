@@ -5,12 +5,16 @@ from __future__ import annotations
 import asyncio
 import os
 import re
+import signal
+import subprocess
+import time
 
+import psutil
 import pytest
 from tool_session import call, tool_session
 
 from trajforge import tools
-from trajforge.tools.browser_runtime import launch_problem
+from trajforge.tools.browser_runtime import BrowserUnavailable, launch, launch_problem, shared_browser
 from trajforge.tools.browser_snapshot import SNAPSHOT_LIMIT
 from trajforge.tools.session import ToolSession
 from trajforge.tools.settings import ToolSettings, find_browser
@@ -127,6 +131,75 @@ def test_each_prompt_has_its_own_context_closed_with_the_prompt(site):
     assert shared  # one browser process per worker, one context per prompt
     assert left == [first_context]
     assert back["url"] == "about:blank"  # the first prompt's history holds only its own page
+
+
+@needs_chromium
+def test_workers_share_one_browser_and_each_sees_only_its_own_contexts(site):
+    async def scenario(endpoint):
+        async with (
+            tool_session(browser_executable=CHROMIUM, browser_endpoint=endpoint) as first,
+            tool_session(browser_executable=CHROMIUM, browser_endpoint=endpoint) as second,  # another worker
+        ):
+            await call(first, "browser_navigate", url=f"{site.url}/form.html")
+            typed = await call(second, "browser_navigate", url=f"{site.url}/article.html")
+            first_context = await first.resource("browser", None)
+            second_context = await second.resource("browser", None)
+            seen = (first_context.browser.contexts, second_context.browser.contexts)
+            await first.services.close()  # what the end of a worker does
+            return typed, first_context, second_context, seen, await call(second, "browser_back")
+
+    with shared_browser(CHROMIUM) as endpoint:
+        typed, first_context, second_context, seen, back = asyncio.run(scenario(endpoint))
+        assert typed["title"] == "Tide pools"
+        assert seen == ([first_context], [second_context])
+        assert back == {"url": "about:blank", "title": ""}  # the other worker's end left this context open
+    with pytest.raises(BrowserUnavailable, match="the run's browser could not be reached"):
+        asyncio.run(launch(CHROMIUM, endpoint))  # gone with the block
+
+
+@needs_chromium
+@pytest.mark.parametrize("stop", ["ctrl_c", "kill_9", "kill_a_worker"])
+def test_the_run_s_browser_goes_with_the_run(run, server, stop):
+    server.latency = 0.2
+    proc = subprocess.Popen(
+        run.command([{"prompt": f"browse {i}"} for i in range(6)], "--distribution=browser_only", batch_size=2),
+        cwd=run.tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    deadline = time.monotonic() + 60
+    while len(server.requests) < 4 and time.monotonic() < deadline:  # both workers are browsing
+        time.sleep(0.02)
+    runner = psutil.Process(proc.pid)
+    browser = [p for p in runner.children(recursive=True) if "launch-server" in p.cmdline()]
+    assert len(browser) == 1  # one for the run, not one per worker
+    browser += browser[0].children(recursive=True)
+    assert any("chromium" in p.name() for p in browser)
+    if stop == "kill_a_worker":
+        worker = next(p for p in runner.children() if p.pid != browser[0].pid and "python" in p.name())
+        browser += worker.children(recursive=True)  # its Playwright driver goes too
+        worker.kill()
+    else:
+        os.killpg(proc.pid, signal.SIGINT if stop == "ctrl_c" else signal.SIGKILL)
+    proc.communicate(timeout=120)
+    assert proc.returncode == {"ctrl_c": 130, "kill_9": -signal.SIGKILL, "kill_a_worker": 1}[stop]
+    _, alive = psutil.wait_procs(browser, timeout=30)
+    assert alive == []
+
+
+def test_a_chromium_that_runs_but_cannot_start_a_browser_stops_the_run_before_any_request(
+    run, server, tmp_path, monkeypatch
+):
+    fake = tmp_path / "chromium"  # answers --version, as a Chromium missing what its browser needs does
+    fake.write_text('#!/bin/sh\n[ "$1" = --version ] && echo Chromium 1 && exit 0\necho "no display here" >&2\nexit 1')
+    fake.chmod(0o755)
+    monkeypatch.setenv("BROWSER_EXECUTABLE", str(fake))
+    result = run([{"prompt": "x"}], "--distribution=browser_only")
+    assert result.code == 2
+    assert result.stderr == f"error: the browser toolset: {fake} could not be launched: no display here\n"
+    assert server.requests == []
 
 
 def test_no_browser_means_the_toolset_is_not_offered(tmp_path):

@@ -34,7 +34,7 @@ class ToolServices:
         self.secrets = tuple(secret for secret in secrets if len(secret) >= 8)
         # Vision and image requests go to the run's endpoint under the same retry policy, never streamed.
         self.model = ModelClient(replace(model, model=settings.vision_model, stream=False))
-        self.browser = BrowserLauncher(settings.browser_executable)
+        self.browser = BrowserLauncher(settings.browser_executable, settings.browser_endpoint)
 
     @functools.cached_property
     def http(self) -> httpx.AsyncClient:
