@@ -7,6 +7,7 @@ python batch_runner.py --list_distributions
 
 from __future__ import annotations
 
+import inspect
 import sys
 
 import fire
@@ -16,6 +17,7 @@ from toolset_distributions import DISTRIBUTIONS, distributions_table
 from trajforge.config import build_config, tool_settings
 from trajforge.dataset import UsageError
 from trajforge.environments import SetupError
+from trajforge.flags import unknown_argument
 from trajforge.runner import BatchRunner
 from trajforge.tools import registry
 
@@ -85,6 +87,10 @@ def main(
 
 
 def cli() -> None:
+    problem = unknown_argument(sys.argv[1:], inspect.signature(main).parameters)
+    if problem:  # Fire would leave it unused and the run would go ahead without it
+        print(f"error: {problem}", file=sys.stderr)
+        sys.exit(2)
     fire.Fire(main)
 
 

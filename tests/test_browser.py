@@ -4,11 +4,17 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
+import signal
+import subprocess
+import time
 
+import psutil
 import pytest
 from tool_session import call, tool_session
 
-from trajforge.tools.browser_runtime import launch_problem
+from trajforge.tools.browser_runtime import BrowserUnavailable, launch, launch_problem, shared_browser
+from trajforge.tools.browser_snapshot import SNAPSHOT_LIMIT
 from trajforge.tools.registry import available_toolsets
 from trajforge.tools.session import ToolSession
 from trajforge.tools.settings import ToolSettings, find_browser
@@ -18,25 +24,31 @@ PROBLEM = launch_problem(CHROMIUM)
 needs_chromium = pytest.mark.skipif(PROBLEM is not None, reason=f"no browser can be launched here: {PROBLEM}")
 
 
+def ref(snapshot: dict, element: str) -> str:
+    """The ref a snapshot gives `element` (role and name, e.g. 'button "Greet me"'), as a model reads it."""
+    return re.search(rf"- {re.escape(element)} \[ref=(\w+)\]", snapshot["snapshot"]).group(1)
+
+
 @needs_chromium
 def test_navigate_read_type_click_and_see_the_result(site):
     async def scenario(session):
         steps = {"navigate": await call(session, "browser_navigate", url=f"{site.url}/form.html")}
-        steps["snapshot"] = await call(session, "browser_snapshot")
-        steps["type"] = await call(session, "browser_type", ref="e1", text="Ada")
-        steps["click"] = await call(session, "browser_click", ref="e2")
+        form = steps["snapshot"] = await call(session, "browser_snapshot")
+        steps["type"] = await call(session, "browser_type", ref=ref(form, 'textbox "Your name"'), text="Ada")
+        steps["click"] = await call(session, "browser_click", ref=ref(form, 'button "Greet me"'))
         steps["result"] = await call(session, "browser_snapshot")
-        steps["stale"] = await call(session, "browser_click", ref="e9")
+        steps["stale"] = await call(session, "browser_click", ref=ref(form, 'button "Greet me"'))
         steps["bad"] = await call(session, "browser_click", ref="button")
         steps["back"] = await call(session, "browser_back")
         steps["scroll"] = await call(session, "browser_scroll", direction="down")
         steps["sideways"] = await call(session, "browser_scroll", direction="left")
-        await call(session, "browser_snapshot")  # refs are gone with the page they named
-        steps["typed_enter"] = await call(session, "browser_type", ref="e1", text="Bo", submit=True)
+        again = await call(session, "browser_snapshot")  # the refs of the first snapshot went with its page
+        field = ref(again, 'textbox "Your name"')
+        steps["typed_enter"] = await call(session, "browser_type", ref=field, text="Bo", submit=True)
         steps["press"] = await call(session, "browser_press", key="Tab")
         steps["bad_key"] = await call(session, "browser_press", key="NoSuchKey")
-        await call(session, "browser_snapshot")
-        steps["link"] = await call(session, "browser_click", ref="e3")
+        greeted = await call(session, "browser_snapshot")
+        steps["link"] = await call(session, "browser_click", ref=ref(greeted, 'link "Read about tide pools"'))
         steps["article"] = await call(session, "browser_snapshot")
         steps["close"] = await call(session, "browser_close")
         steps["close_again"] = await call(session, "browser_close")
@@ -47,15 +59,22 @@ def test_navigate_read_type_click_and_see_the_result(site):
     form = f"{site.url}/form.html"
     assert steps["navigate"] == {"url": form, "title": "Greeter", "status": 200}
     assert steps["snapshot"]["snapshot"] == (
-        "# Greeter\nTell us your name.\nYour name\n"
-        'textbox "Your name" [ref=e1]\nbutton "Greet me" [ref=e2]\n'
-        'link "Read about tide pools" [ref=e3] -> /article.html'
+        "- generic [active] [ref=e1]:\n"
+        '  - heading "Greeter" [level=1] [ref=e2]\n'
+        "  - paragraph [ref=e3]: Tell us your name.\n"
+        "  - generic [ref=e4]:\n"
+        "    - text: Your name\n"
+        '    - textbox "Your name" [ref=e5]\n'
+        '    - button "Greet me" [ref=e6]\n'
+        '  - link "Read about tide pools" [ref=e7] [cursor=pointer]:\n'
+        "    - /url: /article.html\n"
+        "  - paragraph"
     )
-    assert steps["type"] == {"url": form, "title": "Greeter", "typed": "e1"}
-    assert steps["click"] == {"url": f"{form}?name=Ada", "title": "Greeter", "clicked": "e2"}
-    assert steps["result"]["snapshot"].endswith("Hello, Ada!")
+    assert steps["type"] == {"url": form, "title": "Greeter", "typed": "e5"}
+    assert steps["click"] == {"url": f"{form}?name=Ada", "title": "Greeter", "clicked": "e6"}
+    assert steps["result"]["snapshot"].endswith("- paragraph [ref=f1e8]: Hello, Ada!")
     assert steps["stale"] == {
-        "error": "LookupError: no element e9 on the page now; call browser_snapshot for fresh refs"
+        "error": "LookupError: no element e6 on the page now; call browser_snapshot for fresh refs"
     }
     assert steps["bad"]["error"].startswith("ValueError: 'button' is not a ref")
     assert steps["back"] == {"url": form, "title": "Greeter"}
@@ -65,9 +84,26 @@ def test_navigate_read_type_click_and_see_the_result(site):
     assert steps["press"]["pressed"] == "Tab"
     assert steps["bad_key"]["error"].startswith("Keyboard.press: Unknown key")
     assert steps["link"]["url"] == f"{site.url}/article.html"
-    assert "# Life in tide pools" in steps["article"]["snapshot"]
+    assert '- heading "Life in tide pools" [level=1]' in steps["article"]["snapshot"]
     assert (steps["close"], steps["close_again"]) == ({"closed": True}, {"closed": False})
     assert steps["fresh"] == {"error": "there is no previous page"}  # a fresh context has no history
+
+
+@needs_chromium
+def test_a_long_page_is_cut_with_a_marker(site):
+    paragraphs = "".join(f"<p>Paragraph {i}: the quick brown fox jumps over the lazy dog.</p>" for i in range(600))
+
+    async def scenario(session):
+        await call(session, "browser_navigate", url=f"{site.url}/form.html")
+        context = await session.resource("browser", None)
+        await context.pages[-1].set_content(f"<body>{paragraphs}</body>")
+        return await call(session, "browser_snapshot")
+
+    text = asyncio.run(run_in_session(scenario))["snapshot"]
+    body, marker = text.rsplit("\n", 1)
+    assert len(body) == SNAPSHOT_LIMIT
+    assert body.startswith('- generic [active] [ref=e1]:\n  - paragraph [ref=e2]: "Paragraph 0: the quick')
+    assert re.fullmatch(r"\[\.\.\. \d+ more characters of the page cut \.\.\.\]", marker)
 
 
 async def run_in_session(scenario):
@@ -95,6 +131,75 @@ def test_each_prompt_has_its_own_context_closed_with_the_prompt(site):
     assert shared  # one browser process per worker, one context per prompt
     assert left == [first_context]
     assert back["url"] == "about:blank"  # the first prompt's history holds only its own page
+
+
+@needs_chromium
+def test_workers_share_one_browser_and_each_sees_only_its_own_contexts(site):
+    async def scenario(endpoint):
+        async with (
+            tool_session(browser_executable=CHROMIUM, browser_endpoint=endpoint) as first,
+            tool_session(browser_executable=CHROMIUM, browser_endpoint=endpoint) as second,  # another worker
+        ):
+            await call(first, "browser_navigate", url=f"{site.url}/form.html")
+            typed = await call(second, "browser_navigate", url=f"{site.url}/article.html")
+            first_context = await first.resource("browser", None)
+            second_context = await second.resource("browser", None)
+            seen = (first_context.browser.contexts, second_context.browser.contexts)
+            await first.services.close()  # what the end of a worker does
+            return typed, first_context, second_context, seen, await call(second, "browser_back")
+
+    with shared_browser(CHROMIUM) as endpoint:
+        typed, first_context, second_context, seen, back = asyncio.run(scenario(endpoint))
+        assert typed["title"] == "Tide pools"
+        assert seen == ([first_context], [second_context])
+        assert back == {"url": "about:blank", "title": ""}  # the other worker's end left this context open
+    with pytest.raises(BrowserUnavailable, match="the run's browser could not be reached"):
+        asyncio.run(launch(CHROMIUM, endpoint))  # gone with the block
+
+
+@needs_chromium
+@pytest.mark.parametrize("stop", ["ctrl_c", "kill_9", "kill_a_worker"])
+def test_the_run_s_browser_goes_with_the_run(run, server, stop):
+    server.latency = 0.2
+    proc = subprocess.Popen(
+        run.command([{"prompt": f"browse {i}"} for i in range(6)], "--distribution=browser_only", batch_size=2),
+        cwd=run.tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    deadline = time.monotonic() + 60
+    while len(server.requests) < 4 and time.monotonic() < deadline:  # both workers are browsing
+        time.sleep(0.02)
+    runner = psutil.Process(proc.pid)
+    browser = [p for p in runner.children(recursive=True) if "launch-server" in p.cmdline()]
+    assert len(browser) == 1  # one for the run, not one per worker
+    browser += browser[0].children(recursive=True)
+    assert any("chromium" in p.name() for p in browser)
+    if stop == "kill_a_worker":
+        worker = next(p for p in runner.children() if p.pid != browser[0].pid and "python" in p.name())
+        browser += worker.children(recursive=True)  # its Playwright driver goes too
+        worker.kill()
+    else:
+        os.killpg(proc.pid, signal.SIGINT if stop == "ctrl_c" else signal.SIGKILL)
+    proc.communicate(timeout=120)
+    assert proc.returncode == {"ctrl_c": 130, "kill_9": -signal.SIGKILL, "kill_a_worker": 1}[stop]
+    _, alive = psutil.wait_procs(browser, timeout=30)
+    assert alive == []
+
+
+def test_a_chromium_that_runs_but_cannot_start_a_browser_stops_the_run_before_any_request(
+    run, server, tmp_path, monkeypatch
+):
+    fake = tmp_path / "chromium"  # answers --version, as a Chromium missing what its browser needs does
+    fake.write_text('#!/bin/sh\n[ "$1" = --version ] && echo Chromium 1 && exit 0\necho "no display here" >&2\nexit 1')
+    fake.chmod(0o755)
+    monkeypatch.setenv("BROWSER_EXECUTABLE", str(fake))
+    result = run([{"prompt": "x"}], "--distribution=browser_only")
+    assert result.code == 2
+    assert result.stderr == f"error: the browser toolset: {fake} could not be launched: no display here\n"
+    assert server.requests == []
 
 
 def test_no_browser_means_the_toolset_is_not_offered(tmp_path):

@@ -29,6 +29,7 @@ from trajforge.runfolder.folder import RunFolder, entry_key, write_json_atomic
 from trajforge.runfolder.merge import merge
 from trajforge.runfolder.state import RunState
 from trajforge.tools import registry
+from trajforge.tools.browser_runtime import BrowserUnavailable, shared_browser
 
 CHECKPOINT_EVERY = 1.0  # seconds; batch files, not the checkpoint, are the record of what is done
 
@@ -56,6 +57,19 @@ def mock_endpoint(config: RunConfig):
     finally:
         server.kill()
         server.wait()
+
+
+@contextmanager
+def browser_for_workers(config: RunConfig, wanted: bool):
+    """One Chromium for all local workers instead of one each: they connect to it (browser_runtime)."""
+    if not wanted or config.executor != "pool":  # Ray tasks may run on other machines
+        yield config
+        return
+    try:
+        with shared_browser(config.tools.browser_executable) as endpoint:
+            yield replace(config, tools=replace(config.tools, browser_endpoint=endpoint))
+    except BrowserUnavailable as exc:  # raised only by the start: the body runs no browser code
+        raise SetupError(f"the browser toolset: {exc}") from None
 
 
 def match(entries: list[Entry], finished: Counter) -> tuple[list[Entry], list[int]]:
@@ -133,7 +147,7 @@ class BatchRunner:
         interrupted = False
         if batches:
             prepare_run(config.environment, config.resume)
-            with mock_endpoint(config) as live:
+            with browser_for_workers(config, "browser" in weights) as shared, mock_endpoint(shared) as live:
                 setup = WorkerSetup(live, weights, toolsets, tool_names)
                 interrupted = self.execute(setup, batches, state)
         totals = merge(self.folder, config.require_reasoning, tool_names, self.warn)

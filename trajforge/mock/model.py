@@ -49,7 +49,8 @@ from dataclasses import dataclass, field
 
 DIRECTIVE = re.compile(r"\[mock\s+([^\]]*)\]")
 URL = re.compile(r"https?://[^\s\"'<>\])]+")
-SNAPSHOT_REF = re.compile(r'^(\w+) ".*?" \[ref=(e\d+)\]', re.M)
+# A line of browser_snapshot (Playwright's aria snapshot): `  - textbox "Your name" [ref=e5]`.
+SNAPSHOT_REF = re.compile(r'^ *- (\w+)(?: ".*?")? \[ref=((?:f\d+)?e\d+)\]', re.M)
 
 PAGE = """<!doctype html>
 <html><head><title>The mock page</title></head><body>

@@ -70,8 +70,8 @@ async def browser_navigate(session: ToolSession, url: str) -> dict:
 
 @_one_line_errors
 async def browser_snapshot(session: ToolSession) -> dict:
-    """Read the current page as text: headings, text, and each link, button and form field with a ref
-    (like e3) for browser_click and browser_type. Refs change with every snapshot."""
+    """Read the current page as its accessibility tree: headings, text, and each link, button and form
+    field with a ref (like e3) for browser_click and browser_type. Take a new snapshot after the page changes."""
     page = await _page(session)
     return await _where(page) | {"snapshot": await snapshot(page)}
 

@@ -35,7 +35,7 @@ class ToolServices:
         # /proc/<runner>/environ, or an ephemeral system prompt passed on the command line.
         self.secrets = tuple(secret for secret in secrets if len(secret) >= 8)
         self.model = ToolModel(model, chat_model=settings.vision_model)  # for vision and image requests
-        self.browser = BrowserLauncher(settings.browser_executable)
+        self.browser = BrowserLauncher(settings.browser_executable, settings.browser_endpoint)
 
     @functools.cached_property
     def http(self) -> httpx.AsyncClient:
