@@ -13,11 +13,13 @@ from toolset_distributions import DISTRIBUTIONS
 from trajforge.dataset import UsageError
 from trajforge.environments import KINDS, EnvironmentSettings
 from trajforge.model.client import ModelSettings
+from trajforge.secrets import Secrets
 from trajforge.tools.settings import ToolSettings
 
 OPENROUTER = "https://openrouter.ai/api/v1"
 PROVIDER_SORTS = ("price", "throughput", "latency")
 REASONING_EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh")
+NO_KEY = "not-needed"  # what we send to a local server when the user gave no key: no secret
 TRUE, FALSE = ("true", "1", "yes", "on"), ("false", "0", "no", "off")
 
 
@@ -41,13 +43,26 @@ class RunConfig:
     max_samples: int | None = None
     log_prefix_chars: int = 100
     # The ephemeral system prompt and the prefill: sent on every call, never saved (nor printed).
-    preamble: list[dict] = field(default_factory=list, repr=False)
+    ephemeral_system_prompt: str | None = field(default=None, repr=False)
+    prefill: list[dict] = field(default_factory=list, repr=False)
     seed: int | None = None
     require_reasoning: bool = True
     mock: bool = False  # --model=mock: start the scripted server
     executor: str = "pool"  # "pool" (local processes) or "ray"
     ray_address: str | None = None  # None: a private local Ray instance
     ray_shared_fs: bool = False  # Ray tasks write batch files themselves (the run folder is on every node)
+
+    @property
+    def preamble(self) -> list[dict]:
+        """What every model call starts with: the ephemeral system prompt, then the prefill."""
+        system = [{"role": "system", "content": self.ephemeral_system_prompt}]
+        return (system if self.ephemeral_system_prompt is not None else []) + self.prefill
+
+    @property
+    def secrets(self) -> Secrets:
+        search = self.tools.search
+        keys = [None if self.model.api_key == NO_KEY else self.model.api_key, search and search.api_key]
+        return Secrets(keys, self.ephemeral_system_prompt, [message["content"] for message in self.prefill])
 
 
 def as_list(value, flag: str) -> list[str]:
@@ -157,7 +172,7 @@ def _api_key(flags: dict, base_url: str, mock: bool) -> str:
         return "mock"
     if base_url.rstrip("/") == OPENROUTER:
         raise UsageError("no API key: pass --api_key or set OPENROUTER_API_KEY (or OPENAI_API_KEY)")
-    return "not-needed"  # local servers (vLLM, llama.cpp) usually accept any key
+    return NO_KEY  # local servers (vLLM, llama.cpp) usually accept any key
 
 
 def tool_settings(flags: dict) -> ToolSettings:
@@ -194,9 +209,8 @@ def build_config(flags: dict) -> RunConfig:
     base_url = str(flags["base_url"])
     reasoning_disabled = as_bool(flags["reasoning_disabled"], "reasoning_disabled")
     require = flags["require_reasoning"]
-    preamble = load_prefill(flags["prefill_messages_file"])
-    if flags["ephemeral_system_prompt"] is not None:
-        preamble.insert(0, {"role": "system", "content": str(flags["ephemeral_system_prompt"])})
+    prefill = load_prefill(flags["prefill_messages_file"])
+    ephemeral = flags["ephemeral_system_prompt"]
     model = ModelSettings(
         model=model_name,
         base_url=base_url,
@@ -233,7 +247,8 @@ def build_config(flags: dict) -> RunConfig:
         verbose=as_bool(flags["verbose"], "verbose"),
         max_samples=as_int(flags["max_samples"], "max_samples", 1, optional=True),
         log_prefix_chars=as_int(flags["log_prefix_chars"], "log_prefix_chars", 0),
-        preamble=preamble,
+        ephemeral_system_prompt=None if ephemeral is None else str(ephemeral),
+        prefill=prefill,
         seed=as_int(flags["seed"], "seed", 0, optional=True),
         # Without reasoning from the model, the no-reasoning filter would drop every sample.
         require_reasoning=not reasoning_disabled if require is None else as_bool(require, "require_reasoning"),

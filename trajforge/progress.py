@@ -108,6 +108,11 @@ def print_summary(console: Console, stats: dict, run_counts: dict, paths: dict) 
             f"({usage.get('reasoning_tokens', 0):,} reasoning), {usage['total_tokens']:,} total"
         )
         console.print(line + (f"; cost ${usage['cost']:.4f}" if usage.get("cost") else ""))
+    masked = {kind: count for kind, count in stats.get("redactions", {}).items() if count}
+    if masked:  # the model quoted what it must not, or a command found a key: worth a look
+        console.print(
+            "Secrets masked in saved output: " + ", ".join(f"{k.replace('_', ' ')} {n}" for k, n in masked.items())
+        )
     for label, path in paths.items():
         console.print(f"{label}: {path}")
     if stats["failed"]:

@@ -28,6 +28,7 @@ from trajforge.progress import ProgressView, print_summary
 from trajforge.runfolder.folder import RunFolder, entry_key, write_json_atomic
 from trajforge.runfolder.merge import merge
 from trajforge.runfolder.state import RunState
+from trajforge.secrets import conceal
 from trajforge.tools import registry
 from trajforge.tools.browser_runtime import BrowserUnavailable, shared_browser
 
@@ -116,6 +117,8 @@ class BatchRunner:
     def run(self) -> int:
         config = self.config
         started = time.time()
+        # Before any worker forks or any helper starts: none of them inherits a secret it could show.
+        conceal(config.secrets.texts)
         entries = load_dataset(config.dataset_file, config.max_samples)
         toolsets, missing = registry.available_toolsets(config.tools, DISTRIBUTIONS[config.distribution])
         for item in missing:
@@ -177,6 +180,7 @@ class BatchRunner:
             "reasoning_statistics": totals.reasoning_statistics,
             "usage": totals.usage,
             "errors": error_counts,
+            "redactions": totals.redactions,
         }
         write_json_atomic(self.folder.statistics, stats)
         paths = {"Trajectories": self.folder.trajectories, "Statistics": self.folder.statistics}

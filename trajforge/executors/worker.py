@@ -57,8 +57,7 @@ class Worker:
         self.files = files
         self.stopped = False  # the endpoint refused us: start nothing more
         self.client = ModelClient(self.config.model)
-        secrets = (self.config.model.api_key, *(m["content"] for m in self.config.preamble))
-        self.services = ToolServices(self.config.tools, self.config.model, secrets)  # closed by serve()
+        self.services = ToolServices(self.config.tools, self.config.model, self.config.secrets)  # closed by serve()
         self.environments = backend_for(self.config.environment)  # shared by this process's prompts
 
     def _logger(self, index: int):
@@ -67,9 +66,11 @@ class Worker:
         width = self.config.log_prefix_chars
 
         def log(label: str, text: str) -> None:
-            preview = " ".join(text.split())
+            # Masked before it is cut or its whitespace folded, which would break an exact copy up.
+            # A retry's label and text quote the server, which may echo the request and its key.
+            preview = " ".join(self.services.redact(text).split())
             preview = preview[:width] + ("…" if len(preview) > width else "")
-            self.events.put(LogLine(f"[prompt {index}] {label}: {preview}"))
+            self.events.put(LogLine(f"[prompt {index}] {self.services.redact(label)}: {preview}"))
 
         return log
 
@@ -118,6 +119,8 @@ class Worker:
                 timeout=config.prompt_timeout,
             )
             add_usage(result.usage, env.usage)  # the tools' own model calls (vision, images) count too
+            # The model may quote the ephemeral prompt, a prefill message or a key a server echoed.
+            self.services.secrets.redact_turns(result.turns, env.redactions)
             record = build_record(
                 prompt_index=index,
                 entry=entry,
@@ -138,6 +141,8 @@ class Worker:
             reason = discard_reason(result.turns, set(tools))
             if reason:
                 record["discarded"] = reason
+            if env.redactions:  # for statistics.json; the merge takes it off, as it does `discarded`
+                record["redactions"] = dict(env.redactions)
             line = orjson.dumps(record) + b"\n"
             if self.files:
                 await self.files.append(batch_num, line)
@@ -145,7 +150,7 @@ class Worker:
             self.events.put(PromptDone(index, batch_num, outcome, result.retries, None if self.files else line))
         except RunStopped as exc:
             self.stopped = True
-            self.events.put(RunRefused(index, batch_num, str(exc)))
+            self.events.put(RunRefused(index, batch_num, self.services.redact(str(exc))))
         except Exception as exc:
             error = _failure(exc)
             error = replace(error, message=self.services.redact(error.message))  # error bodies may echo the request

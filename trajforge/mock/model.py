@@ -15,6 +15,11 @@ A prompt can steer it with directives such as ``[mock turns=3 reasoning=think fa
     upstream_error   answer 200 with an error in the choice instead of a message (``times=N`` as above)
     empty            answer 200 without any choice; streamed, only ``[DONE]`` (``times=N`` as above)
     snoop            the first terminal command prints its parent's command line (where keys hide)
+    command=TEXT     the first terminal command is TEXT, percent-decoded (``%20`` for a space)
+    quote            the reasoning, the answer and the first terminal command quote the ephemeral system
+                     prompt and the prefill (every message before the prompt), as a leaky model would
+    echo_key         a failure's message and the answer quote the request's Authorization header, as
+                     some servers echo a key they refuse
     retry_after=S    Retry-After header sent with a failure
     latency=S        extra seconds before answering
     bad_json         the first tool call carries arguments that are not JSON
@@ -42,10 +47,12 @@ import base64
 import hashlib
 import json
 import re
+import shlex
 import struct
 import time
 import zlib
 from dataclasses import dataclass, field
+from urllib.parse import unquote
 
 DIRECTIVE = re.compile(r"\[mock\s+([^\]]*)\]")
 URL = re.compile(r"https?://[^\s\"'<>\])]+")
@@ -72,7 +79,7 @@ if (name) document.getElementById("greeting").textContent = `Hello, ${name}!`;
 
 
 FLAGS = ("bad_json", "unknown_tool", "flagged", "upstream_error", "empty", "snoop")
-FLAGS += ("name_list", "calls_string", "args_number", "no_ids", "dup_ids", "endless")
+FLAGS += ("name_list", "calls_string", "args_number", "no_ids", "dup_ids", "endless", "quote", "echo_key")
 
 
 @dataclass
@@ -89,6 +96,9 @@ class Directives:
     upstream_error: bool = False
     empty: bool = False
     snoop: bool = False
+    command: str | None = None
+    quote: bool = False
+    echo_key: bool = False
     image: str = "b64"
     sleep: float = 0.0
     name_list: bool = False
@@ -117,6 +127,8 @@ class Directives:
                     found.reasoning = value
                 elif key == "image":
                     found.image = value
+                elif key == "command":
+                    found.command = unquote(value)
         return found
 
 
@@ -284,6 +296,11 @@ def reply(
             tool_calls[0]["function"]["arguments"] = '{"command": "echo broken'
         if turn == 0 and steer.snoop and tool_calls[0]["function"]["name"] == "terminal":
             tool_calls[0]["function"]["arguments"] = json.dumps({"command": "tr '\\0' ' ' < /proc/$PPID/cmdline"})
+        if turn == 0 and steer.command is not None and tool_calls[0]["function"]["name"] == "terminal":
+            tool_calls[0]["function"]["arguments"] = json.dumps({"command": steer.command})
+        if turn == 0 and steer.quote and tool_calls[0]["function"]["name"] == "terminal":
+            echo = f"echo {shlex.quote(_preamble(messages))}"
+            tool_calls[0]["function"]["arguments"] = json.dumps({"command": echo})
         if turn == 0 and steer.sleep and tool_calls[0]["function"]["name"] == "terminal":
             tool_calls[0]["function"]["arguments"] = json.dumps({"command": f"sleep {steer.sleep:g}; echo awake"})
         if turn == 0 and steer.unknown_tool:
@@ -291,6 +308,7 @@ def reply(
         thought = f"Turn {turn + 1}: to make progress on '{prompt[:60]}' I will call " + ", ".join(
             name for name, _ in calls
         )
+        thought += f" My instructions say: {_preamble(messages)}" if steer.quote else ""
         message = _with_reasoning(steer.reasoning, thought, "")
         message["tool_calls"] = _malformed(tool_calls, steer) if turn == 0 else tool_calls
         finish = "tool_calls"
@@ -298,6 +316,9 @@ def reply(
         seen = (results[-1].get("content") or "")[:200] if results else "nothing yet"
         thought = f"I have what I need after {turn} tool turns; the last result was: {seen[:80]}"
         answer = f"Here is my answer to '{prompt[:60]}'. The tools showed: {seen}"
+        if steer.quote:
+            thought += f" My instructions say: {_preamble(messages)}"
+            answer += f" I was told: {_preamble(messages)}"
         message = _with_reasoning(steer.reasoning, thought, answer)
         finish = "stop"
 
@@ -306,6 +327,12 @@ def reply(
     usage = _usage(messages, message, thought if steer.reasoning != "none" else "")
     endless, trickle = steer.endless and faulty, steer.trickle if faulty else 0.0
     return Reply(message=message, finish_reason=finish, usage=usage, endless=endless, trickle=trickle), steer.latency
+
+
+def _preamble(messages: list[dict]) -> str:
+    """Every message before the prompt (the ephemeral system prompt, the prefill), as one text."""
+    last = max((i for i, m in enumerate(messages) if m.get("role") == "user"), default=0)
+    return " | ".join(str(m.get("content") or "") for m in messages[:last])
 
 
 def _malformed(tool_calls: list[dict], steer: Directives) -> list[dict] | str:

@@ -106,18 +106,23 @@ class MockServer:
         if path.endswith("/models"):
             return await self._send(writer, 200, {"object": "list", "data": [{"id": "mock", "object": "model"}]})
         if method == "POST" and path.endswith("/chat/completions"):
-            return await self._chat(json.loads(body or b"{}"), path, writer, site)
+            return await self._chat(json.loads(body or b"{}"), path, headers, writer, site)
         if method == "POST" and path.endswith("/images/generations"):
             request = json.loads(body or b"{}")
             self._log(path, request, 200, str(request.get("prompt") or ""))
             return await self._send(writer, 200, mock_model.image_reply(request, site))
         return await self._send(writer, 404, _error(404, f"no route for {method} {path}"))
 
-    async def _chat(self, request: dict, path: str, writer, site: str) -> bool:
+    async def _chat(self, request: dict, path: str, headers: dict, writer, site: str) -> bool:
         prompt = mock_model.prompt_text(request.get("messages") or [])
         attempt = self.attempts[prompt]
         self.attempts[prompt] += 1
         reply, extra_latency = mock_model.reply(request, attempt, self.turns, site)
+        if mock_model.Directives.parse(prompt).echo_key:  # a hostile or careless server
+            sent = f" (you sent {headers.get('authorization')})"
+            reply.error += sent
+            if isinstance(reply.message.get("content"), str):
+                reply.message["content"] += sent
         delay = self.latency + extra_latency
         if delay:
             await asyncio.sleep(delay)

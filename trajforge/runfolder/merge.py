@@ -14,6 +14,7 @@ import orjson
 
 from trajectory import EMPTY_THINK
 from trajforge.runfolder.folder import RunFolder, entry_key, write_atomic
+from trajforge.secrets import KINDS
 
 
 @dataclass
@@ -27,6 +28,7 @@ class Totals:
     reasoning_statistics: dict = field(default_factory=dict)
     usage: dict = field(default_factory=dict)
     finished: Counter = field(default_factory=Counter)  # entry keys with a final outcome
+    redactions: dict = field(default_factory=lambda: dict.fromkeys(KINDS, 0))  # secrets masked, by kind
 
 
 def _rates(stats: dict) -> dict:
@@ -62,13 +64,16 @@ def merge(folder: RunFolder, require_reasoning: bool, tool_names: list[str], war
                 usage[key] = usage.get(key, 0) + value
             totals.finished[entry_key(record["metadata"]["source"])] += 1
             reason = record.pop("discarded", None)
+            masked = record.pop("redactions", None)
+            for kind, count in (masked or {}).items():
+                totals.redactions[kind] = totals.redactions.get(kind, 0) + count
             if reason == "hallucinated_tool":
                 totals.discarded_hallucinated_tools += 1
                 continue
             if reason == "no_reasoning" and require_reasoning:
                 totals.discarded_no_reasoning += 1
                 continue
-            handle.write(line if reason is None else orjson.dumps(record) + b"\n")
+            handle.write(line if reason is None and masked is None else orjson.dumps(record) + b"\n")
             totals.trajectories += 1
             totals.completed += record["completed"]
             totals.partial += record["partial"]

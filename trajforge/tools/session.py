@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+from collections import Counter
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -21,6 +22,7 @@ from trajforge.environments.redacted import Redacted
 from trajforge.model.client import ModelSettings
 from trajforge.model.tool_model import ToolModel
 from trajforge.model.usage import add_usage, empty_usage
+from trajforge.secrets import Secrets
 from trajforge.tools.browser_runtime import BrowserLauncher
 from trajforge.tools.fetch import http_client
 from trajforge.tools.settings import ToolSettings
@@ -29,11 +31,11 @@ from trajforge.tools.settings import ToolSettings
 class ToolServices:
     """Shared by every prompt of one worker process; closed when the worker ends."""
 
-    def __init__(self, settings: ToolSettings, model: ModelSettings, secrets: tuple[str, ...] = ()):
+    def __init__(self, settings: ToolSettings, model: ModelSettings, secrets: Secrets | None = None):
         self.settings = settings
-        # Text that must never reach a trajectory, e.g. the API key a command finds with `ps` or in
-        # /proc/<runner>/environ, or an ephemeral system prompt passed on the command line.
-        self.secrets = tuple(secret for secret in secrets if len(secret) >= 8)
+        # Text that must never reach a trajectory or a log, e.g. the API key a command finds with `ps` or
+        # in /proc/<runner>/environ where nothing hides it (`local`), or the ephemeral system prompt.
+        self.secrets = secrets or Secrets()
         self.model = ToolModel(model, chat_model=settings.vision_model)  # for vision and image requests
         self.browser = BrowserLauncher(settings.browser_executable, settings.browser_endpoint)
 
@@ -49,10 +51,8 @@ class ToolServices:
         return http_client(allow_private=True)
 
     def redact(self, text: str) -> str:
-        for secret in self.secrets:
-            if secret in text:
-                text = text.replace(secret, "[redacted]")
-        return text
+        """For what is not saved with the prompt (log lines, error messages): masked, not counted."""
+        return self.secrets.redact(text)
 
     async def close(self) -> None:
         await self.browser.close()
@@ -64,10 +64,14 @@ class ToolServices:
 
 class ToolSession:
     def __init__(self, env: Environment, services: ToolServices):
-        self.env: Environment = Redacted(env, services.redact)
         self.services = services
+        self.redactions: Counter = Counter()  # secrets masked in what this prompt saves, by kind
+        self.env: Environment = Redacted(env, self.redact)
         self.usage = empty_usage()
         self._resources: dict[str, Any] = {}
+
+    def redact(self, text: str) -> str:
+        return self.services.secrets.redact(text, self.redactions)
 
     def count_usage(self, usage: dict) -> None:
         add_usage(self.usage, usage)
