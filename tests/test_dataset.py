@@ -88,3 +88,37 @@ def test_max_samples_takes_the_first_entries_and_ignores_the_rest(tmp_path):
     assert [e.data["prompt"] for e in load_dataset(path, 3)] == ["p0", "p1", "p2"]
     assert len(load_dataset(path, 5)) == 5  # the bad line after the first five is never read
     assert "line 6: not valid JSON" in problems(path, 6)
+
+
+def test_lines_the_record_writer_could_not_save_are_refused(tmp_path):
+    nested = json.dumps({"prompt": "x", "extra": json.loads("[" * 300 + "]" * 300)})
+    fits = json.dumps({"prompt": "x", "extra": json.loads("[" * 150 + "]" * 150)})
+    path = dataset(
+        tmp_path,
+        '{"prompt": "x", "deep": ' + "[" * 100_000 + "]" * 100_000 + "}",  # beyond json.loads' recursion
+        nested,
+        '{"prompt": "lone \\udc80 surrogate"}',
+        '{"prompt": "x", "n": ' + str(2**64) + "}",
+        '{"prompt": "x", "n": ' + str(-(2**63) - 1) + "}",
+        fits,
+        '{"prompt": "x", "n": ' + str(2**64 - 1) + "}",
+    )
+    lines = problems(path).splitlines()[1:]
+    assert lines[0] == "  line 1: nested deeper than 200 levels: its trajectory could not be saved"
+    assert lines[1] == "  line 2: nested deeper than 200 levels: its trajectory could not be saved"
+    assert lines[2].startswith("  line 3: cannot be saved in a trajectory (") and "surrogates" in lines[2]
+    assert lines[3].startswith("  line 4: cannot be saved in a trajectory (") and "64-bit" in lines[3]
+    assert lines[4].startswith("  line 5: cannot be saved in a trajectory (")
+    assert len(lines) == 5  # 150 levels and the largest unsigned 64-bit integer are fine
+
+
+@pytest.mark.parametrize("cwd", ["..", "../../..", "a/../../b", "./../x", "a/b/../../.."])
+def test_a_relative_cwd_that_leaves_the_workspace_is_refused(tmp_path, cwd):
+    path = dataset(tmp_path, '{"prompt": "ok"}', json.dumps({"prompt": "x", "cwd": cwd}))
+    assert problems(path).splitlines()[1:] == [f'  line 2: "cwd" {cwd!r} leaves the workspace']
+
+
+@pytest.mark.parametrize("cwd", ["project", "a/../b", "./x/y", "/srv/app", "..a"])
+def test_a_cwd_inside_the_workspace_or_absolute_loads(tmp_path, cwd):
+    entries = load_dataset(dataset(tmp_path, json.dumps({"prompt": "x", "cwd": cwd})))
+    assert entries[0].data["cwd"] == cwd

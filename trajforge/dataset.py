@@ -3,11 +3,18 @@
 from __future__ import annotations
 
 import json
+import posixpath
 from dataclasses import dataclass
 from pathlib import Path
 
+import orjson
+
 MAX_LISTED = 20
 OPTIONAL_STRINGS = ("image", "docker_image", "cwd")
+# Levels of nesting an entry may have (the entry itself is one). The record writer (orjson) stops at
+# 254, and the record holds the entry a few levels down (metadata.source): a margin, not an exact fit.
+MAX_DEPTH = 200
+TOO_DEEP = f"nested deeper than {MAX_DEPTH} levels: its trajectory could not be saved"
 
 
 class UsageError(Exception):
@@ -29,7 +36,28 @@ def _problem(data) -> str | None:
     for key in OPTIONAL_STRINGS:
         if key in data and not (isinstance(data[key], str) and data[key]):
             return f'"{key}" must be a non-empty string'
+    cwd = data.get("cwd")
+    if cwd and not posixpath.isabs(cwd) and posixpath.normpath(cwd).split("/")[0] == "..":
+        return f'"cwd" {cwd!r} leaves the workspace'
+    if _depth(data) > MAX_DEPTH:
+        return TOO_DEEP
+    try:  # what its trajectory's record will hold must be writable, or the model is paid for nothing
+        orjson.dumps(data)
+    except orjson.JSONEncodeError as exc:
+        return f"cannot be saved in a trajectory ({exc})"
     return None
+
+
+def _depth(data) -> int:
+    """Levels of nesting of a JSON value (a scalar is 0), without recursion."""
+    deepest, stack = 0, [(data, 1)]
+    while stack:
+        value, level = stack.pop()
+        children = value.values() if isinstance(value, dict) else value if isinstance(value, list) else None
+        if children is not None:
+            deepest = max(deepest, level)
+            stack.extend((child, level + 1) for child in children)
+    return deepest
 
 
 def load_dataset(path: Path, max_samples: int | None = None) -> list[Entry]:
@@ -49,6 +77,9 @@ def load_dataset(path: Path, max_samples: int | None = None) -> list[Entry]:
                     data = json.loads(line)
                 except json.JSONDecodeError as exc:
                     bad.append(f"line {number}: not valid JSON ({exc.msg} at column {exc.colno})")
+                    continue
+                except RecursionError:  # the parser recurses per level: thousands of levels end it
+                    bad.append(f"line {number}: {TOO_DEEP}")
                     continue
                 problem = _problem(data)
                 if problem:

@@ -4,6 +4,7 @@ network unless --sandbox_network."""
 
 from __future__ import annotations
 
+import asyncio
 import shutil
 import subprocess
 import tempfile
@@ -35,7 +36,7 @@ class BwrapEnvironment(LocalEnvironment):
     async def start(self) -> None:
         await super().start()
         # /tmp is per prompt, kept between its commands; the host's /tmp (other prompts' workspaces) is hidden.
-        self.tmp = make_workspace(self.settings, "tmp-")
+        self.tmp = await asyncio.to_thread(make_workspace, self.settings, "tmp-")
 
     async def run(
         self, argv: list[str], timeout: float, stdin: bytes | None = None, limit: int = OUTPUT_LIMIT
@@ -47,7 +48,7 @@ class BwrapEnvironment(LocalEnvironment):
     async def close(self) -> None:
         await super().close()
         if self.tmp and not self.settings.keep_workspaces:
-            shutil.rmtree(self.tmp, ignore_errors=True)
+            await asyncio.to_thread(shutil.rmtree, self.tmp, ignore_errors=True)
 
 
 class BwrapBackend(LocalBackend):  # the same workspaces, so the same leftovers

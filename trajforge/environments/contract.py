@@ -40,6 +40,10 @@ def file_is_directory(path: str) -> IsADirectoryError:
     return IsADirectoryError(f"cannot read {path}: it is a directory")
 
 
+def file_not_regular(path: str) -> OSError:
+    return OSError(f"cannot use {path}: not a regular file (a FIFO, device or socket)")
+
+
 def file_too_big(path: str, size: int) -> ValueError:
     return ValueError(f"{path} is {size} bytes, more than read_file loads; use terminal with head or grep")
 
@@ -59,11 +63,12 @@ class Environment(ABC):
     @abstractmethod
     async def read_file(self, path: str) -> str:
         """The text of a file (relative paths from the working directory). Raises FileNotFoundError,
-        IsADirectoryError, ValueError (too big to load) or OSError (any other reason)."""
+        IsADirectoryError, ValueError (too big to load) or OSError (not a regular file, any other reason)."""
 
     @abstractmethod
     async def write_file(self, path: str, data: str | bytes) -> None:
-        """Create or overwrite a file (parent directories are created); OSError when it cannot."""
+        """Create or overwrite a regular file (parent directories are created); OSError when it cannot
+        (a FIFO, device or socket is refused, never opened)."""
 
     @abstractmethod
     async def close(self) -> None:

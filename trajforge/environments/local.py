@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import glob
 import os
+import secrets
 import shutil
 import signal
 import tempfile
@@ -13,6 +14,7 @@ import time
 
 from trajforge.environments import OUTPUT_LIMIT, Backend, CappedOutput, EnvironmentSettings, ExecResult, SetupError
 from trajforge.environments.contract import timeout_result
+from trajforge.environments.orphans import PROMPT_MARKER, become_subreaper, commands_running, end_prompt
 from trajforge.environments.shell import CommandEnvironment
 
 # What every command sees besides PATH and HOME; nothing of ours (API keys stay out of trajectories).
@@ -34,6 +36,7 @@ async def run_process(
         stderr=asyncio.subprocess.STDOUT,
         start_new_session=True,
     )
+    commands_running.add(proc.pid)
     output = CappedOutput(limit)
 
     async def feed() -> None:
@@ -47,18 +50,23 @@ async def run_process(
         while chunk := await proc.stdout.read(65536):
             output.feed(chunk)
 
-    ended = False  # by itself: its output closed
+    async def finish() -> int:
+        await asyncio.gather(feed(), drain())
+        return await proc.wait()  # its output may close long before it ends: the limit covers both
+
+    ended = False  # by itself, within its limit
     try:
-        await asyncio.wait_for(asyncio.gather(feed(), drain()), timeout)
+        code = await asyncio.wait_for(finish(), timeout)
         ended = True
-        return ExecResult(output.text(), await proc.wait())
+        return ExecResult(output.text(), code)
     except TimeoutError:
         return timeout_result(output.text(), timeout)
     finally:
         # Timed out or cancelled: the whole group goes, also a background child that outlived the shell.
-        if not ended or proc.returncode is None:
+        if not ended:
             await end_group(proc.pid)
             await proc.wait()
+        commands_running.discard(proc.pid)
 
 
 async def end_group(pgid: int) -> None:
@@ -98,15 +106,16 @@ class LocalEnvironment(CommandEnvironment):
         self.asked_cwd = cwd
         self.workspace = self.cwd = ""  # made by start()
         self.env: dict = {}
+        self.token = secrets.token_hex(16)  # marks every process of this prompt (orphans.py)
 
     async def start(self) -> None:
         cwd = self.asked_cwd
         if cwd and os.path.isabs(cwd) and not os.path.isdir(cwd):
             raise SetupError(f"cwd {cwd!r} does not exist on this machine (local environment)")
-        self.workspace = make_workspace(self.settings)
+        self.workspace = await asyncio.to_thread(make_workspace, self.settings)
         self.cwd = os.path.join(self.workspace, cwd) if cwd else self.workspace  # an absolute cwd stays as it is
-        os.makedirs(self.cwd, exist_ok=True)
-        self.env = command_env(self.workspace)
+        await asyncio.to_thread(os.makedirs, self.cwd, exist_ok=True)
+        self.env = {**command_env(self.workspace), PROMPT_MARKER: self.token}
 
     async def run(
         self, argv: list[str], timeout: float, stdin: bytes | None = None, limit: int = OUTPUT_LIMIT
@@ -114,11 +123,17 @@ class LocalEnvironment(CommandEnvironment):
         return await run_process(argv, self.cwd, self.env, timeout, stdin, limit)
 
     async def close(self) -> None:
+        # Off the event loop: scanning /proc and removing a big workspace take a while.
+        await asyncio.to_thread(end_prompt, self.token)
         if self.workspace and not self.settings.keep_workspaces:
-            shutil.rmtree(self.workspace, ignore_errors=True)
+            await asyncio.to_thread(shutil.rmtree, self.workspace, ignore_errors=True)
 
 
 class LocalBackend(Backend):
+    def __init__(self, settings: EnvironmentSettings):
+        super().__init__(settings)
+        become_subreaper()  # this worker process adopts its prompts' orphans (orphans.py)
+
     @classmethod
     def check(cls, settings: EnvironmentSettings) -> None:
         """A temporary folder and `sh` are all it needs: it works wherever this program runs."""

@@ -11,19 +11,23 @@ from trajforge.environments.contract import (
     ExecResult,
     file_is_directory,
     file_missing,
+    file_not_regular,
     file_too_big,
 )
 
 # What a container runs while the prompt's commands come in: busybox has neither bash nor `sleep infinity`.
 KEEP_ALIVE = ["sh", "-c", "while :; do sleep 3600; done"]
-# Exit statuses of READ_SCRIPT that name why it read nothing; for TOO_BIG it prints the size.
-TOO_BIG, MISSING, DIRECTORY = 3, 4, 5
+# Exit statuses of READ_SCRIPT and WRITE_SCRIPT that name why they did nothing; for TOO_BIG it prints the size.
+TOO_BIG, MISSING, DIRECTORY, SPECIAL = 3, 4, 5, 6
+# A FIFO, a device or a socket is refused before it is opened: reading /dev/zero never ends, opening a
+# FIFO waits for a writer. Only a regular file's size is asked for, and only then is it read.
+NOT_SPECIAL = f'[ -d "$1" ] || [ -f "$1" ] || exit {SPECIAL}; '
 READ_SCRIPT = (
-    f'[ -e "$1" ] || exit {MISSING}; [ -d "$1" ] && exit {DIRECTORY}; '
+    f'[ -e "$1" ] || exit {MISSING}; [ -d "$1" ] && exit {DIRECTORY}; {NOT_SPECIAL}'
     f'size=$(wc -c < "$1") || exit 1; if [ "$size" -gt {FILE_LIMIT} ]; then echo "$size"; exit {TOO_BIG}; fi; '
     'exec cat -- "$1"'
 )
-WRITE_SCRIPT = 'mkdir -p -- "$(dirname -- "$1")" && cat > "$1"'
+WRITE_SCRIPT = f'if [ -e "$1" ]; then {NOT_SPECIAL}fi; mkdir -p -- "$(dirname -- "$1")" && cat > "$1"'
 
 
 class CommandEnvironment(Environment):
@@ -45,6 +49,7 @@ class CommandEnvironment(Environment):
             raise file_missing(path)
         if not result.error and result.exit_code == DIRECTORY:
             raise file_is_directory(path)
+        _raise_if_special(result, path)
         if result.exit_code == TOO_BIG and result.output.strip().isdigit():
             raise file_too_big(path, int(result.output))
         _raise_if_failed(result, "read", path)
@@ -53,7 +58,13 @@ class CommandEnvironment(Environment):
     async def write_file(self, path: str, data: str | bytes) -> None:
         data = data.encode() if isinstance(data, str) else data
         result = await self.run(["sh", "-c", WRITE_SCRIPT, "sh", path], self.settings.command_timeout, data)
+        _raise_if_special(result, path)
         _raise_if_failed(result, "write", path)
+
+
+def _raise_if_special(result: ExecResult, path: str) -> None:
+    if not result.error and result.exit_code == SPECIAL:
+        raise file_not_regular(path)
 
 
 def _raise_if_failed(result: ExecResult, verb: str, path: str) -> None:

@@ -7,6 +7,7 @@ documented `instance start`, `exec --pwd` and `instance stop`; its tests cover t
 
 from __future__ import annotations
 
+import asyncio
 import shutil
 import subprocess
 import uuid
@@ -60,7 +61,7 @@ class SingularityEnvironment(CommandEnvironment):
         self.env: dict = {}
 
     async def start(self) -> None:
-        self.workspace = make_workspace(self.settings)
+        self.workspace = await asyncio.to_thread(make_workspace, self.settings)
         self.env = command_env(self.workspace)
         argv = start_argv(self.binary, self.settings, self.image, self.name, self.workspace)
         started = await run_process(argv, self.workspace, self.env, START_TIMEOUT)
@@ -84,7 +85,7 @@ class SingularityEnvironment(CommandEnvironment):
             return
         await run_process([self.binary, "instance", "stop", "--force", self.name], self.workspace, self.env, 60)
         if not self.settings.keep_workspaces:
-            shutil.rmtree(self.workspace, ignore_errors=True)
+            await asyncio.to_thread(shutil.rmtree, self.workspace, ignore_errors=True)
 
 
 class SingularityBackend(Backend):

@@ -26,6 +26,7 @@ A prompt can steer it with directives such as ``[mock turns=3 reasoning=think fa
     unknown_tool     the first tool call names a tool that was not offered
     image=url        (in an image prompt) the images API answers a URL instead of base64 data
     sleep=S          the first terminal command sleeps S seconds first
+    command=CMD      the first terminal command is CMD, percent-encoded (%20 for a space): any command
 
 Hostile replies, to show that none can crash or hang a prompt (the first turn's calls, or every reply
 while ``times=N`` lasts):
@@ -101,6 +102,7 @@ class Directives:
     echo_key: bool = False
     image: str = "b64"
     sleep: float = 0.0
+    command: str = ""
     name_list: bool = False
     calls_string: bool = False
     args_number: bool = False
@@ -303,6 +305,8 @@ def reply(
             tool_calls[0]["function"]["arguments"] = json.dumps({"command": echo})
         if turn == 0 and steer.sleep and tool_calls[0]["function"]["name"] == "terminal":
             tool_calls[0]["function"]["arguments"] = json.dumps({"command": f"sleep {steer.sleep:g}; echo awake"})
+        if turn == 0 and steer.command and tool_calls[0]["function"]["name"] == "terminal":
+            tool_calls[0]["function"]["arguments"] = json.dumps({"command": steer.command})
         if turn == 0 and steer.unknown_tool:
             tool_calls[0]["function"]["name"] = "hallucinated_tool"
         thought = f"Turn {turn + 1}: to make progress on '{prompt[:60]}' I will call " + ", ".join(

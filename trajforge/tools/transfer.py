@@ -5,6 +5,7 @@ has it too)."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import secrets
 import shlex
@@ -28,7 +29,8 @@ def image_type(data: bytes) -> str | None:
 
 async def read_bytes(env: Environment, path: str, limit: int) -> bytes:
     quoted = shlex.quote(path)
-    size = await env.exec(f"wc -c < {quoted}")
+    # Only a regular file: `wc` on /dev/zero or a FIFO would hold the call until its time limit.
+    size = await env.exec(f"[ -f {quoted} ] || {{ echo not a regular file; exit 1; }}; wc -c < {quoted}")
     if size.exit_code != 0:
         raise FileNotFoundError(f"cannot read {path}: {size.output.strip()}")
     if int(size.output.split()[0]) > limit:
@@ -38,6 +40,7 @@ async def read_bytes(env: Environment, path: str, limit: int) -> bytes:
         encoded = await env.exec(f"base64 < {quoted} > {temporary}")
         if encoded.exit_code != 0:
             raise OSError(f"cannot encode {path}: {encoded.output.strip()}")
-        return base64.b64decode(await env.read_file(temporary))
+        encoded_text = await env.read_file(temporary)
+        return await asyncio.to_thread(base64.b64decode, encoded_text)  # up to tens of MB: off the event loop
     finally:
         await env.exec(f"rm -f {temporary}")

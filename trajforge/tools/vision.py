@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
 
 from trajectory import split_reasoning
@@ -17,7 +18,8 @@ async def _data_url(session: ToolSession, path: str) -> str:
     media_type = image_type(data)
     if media_type is None:
         raise ValueError(f"{path} is not a PNG, JPEG, GIF or WEBP image")
-    return f"data:{media_type};base64,{base64.b64encode(data).decode()}"
+    encoded = await asyncio.to_thread(base64.b64encode, data)  # up to 20 MB: off the event loop
+    return f"data:{media_type};base64,{encoded.decode()}"
 
 
 async def vision_analyze(

@@ -1,0 +1,207 @@
+"""Tools never block the worker and no process a prompt started outlives it: in-process through the
+environment API (local and bwrap), plus one real run where a finished prompt's daemon is checked while
+the next prompt still runs, and a hostile dataset refused before any request."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import random
+import socket
+import subprocess
+import time
+
+import pytest
+from conftest import Runner, wait_for
+from test_environments import _available, make_settings, sync
+
+from trajforge.environments import backend_for
+from trajforge.environments.local import TERM_GRACE
+from trajforge.tools.transfer import read_bytes
+
+
+@pytest.fixture(params=["local", "bwrap"])
+def kind(request) -> str:
+    return _available(request)
+
+
+def marker() -> str:
+    """A unique `sleep` argument that names this test's processes in /proc."""
+    return f"1000.{random.randrange(10**8)}"
+
+
+def running_with(argument: str) -> list[int]:
+    """Pids of live (not zombie) processes whose command line holds `argument`."""
+    found = []
+    for name in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{name}/cmdline", "rb") as handle:
+                if argument.encode() in handle.read().split(b"\0"):
+                    found.append(int(name))
+        except OSError:
+            continue
+    return found
+
+
+def zombie_children() -> list[int]:
+    me, found = os.getpid(), []
+    for name in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{name}/stat", "rb") as handle:
+                fields = handle.read().rsplit(b")", 1)[1].split()
+        except OSError:
+            continue
+        if fields[0] == b"Z" and int(fields[1]) == me:
+            found.append(int(name))
+    return found
+
+
+@pytest.mark.parametrize("special", ["fifo", "/dev/urandom", "/dev/zero", "socket"])
+def test_file_tools_refuse_what_is_not_a_regular_file_at_once(kind, tmp_path, special):
+    async def body():
+        env = await backend_for(make_settings(kind, tmp_path, command_timeout=30.0)).open({})
+        listener = None
+        try:
+            path = special
+            if special == "fifo":
+                path = "pipe"
+                await env.exec("mkfifo pipe")
+            elif special == "socket":
+                path = os.path.join(env.cwd, "listening.sock")
+                listener = socket.socket(socket.AF_UNIX)
+                listener.bind(path)
+                listener.listen()
+            started = time.monotonic()
+            with pytest.raises(OSError, match="not a regular file"):
+                await env.read_file(path)
+            with pytest.raises(OSError, match="not a regular file"):
+                await env.write_file(path, "x")
+            with pytest.raises(FileNotFoundError, match="not a regular file"):
+                await read_bytes(env, path, 1000)  # how vision reads an image
+            return time.monotonic() - started
+        finally:
+            if listener:
+                listener.close()
+            await env.close()
+
+    assert sync(body()) < 5, "a file tool waited on what it should have refused"
+
+
+def test_a_command_that_closes_its_output_and_ignores_sigterm_is_killed(kind, tmp_path):
+    stubborn = marker()
+
+    async def body(env):
+        started = time.monotonic()
+        result = await env.exec(f"exec >&- 2>&-; trap '' TERM; sleep {stubborn}", timeout=1)
+        return result, time.monotonic() - started
+
+    async def in_env():
+        env = await backend_for(make_settings(kind, tmp_path)).open({})
+        try:
+            return await body(env), running_with(stubborn)
+        finally:
+            await env.close()
+
+    (result, took), left = sync(in_env())
+    assert result.timed_out and result.exit_code == 124
+    assert took < 1 + TERM_GRACE + 2
+    assert not left, "the command outlived its time limit"
+
+
+@pytest.mark.parametrize(
+    "launch",
+    [
+        "setsid sleep {} > /dev/null 2>&1 &",
+        "(sleep {} > /dev/null 2>&1 &);",  # a double fork: its parent is gone before the shell ends
+        "nohup sleep {} > /dev/null 2>&1 &",
+        "setsid sh -c 'trap \"\" TERM HUP; sleep {}' > /dev/null 2>&1 &",
+    ],
+    ids=["setsid", "double-fork", "nohup", "setsid-ignoring-term"],
+)
+def test_no_process_a_prompt_started_outlives_its_environment(kind, tmp_path, launch):
+    daemon = marker()
+
+    async def body():
+        env = await backend_for(make_settings(kind, tmp_path)).open({})
+        try:
+            result = await env.exec(launch.format(daemon) + " echo launched")
+            assert result.exit_code == 0 and "launched" in result.output, result
+            if kind == "local":  # bwrap's PID namespace already ended it with the command
+                wait_for(lambda: running_with(daemon), 10, "the daemon to start")
+        finally:
+            await env.close()
+
+    sync(body())
+    assert not running_with(daemon), "a daemon outlived its prompt's environment"
+    assert not zombie_children(), "a killed daemon was left a zombie"
+
+
+def test_a_finished_prompts_daemon_is_gone_while_the_run_goes_on(kind, tmp_path, server):
+    daemon = marker()
+    command = f"setsid sleep {daemon} > /dev/null 2>&1 & echo daemon-started".replace(" ", "%20")
+    entries = [{"prompt": f"start a daemon [mock command={command}]"}, {"prompt": "wait [mock sleep=8]"}]
+    runner = Runner(tmp_path, server)
+    flags = (f"--environment={kind}", "--distribution=terminal_only", "--num_workers=1")
+    argv = runner.command(entries, *flags, batch_size=1)
+    env = {k: v for k, v in os.environ.items() if not k.endswith("API_KEY")}
+    batch = tmp_path / "out" / "run" / "batch_0.jsonl"
+    with subprocess.Popen(argv, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE) as run:
+        try:
+            wait_for(lambda: batch.exists() and batch.read_text().strip(), 60, "the first prompt's line")
+            wait_for(lambda: not running_with(daemon), 5, "the first prompt's daemon to go")
+            assert run.poll() is None, "the run ended before the check: it proves nothing"
+            _, stderr = run.communicate(timeout=120)
+        finally:
+            if run.poll() is None:
+                run.kill()
+    assert run.returncode == 0, stderr
+    first = json.loads(batch.read_text().splitlines()[0])
+    assert "daemon-started" in json.dumps(first["conversations"])
+    assert not running_with(daemon)
+
+
+def test_a_hostile_dataset_is_refused_before_any_request(run, server):
+    deep = '{"prompt": "deep", "x": ' + "[" * 100_000 + "]" * 100_000 + "}"
+    lines = [
+        {"prompt": "fine"},
+        deep,
+        {"prompt": "nested", "extra": json.loads("[" * 300 + "]" * 300)},
+        '{"prompt": "surrogate \\ud800"}',
+        '{"prompt": "big", "n": ' + str(2**70) + "}",
+        {"prompt": "escape", "cwd": "../../.."},
+    ]
+    result = run(lines, "--environment=local")
+    assert result.code == 2, result.stderr
+    assert "Traceback" not in result.stderr
+    for number in (2, 3, 4, 5, 6):
+        assert f"line {number}:" in result.stderr
+    assert "line 1:" not in result.stderr
+    assert not server.chat_requests()
+    assert not (result.run_dir / "trajectories.jsonl").exists()
+
+
+def test_closing_is_quick_when_nothing_was_left(kind, tmp_path):
+    async def body():
+        env = await backend_for(make_settings(kind, tmp_path)).open({})
+        await env.exec("true")
+        started = time.monotonic()
+        await env.close()
+        return time.monotonic() - started
+
+    assert sync(body()) < 2
+
+
+def test_the_event_loop_stays_free_while_a_big_workspace_is_removed(tmp_path):
+    async def body():
+        env = await backend_for(make_settings("local", tmp_path)).open({})
+        await env.exec("mkdir many && cd many && seq 1 20000 | xargs touch")
+        gaps, closing = [], asyncio.create_task(env.close())
+        while not closing.done():
+            before = time.monotonic()
+            await asyncio.sleep(0.01)
+            gaps.append(time.monotonic() - before)
+        await closing
+        return max(gaps)
+
+    assert sync(body()) < 0.5
