@@ -26,7 +26,6 @@ A prompt can steer it with directives such as ``[mock turns=3 reasoning=think fa
     unknown_tool     the first tool call names a tool that was not offered
     image=url        (in an image prompt) the images API answers a URL instead of base64 data
     sleep=S          the first terminal command sleeps S seconds first
-    command=CMD      the first terminal command is CMD, percent-encoded (%20 for a space): any command
 
 Hostile replies, to show that none can crash or hang a prompt (the first turn's calls, or every reply
 while ``times=N`` lasts):
@@ -102,7 +101,6 @@ class Directives:
     echo_key: bool = False
     image: str = "b64"
     sleep: float = 0.0
-    command: str = ""
     name_list: bool = False
     calls_string: bool = False
     args_number: bool = False
@@ -132,6 +130,17 @@ class Directives:
                 elif key == "command":
                     found.command = unquote(value)
         return found
+
+
+def _first_command(steer: Directives, messages: list[dict]) -> str | None:
+    """What a directive makes the first terminal call run instead of the planned command."""
+    if steer.command is not None:
+        return steer.command
+    if steer.sleep:
+        return f"sleep {steer.sleep:g}; echo awake"
+    if steer.quote:
+        return f"echo {shlex.quote(_preamble(messages))}"
+    return "tr '\\0' ' ' < /proc/$PPID/cmdline" if steer.snoop else None
 
 
 @dataclass
@@ -296,17 +305,9 @@ def reply(
         tool_calls = [_call(turn, i, name, args) for i, (name, args) in enumerate(calls)]
         if turn == 0 and steer.bad_json:
             tool_calls[0]["function"]["arguments"] = '{"command": "echo broken'
-        if turn == 0 and steer.snoop and tool_calls[0]["function"]["name"] == "terminal":
-            tool_calls[0]["function"]["arguments"] = json.dumps({"command": "tr '\\0' ' ' < /proc/$PPID/cmdline"})
-        if turn == 0 and steer.command is not None and tool_calls[0]["function"]["name"] == "terminal":
-            tool_calls[0]["function"]["arguments"] = json.dumps({"command": steer.command})
-        if turn == 0 and steer.quote and tool_calls[0]["function"]["name"] == "terminal":
-            echo = f"echo {shlex.quote(_preamble(messages))}"
-            tool_calls[0]["function"]["arguments"] = json.dumps({"command": echo})
-        if turn == 0 and steer.sleep and tool_calls[0]["function"]["name"] == "terminal":
-            tool_calls[0]["function"]["arguments"] = json.dumps({"command": f"sleep {steer.sleep:g}; echo awake"})
-        if turn == 0 and steer.command and tool_calls[0]["function"]["name"] == "terminal":
-            tool_calls[0]["function"]["arguments"] = json.dumps({"command": steer.command})
+        command = _first_command(steer, messages) if turn == 0 else None
+        if command is not None and tool_calls[0]["function"]["name"] == "terminal":
+            tool_calls[0]["function"]["arguments"] = json.dumps({"command": command})
         if turn == 0 and steer.unknown_tool:
             tool_calls[0]["function"]["name"] = "hallucinated_tool"
         thought = f"Turn {turn + 1}: to make progress on '{prompt[:60]}' I will call " + ", ".join(
