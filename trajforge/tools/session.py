@@ -21,6 +21,7 @@ from trajforge.environments.redacted import Redacted
 from trajforge.model.client import ModelSettings
 from trajforge.model.tool_model import ToolModel
 from trajforge.model.usage import add_usage, empty_usage
+from trajforge.tools.browser_guard import GuardProxy
 from trajforge.tools.browser_runtime import BrowserLauncher
 from trajforge.tools.fetch import http_client
 from trajforge.tools.settings import ToolSettings
@@ -35,7 +36,8 @@ class ToolServices:
         # /proc/<runner>/environ, or an ephemeral system prompt passed on the command line.
         self.secrets = tuple(secret for secret in secrets if len(secret) >= 8)
         self.model = ToolModel(model, chat_model=settings.vision_model)  # for vision and image requests
-        self.browser = BrowserLauncher(settings.browser_executable, settings.browser_endpoint)
+        guard = None if settings.allow_private_urls else GuardProxy(trusted=settings.trusted_origins)
+        self.browser = BrowserLauncher(settings.browser_executable, settings.browser_endpoint, guard)
 
     @functools.cached_property
     def http(self) -> httpx.AsyncClient:
