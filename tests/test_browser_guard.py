@@ -16,7 +16,7 @@ from local_site import LocalSite
 from tool_session import call, tool_session
 
 from trajforge.tools.browser_guard import BLOCKED_HEADER, HEADER_LIMIT, GuardProxy
-from trajforge.tools.browser_runtime import BrowserLauncher, launch_problem
+from trajforge.tools.browser_runtime import BrowserLauncher, launch_problem, shared_browser
 from trajforge.tools.settings import find_browser
 
 CHROMIUM = find_browser(os.environ)
@@ -48,9 +48,10 @@ def port(site: LocalSite) -> int:
     return int(site.url.rsplit(":", 1)[1])
 
 
-def trusted_session(site: LocalSite):
+def trusted_session(site: LocalSite, endpoint: str | None = None):
     """A browser session to which `site` is what the mock model's server is to a run: a trusted origin."""
-    return tool_session(browser_executable=CHROMIUM, trusted_origins=frozenset({f"127.0.0.1:{port(site)}"}))
+    trusted = frozenset({f"127.0.0.1:{port(site)}"})
+    return tool_session(browser_executable=CHROMIUM, browser_endpoint=endpoint, trusted_origins=trusted)
 
 
 @needs_chromium
@@ -71,16 +72,17 @@ def test_loopback_pages_are_blocked_in_every_notation_and_open_with_allow_privat
 
 
 @needs_chromium
-@pytest.mark.parametrize("scheme", ["http", "https"])
-def test_a_trusted_page_redirecting_to_another_loopback_origin_is_blocked_at_the_hop(site, other_site, scheme):
+@pytest.mark.parametrize(("scheme", "browser"), [("http", "own"), ("https", "own"), ("http", "the run's")])
+def test_a_trusted_page_redirecting_to_another_loopback_origin_is_blocked_at_the_hop(site, other_site, scheme, browser):
     target = f"{scheme}://127.0.0.1:{port(other_site)}/article.html"
 
-    async def scenario():
-        async with trusted_session(site) as session:
+    async def scenario(endpoint):
+        async with trusted_session(site, endpoint) as session:
             trusted = await call(session, "browser_navigate", url=f"{site.url}/article.html")
             return trusted, await call(session, "browser_navigate", url=f"{site.url}/redirect?to={target}")
 
-    trusted, redirected = asyncio.run(scenario())
+    with shared_browser(CHROMIUM) if browser == "the run's" else contextlib.nullcontext() as endpoint:
+        trusted, redirected = asyncio.run(scenario(endpoint))
     assert trusted["status"] == 200  # the trusted origin itself is reached, through the proxy
     assert redirected == {"error": "blocked: 127.0.0.1 is a loopback address"}
     assert f"/redirect?to={target}" in [path for _, path, _ in site.requests]
