@@ -106,6 +106,8 @@ class GuardProxy:
             await _relay(client_reader, client, upstream_reader, upstream)
         except (asyncio.IncompleteReadError, ConnectionError, TimeoutError):
             pass  # the client left or stalled
+        except asyncio.CancelledError:
+            pass  # close(): end quietly, since asyncio (3.11) reports a cancelled connection handler as an error
         finally:
             self._connections.discard(task)
             for writer in (upstream, client):
