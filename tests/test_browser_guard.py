@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import socket
 
 import pytest
 from local_site import LocalSite
@@ -134,6 +135,34 @@ def test_a_redirect_from_a_public_host_to_the_metadata_service_is_refused_at_the
     assert [(path, headers["Host"]) for _, path, headers in site.requests] == [
         ("/redirect?to=http://metadata.test/latest/meta-data/", "public.test")
     ]
+
+
+@needs_chromium
+def test_a_page_cannot_send_webrtc_udp_to_a_loopback_address(site):
+    """UDP does not go through the proxy: Chromium is started with WebRTC's non-proxied UDP off."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as stun:
+        stun.bind(("127.0.0.1", 0))
+        stun.setblocking(False)
+
+        async def scenario():
+            async with trusted_session(site) as session:
+                await call(session, "browser_navigate", url=f"{site.url}/article.html")
+                page = (await session.resource("browser", None)).pages[-1]
+                return await page.evaluate(
+                    """async (port) => {
+                        const peer = new RTCPeerConnection({iceServers: [{urls: `stun:127.0.0.1:${port}`}]});
+                        peer.createDataChannel("probe");
+                        const gathered = new Promise((done) => peer.onicegatheringstatechange = () =>
+                            peer.iceGatheringState === "complete" && done("complete"));
+                        await peer.setLocalDescription(await peer.createOffer());
+                        return await Promise.race([gathered, new Promise((done) => setTimeout(done, 10000, "late"))]);
+                    }""",
+                    stun.getsockname()[1],
+                )
+
+        assert asyncio.run(scenario()) == "complete"  # every candidate it would try was tried
+        with pytest.raises(BlockingIOError):
+            stun.recv(2048)
 
 
 def stand_in_proxy(site: LocalSite) -> tuple[GuardProxy, list[tuple[str, int]]]:

@@ -51,6 +51,9 @@ LAUNCH_ARGS = [
     "--disable-sync",
     "--no-first-run",
     "--mute-audio",
+    # WebRTC sends UDP (STUN, media) from Chromium itself, past the guard proxy, to any address a page
+    # names; this keeps it to what can go through a proxy.
+    "--webrtc-ip-handling-policy=disable_non_proxied_udp",
     f"--disable-features={PLAYWRIGHT_DISABLED_FEATURES},WebUIOmniboxPopup,WebUIOmniboxAimPopup",
 ]
 LAUNCH_TIMEOUT_MS = 30_000
