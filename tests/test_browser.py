@@ -107,14 +107,14 @@ def test_a_long_page_is_cut_with_a_marker(site):
 
 
 async def run_in_session(scenario):
-    async with tool_session(browser_executable=CHROMIUM) as session:
+    async with tool_session(browser_executable=CHROMIUM, allow_private_urls=True) as session:  # local pages
         return await scenario(session)
 
 
 @needs_chromium
 def test_each_prompt_has_its_own_context_closed_with_the_prompt(site):
     async def scenario():
-        async with tool_session(browser_executable=CHROMIUM) as first:
+        async with tool_session(browser_executable=CHROMIUM, allow_private_urls=True) as first:
             second = ToolSession(first.env, first.services)  # another prompt of the same worker
             await call(first, "browser_navigate", url=f"{site.url}/form.html?name=first")
             await call(second, "browser_navigate", url=f"{site.url}/article.html")
@@ -136,9 +136,9 @@ def test_each_prompt_has_its_own_context_closed_with_the_prompt(site):
 @needs_chromium
 def test_workers_share_one_browser_and_each_sees_only_its_own_contexts(site):
     async def scenario(endpoint):
-        async with (
-            tool_session(browser_executable=CHROMIUM, browser_endpoint=endpoint) as first,
-            tool_session(browser_executable=CHROMIUM, browser_endpoint=endpoint) as second,  # another worker
+        async with (  # the second is another worker
+            tool_session(browser_executable=CHROMIUM, browser_endpoint=endpoint, allow_private_urls=True) as first,
+            tool_session(browser_executable=CHROMIUM, browser_endpoint=endpoint, allow_private_urls=True) as second,
         ):
             await call(first, "browser_navigate", url=f"{site.url}/form.html")
             typed = await call(second, "browser_navigate", url=f"{site.url}/article.html")
@@ -162,7 +162,12 @@ def test_workers_share_one_browser_and_each_sees_only_its_own_contexts(site):
 def test_the_run_s_browser_goes_with_the_run(run, server, stop):
     server.latency = 0.2
     proc = subprocess.Popen(
-        run.command([{"prompt": f"browse {i}"} for i in range(6)], "--distribution=browser_only", batch_size=2),
+        run.command(
+            [{"prompt": f"browse {i}"} for i in range(6)],
+            "--distribution=browser_only",
+            "--allow_private_urls",  # the scripted model browses its own server's page, on 127.0.0.1
+            batch_size=2,
+        ),
         cwd=run.tmp_path,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

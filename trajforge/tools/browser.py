@@ -9,8 +9,10 @@ import contextlib
 import functools
 from urllib.parse import urlsplit
 
+from trajforge.tools.browser_guard import BLOCKED_HEADER
 from trajforge.tools.browser_runtime import PlaywrightError, launch_problem
 from trajforge.tools.browser_snapshot import element, snapshot
+from trajforge.tools.netguard import Blocked, check_url
 from trajforge.tools.session import ToolSession
 from trajforge.tools.settings import ToolSettings
 
@@ -63,9 +65,41 @@ async def browser_navigate(session: ToolSession, url: str) -> dict:
     """
     if urlsplit(url).scheme not in ("http", "https"):
         return {"error": f"only http and https URLs can be opened, not {url!r}"}
+    settings = session.services.settings
+    try:
+        await check_url(url, settings.allow_private_urls, trusted=settings.trusted_origins)
+    except Blocked as exc:
+        return {"error": str(exc)}
+    except OSError as exc:  # the name does not resolve
+        return {"error": f"could not resolve the host of {url}: {exc}"}
     page = await _page(session)
-    response = await page.goto(url, wait_until="domcontentloaded")
+    failed = []  # requests that did not complete: a refused tunnel (https) is one
+
+    def note(request) -> None:
+        failed.append(request)
+
+    page.on("requestfailed", note)
+    try:
+        response = await page.goto(url, wait_until="domcontentloaded")
+    except PlaywrightError:
+        reason = _refused_navigation(session, page, failed)
+        if reason:
+            return {"error": reason}
+        raise
+    finally:
+        page.remove_listener("requestfailed", note)
+    if response is not None and response.headers.get(BLOCKED_HEADER.lower()):  # a plain http hop refused
+        return {"error": await response.text()}
     return await _where(page) | {"status": response.status if response else None}
+
+
+def _refused_navigation(session: ToolSession, page, failed: list) -> str | None:
+    """The `blocked: ...` reason of a navigation whose tunnel the guard refused, e.g. after a redirect."""
+    guard = session.services.browser.guard
+    for request in reversed(failed):
+        if guard is not None and request.frame is page.main_frame and request.is_navigation_request():
+            return guard.refusal(request.url)
+    return None
 
 
 @_one_line_errors

@@ -22,6 +22,8 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
+from trajforge.tools.browser_guard import GuardProxy
+
 try:
     from playwright.async_api import Error as PlaywrightError
 except ImportError:  # launch() says so; no browser tool is offered then
@@ -49,6 +51,9 @@ LAUNCH_ARGS = [
     "--disable-sync",
     "--no-first-run",
     "--mute-audio",
+    # WebRTC sends UDP (STUN, media) from Chromium itself, past the guard proxy, to any address a page
+    # names; this keeps it to what can go through a proxy.
+    "--webrtc-ip-handling-policy=disable_non_proxied_udp",
     f"--disable-features={PLAYWRIGHT_DISABLED_FEATURES},WebUIOmniboxPopup,WebUIOmniboxAimPopup",
 ]
 LAUNCH_TIMEOUT_MS = 30_000
@@ -172,9 +177,10 @@ async def launch(executable: str | None, endpoint: str | None = None):
 class BrowserLauncher:
     """A worker's browser: connected or launched on first use, again if it went away."""
 
-    def __init__(self, executable: str | None, endpoint: str | None = None):
+    def __init__(self, executable: str | None, endpoint: str | None = None, guard: GuardProxy | None = None):
         self.executable = executable
         self.endpoint = endpoint
+        self.guard = guard  # every request of our contexts goes through it; None: --allow_private_urls
         self._playwright = None
         self._browser = None
         self._lock = asyncio.Lock()
@@ -185,7 +191,11 @@ class BrowserLauncher:
             if self._browser is None or not self._browser.is_connected():
                 await self._shutdown()
                 self._playwright, self._browser = await launch(self.executable, self.endpoint)
-        context = await self._browser.new_context(viewport={"width": 1280, "height": 900}, accept_downloads=False)
+            # `<-loopback>` drops Chromium's implicit bypass of localhost and 127.0.0.1: they are guarded too.
+            proxy = {"server": await self.guard.start(), "bypass": "<-loopback>"} if self.guard else None
+        context = await self._browser.new_context(
+            viewport={"width": 1280, "height": 900}, accept_downloads=False, proxy=proxy
+        )
         context.set_default_timeout(ACTION_TIMEOUT_MS)
         context.set_default_navigation_timeout(NAVIGATION_TIMEOUT_MS)
         return context
@@ -194,6 +204,8 @@ class BrowserLauncher:
         """Our own browser stops; a shared one only loses our connection and the contexts we made."""
         async with self._lock:
             await self._shutdown()
+            if self.guard is not None:
+                await self.guard.close()
 
     async def _shutdown(self) -> None:
         browser, playwright = self._browser, self._playwright

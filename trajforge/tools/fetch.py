@@ -12,7 +12,7 @@ from urllib.parse import urlsplit
 import httpcore
 import httpx
 
-from trajforge.tools.netguard import Blocked, Resolver, origin, resolve_checked, system_resolver
+from trajforge.tools.netguard import Blocked, Resolver, reachable_addresses, system_resolver
 
 MAX_REDIRECTS = 5
 USER_AGENT = "Mozilla/5.0 (compatible; batch-runner/0.1; +web_extract)"
@@ -60,7 +60,7 @@ class GuardedNetwork(httpcore.AsyncNetworkBackend):
         socket_options: Iterable[httpcore.SOCKET_OPTION] | None = None,
     ) -> httpcore.AsyncNetworkStream:
         try:
-            addresses = [host] if origin(host, port) in self.trusted else await resolve_checked(host, self.resolver)
+            addresses = await reachable_addresses(host, port, self.resolver, self.trusted)
         except OSError as exc:  # the name does not resolve: a connection error, as it is without the guard
             raise httpcore.ConnectError(str(exc)) from exc
         failure = httpcore.ConnectError(f"{host} resolves to no address")

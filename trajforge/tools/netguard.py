@@ -121,6 +121,14 @@ async def resolve_checked(host: str, resolver: Resolver = system_resolver) -> li
     return addresses
 
 
+async def reachable_addresses(
+    host: str, port: int, resolver: Resolver = system_resolver, trusted: frozenset[str] = frozenset()
+) -> list[str]:
+    """The addresses a guarded client may connect to for host:port: the host itself for a trusted origin,
+    else resolve_checked's (Blocked, or OSError when the name does not resolve)."""
+    return [host] if origin(host, port) in trusted else await resolve_checked(host, resolver)
+
+
 async def check_url(
     url: str, allow_private: bool = False, resolver: Resolver = system_resolver, trusted: frozenset[str] = frozenset()
 ) -> None:

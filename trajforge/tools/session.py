@@ -23,6 +23,7 @@ from trajforge.model.client import ModelSettings
 from trajforge.model.tool_model import ToolModel
 from trajforge.model.usage import add_usage, empty_usage
 from trajforge.secrets import Secrets
+from trajforge.tools.browser_guard import GuardProxy
 from trajforge.tools.browser_runtime import BrowserLauncher
 from trajforge.tools.fetch import http_client
 from trajforge.tools.settings import ToolSettings
@@ -37,7 +38,8 @@ class ToolServices:
         # in /proc/<runner>/environ where nothing hides it (`local`), or the ephemeral system prompt.
         self.secrets = secrets or Secrets()
         self.model = ToolModel(model, chat_model=settings.vision_model)  # for vision and image requests
-        self.browser = BrowserLauncher(settings.browser_executable, settings.browser_endpoint)
+        guard = None if settings.allow_private_urls else GuardProxy(trusted=settings.trusted_origins)
+        self.browser = BrowserLauncher(settings.browser_executable, settings.browser_endpoint, guard)
 
     @functools.cached_property
     def http(self) -> httpx.AsyncClient:
