@@ -15,8 +15,10 @@ from trajforge.environments import OUTPUT_LIMIT, Backend, CappedOutput, Environm
 from trajforge.environments.contract import timeout_result
 from trajforge.environments.shell import CommandEnvironment
 
-# What every command sees besides PATH and HOME; nothing of ours (API keys stay out of trajectories).
+# What every command sees besides PATH, HOME and TMPDIR; nothing of ours (API keys stay out of trajectories).
 COMMAND_VARIABLES = {"LANG": "C.UTF-8", "TERM": "dumb", "PYTHONUNBUFFERED": "1"}
+# The system's, not the runner's: a virtualenv's bin or pyenv shims first would hand commands our Python.
+SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 TERM_GRACE = 2.0  # seconds a timed-out command's processes get to end after SIGTERM, before SIGKILL
 
 
@@ -85,9 +87,22 @@ def make_workspace(settings: EnvironmentSettings, kind: str = "") -> str:
     return tempfile.mkdtemp(prefix=workspace_prefix(settings) + kind)
 
 
-def command_env(home: str) -> dict:
-    """The variables a command on this machine sees."""
-    return {"PATH": os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin"), "HOME": home, **COMMAND_VARIABLES}
+def command_env(home: str, tmpdir: str) -> dict:
+    """The variables a command on this machine sees: none of the runner's own (VIRTUAL_ENV, PYTHONPATH, keys)."""
+    return {"PATH": SYSTEM_PATH, "HOME": home, "TMPDIR": tmpdir, **COMMAND_VARIABLES}
+
+
+def workspace_cwd(workspace: str, cwd: str | None, absolute_ok: bool) -> str:
+    """The entry's `cwd`: relative ones inside the workspace; an absolute one as given where the host's
+    folders are visible (absolute_ok), else only when it lies in the workspace. SetupError otherwise."""
+    path = os.path.normpath(os.path.join(workspace, cwd or "."))
+    if os.path.isabs(cwd or "") and absolute_ok:
+        if not os.path.isdir(path):
+            raise SetupError(f"cwd {cwd!r} does not exist on this machine (local environment)")
+        return path
+    if os.path.commonpath([workspace, path]) != workspace:
+        raise SetupError(f"cwd {cwd!r} is outside the prompt's workspace")
+    return path
 
 
 class LocalEnvironment(CommandEnvironment):
@@ -100,13 +115,13 @@ class LocalEnvironment(CommandEnvironment):
         self.env: dict = {}
 
     async def start(self) -> None:
-        cwd = self.asked_cwd
-        if cwd and os.path.isabs(cwd) and not os.path.isdir(cwd):
-            raise SetupError(f"cwd {cwd!r} does not exist on this machine (local environment)")
         self.workspace = make_workspace(self.settings)
-        self.cwd = os.path.join(self.workspace, cwd) if cwd else self.workspace  # an absolute cwd stays as it is
+        self.cwd = workspace_cwd(self.workspace, self.asked_cwd, absolute_ok=True)
         os.makedirs(self.cwd, exist_ok=True)
-        self.env = command_env(self.workspace)
+        # The prompt's temporary files stay in its workspace and go with it, not in the host's /tmp.
+        tmpdir = os.path.join(self.workspace, ".tmp")
+        os.mkdir(tmpdir)
+        self.env = command_env(self.workspace, tmpdir)
 
     async def run(
         self, argv: list[str], timeout: float, stdin: bytes | None = None, limit: int = OUTPUT_LIMIT
