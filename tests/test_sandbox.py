@@ -12,6 +12,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
+from conftest import API_KEY, tool_results
 
 from trajforge.environments import AUTO, EnvironmentSettings, SetupError, backend_for, choose
 from trajforge.environments.bwrap import BwrapBackend
@@ -207,11 +208,15 @@ def test_a_chosen_kind_stays_as_it_is(tmp_path):
 
 
 def test_a_default_run_is_sandboxed_and_says_so(bwrap, run):
-    result = run([{"prompt": "one"}, {"prompt": "two", "cwd": "project"}], "--distribution=terminal_only")
+    # The snooping command reads its parent's command line: bwrap's, not the runner's with the key.
+    entries = [{"prompt": "one [mock snoop]"}, {"prompt": "two", "cwd": "project"}]
+    result = run(entries, "--distribution=terminal_only")
     assert result.code == 0, result.stderr
     assert result.statistics["environment"] == "bwrap"
     assert "--environment=bwrap" in result.stdout and "no sandbox" not in result.stdout
-    assert all("mock-model-was-here" in str(t["conversations"]) for t in result.trajectories)
+    outputs = {t["prompt_index"]: tool_results(t) for t in result.trajectories}
+    assert "--unshare-all" in outputs[0] and "batch_runner.py" not in outputs[0] and API_KEY not in outputs[0]
+    assert "mock-model-was-here" in outputs[1] and "/project" in outputs[1]
 
 
 def test_a_default_run_without_bwrap_warns_once_and_runs_locally(run, monkeypatch, tmp_path):
