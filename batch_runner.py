@@ -58,7 +58,7 @@ def main(
     output_dir: str = "data",
     vision_model: str | None = None,
     image_model: str = "gpt-image-1",
-    environment: str = "local",
+    environment: str = "auto",
     default_image: str = "python:3.11-slim",
     keep_workspaces: bool = False,
     sandbox_network: bool = False,

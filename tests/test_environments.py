@@ -277,7 +277,7 @@ def test_missing_bwrap_is_a_clear_error(tmp_path, monkeypatch):
 
 def test_an_unknown_environment_is_refused_before_any_request(run, server):
     result = run([{"prompt": "hi"}], "--environment=kubernetes")
-    assert result.code == 2 and "--environment must be one of local, bwrap, docker" in result.stderr
+    assert result.code == 2 and "--environment must be one of auto, local, bwrap, docker" in result.stderr
     assert not server.chat_requests()
 
 

@@ -134,8 +134,9 @@ def test_flags_reach_the_request(run_here, server, tmp_path):
 
 
 def test_commands_cannot_leak_the_key_into_trajectories(run):
-    # A subprocess: what the command reads is the runner's own command line.
-    result = run([{"prompt": "snoop [mock snoop]"}], *TOOLS, "--ephemeral_system_prompt=EPHEMERAL-SYSTEM-TEXT")
+    # A subprocess: what the command reads is the runner's own command line (bwrap would hide it).
+    flags = (*TOOLS, "--environment=local", "--ephemeral_system_prompt=EPHEMERAL-SYSTEM-TEXT")
+    result = run([{"prompt": "snoop [mock snoop]"}], *flags)
     assert result.code == 0, result.stderr
     output = result.trajectories[0]["conversations"][3]["value"]
     assert "batch_runner.py" in output and "--api_key=*" in output  # overwritten in place by the runner

@@ -79,7 +79,8 @@ def print_summary(console: Console, stats: dict, run_counts: dict, paths: dict) 
     console.rule(f"[bold]Run {stats['run_name']}")
     console.print(
         f"This invocation: {run_counts['ended']} prompts ended ({run_counts['failed']} failed) "
-        f"of {run_counts['planned']} planned, in {stats['duration_seconds']:.1f}s"
+        f"of {run_counts['planned']} planned, in {stats['duration_seconds']:.1f}s; commands ran in "
+        f"--environment={stats['environment']}"
     )
     console.print(
         f"Run folder: {stats['trajectories']} trajectories written ({stats['completed']} completed, "

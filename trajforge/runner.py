@@ -19,7 +19,7 @@ from rich.markup import escape
 from toolset_distributions import DISTRIBUTIONS, usable
 from trajforge.config import RunConfig
 from trajforge.dataset import Entry, UsageError, load_dataset
-from trajforge.environments import SetupError, prepare_run, remove_leftovers
+from trajforge.environments import SetupError, choose, prepare_run, remove_leftovers
 from trajforge.events import LogLine, PromptDone, PromptEnded, PromptError, PromptFailed, RunRefused
 from trajforge.executors.pool import ProcessPool
 from trajforge.executors.ray_pool import RayPool
@@ -115,8 +115,11 @@ class BatchRunner:
 
     # -- running -------------------------------------------------------------------------------
     def run(self) -> int:
-        config = self.config
         started = time.time()
+        environment, unsandboxed = choose(self.config.environment)  # what workers use and statistics record
+        self.config = config = replace(self.config, environment=environment)
+        if unsandboxed:
+            self.warn(unsandboxed)
         # Before any worker forks or any helper starts: none of them inherits a secret it could show.
         conceal(config.secrets.texts)
         entries = load_dataset(config.dataset_file, config.max_samples)
@@ -162,6 +165,7 @@ class BatchRunner:
             "run_name": config.run_name,
             "model": config.model.model,
             "distribution": config.distribution,
+            "environment": config.environment.kind,
             "dataset_file": str(config.dataset_file),
             "total_prompts": len(entries),
             "completed": totals.completed,

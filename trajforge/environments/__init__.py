@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import importlib
 import posixpath
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from trajforge.environments.contract import Backend, Environment, ExecResult, SetupError
 
@@ -83,13 +83,32 @@ BACKENDS = {
     "singularity": "trajforge.environments.singularity:SingularityBackend",
     "modal": "trajforge.environments.modal:ModalBackend",
 }
-KINDS = tuple(BACKENDS)
+AUTO = "auto"  # bwrap when it works on this machine, else local with a warning
+KINDS = (AUTO, *BACKENDS)
+UNSANDBOXED = (
+    "no sandbox: bwrap cannot work here ({reason}), so --environment=auto runs commands with "
+    "--environment=local, with your own rights: they can read your files and this runner's memory, arguments "
+    "and environment (the API key among them). Make bwrap work, or pass --environment=docker, to sandbox them; "
+    "pass --environment=local to accept this without the warning."
+)
 
 
 def backend_class(kind: str) -> type[Backend]:
     # Imported on demand: the docker and modal SDKs load only when chosen.
     module, _, name = BACKENDS[kind].partition(":")
     return getattr(importlib.import_module(module), name)
+
+
+def choose(settings: EnvironmentSettings) -> tuple[EnvironmentSettings, str | None]:
+    """The settings with --environment=auto made concrete, and the warning to print once when that
+    means commands run unsandboxed. Other kinds are returned as they are."""
+    if settings.kind != AUTO:
+        return settings, None
+    try:
+        backend_class("bwrap").check(settings)
+    except SetupError as exc:
+        return replace(settings, kind="local"), UNSANDBOXED.format(reason=exc)
+    return replace(settings, kind="bwrap"), None
 
 
 def backend_for(settings: EnvironmentSettings) -> Backend:

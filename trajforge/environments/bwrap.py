@@ -1,47 +1,68 @@
-"""The bwrap environment: the local workspace, but every command runs under bubblewrap with the host
-filesystem read-only, only the workspace (and a private /tmp) writable, its own PID namespace, and no
-network unless --sandbox_network."""
+"""The bwrap environment: the local workspace, but every command runs under bubblewrap and sees only what
+it needs: the system's directories read-only, the workspace read-write, a private /tmp and /dev/shm, a
+fresh /proc and a minimal /dev, its own PID namespace, and no network unless --sandbox_network. The
+user's home, the run folder, the dataset, /run and every other place host sockets live stay out of it."""
 
 from __future__ import annotations
 
 import asyncio
+import os
 import shutil
 import subprocess
-import tempfile
 
 from trajforge.environments import OUTPUT_LIMIT, EnvironmentSettings, ExecResult, SetupError
-from trajforge.environments.local import LocalBackend, LocalEnvironment, make_workspace, run_process
+from trajforge.environments.local import (
+    LocalBackend,
+    LocalEnvironment,
+    make_workspace,
+    run_process,
+)
+
+# Read-only where present. On merged-/usr systems /bin, /lib... are symlinks into /usr: they stay symlinks.
+SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/opt")
+SANDBOX_TMP = "/tmp"
+
+
+def system_mounts() -> list[str]:
+    mounts = []
+    for path in SYSTEM_DIRS:
+        if os.path.islink(path):
+            mounts += ["--symlink", os.readlink(path), path]
+        elif os.path.isdir(path):
+            mounts += ["--ro-bind", path, path]
+    return mounts
 
 
 def bwrap_argv(settings: EnvironmentSettings, binds: list[tuple[str, str]], cwd: str, argv: list[str]) -> list[str]:
     network = ["--share-net"] if settings.sandbox_network else []
     # --die-with-parent and the PID namespace take every process of a command down with bwrap, so
     # killing bwrap's process group on a timeout kills the command's children too.
-    sandbox = ["bwrap", "--unshare-all", *network, "--die-with-parent", "--new-session"]
-    sandbox += ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
-    # An empty temp folder hides the other prompts' workspaces, which live there on the host.
-    sandbox += ["--tmpfs", tempfile.gettempdir()]
+    sandbox = [shutil.which("bwrap") or "bwrap", "--unshare-all", *network, "--die-with-parent", "--new-session"]
+    # The root is an empty tmpfs: only what is mounted below exists, so no host socket can be reached by path.
+    sandbox += [*system_mounts(), "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/dev/shm"]
     for source, target in binds:
         sandbox += ["--bind", source, target]
     return [*sandbox, "--chdir", cwd, "--", *argv]
 
 
 class BwrapEnvironment(LocalEnvironment):
-    """The local workspace, cwd and variables; each command sandboxed."""
+    """The local workspace and cwd; each command sandboxed."""
+
+    absolute_cwd = False  # only the workspace is there inside the sandbox: an absolute cwd must lie in it
 
     def __init__(self, cwd: str | None, settings: EnvironmentSettings):
         super().__init__(cwd, settings)
         self.tmp = ""  # made by start()
 
-    async def start(self) -> None:
-        await super().start()
-        # /tmp is per prompt, kept between its commands; the host's /tmp (other prompts' workspaces) is hidden.
+    async def _tmpdir(self) -> str:
+        # /tmp is per prompt, kept between its commands and removed with it; the host's /tmp stays hidden.
         self.tmp = await asyncio.to_thread(make_workspace, self.settings, "tmp-")
+        return SANDBOX_TMP
 
     async def run(
         self, argv: list[str], timeout: float, stdin: bytes | None = None, limit: int = OUTPUT_LIMIT
     ) -> ExecResult:
-        binds = [(self.tmp, "/tmp"), (self.workspace, self.workspace)]
+        binds = [(self.tmp, SANDBOX_TMP), (self.workspace, self.workspace)]
         sandboxed = bwrap_argv(self.settings, binds, self.cwd, argv)
         return await run_process(sandboxed, self.workspace, self.env, timeout, stdin, limit)
 

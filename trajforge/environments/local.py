@@ -17,8 +17,10 @@ from trajforge.environments.contract import timeout_result
 from trajforge.environments.orphans import PROMPT_MARKER, become_subreaper, commands_running, end_prompt
 from trajforge.environments.shell import CommandEnvironment
 
-# What every command sees besides PATH and HOME; nothing of ours (API keys stay out of trajectories).
+# What every command sees besides PATH, HOME and TMPDIR; nothing of ours (API keys stay out of trajectories).
 COMMAND_VARIABLES = {"LANG": "C.UTF-8", "TERM": "dumb", "PYTHONUNBUFFERED": "1"}
+# The system's, not the runner's: a virtualenv's bin or pyenv shims first would hand commands our Python.
+SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 TERM_GRACE = 2.0  # seconds a timed-out command's processes get to end after SIGTERM, before SIGKILL
 
 
@@ -93,13 +95,28 @@ def make_workspace(settings: EnvironmentSettings, kind: str = "") -> str:
     return tempfile.mkdtemp(prefix=workspace_prefix(settings) + kind)
 
 
-def command_env(home: str) -> dict:
-    """The variables a command on this machine sees."""
-    return {"PATH": os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin"), "HOME": home, **COMMAND_VARIABLES}
+def command_env(home: str, tmpdir: str) -> dict:
+    """The variables a command on this machine sees: none of the runner's own (VIRTUAL_ENV, PYTHONPATH, keys)."""
+    return {"PATH": SYSTEM_PATH, "HOME": home, "TMPDIR": tmpdir, **COMMAND_VARIABLES}
+
+
+def workspace_cwd(workspace: str, cwd: str | None, absolute_ok: bool) -> str:
+    """The entry's `cwd`: relative ones inside the workspace; an absolute one as given where the host's
+    folders are visible (absolute_ok), else only when it lies in the workspace. SetupError otherwise."""
+    path = os.path.normpath(os.path.join(workspace, cwd or "."))
+    if os.path.isabs(cwd or "") and absolute_ok:
+        if not os.path.isdir(path):
+            raise SetupError(f"cwd {cwd!r} does not exist on this machine (local environment)")
+        return path
+    if os.path.commonpath([workspace, path]) != workspace:
+        raise SetupError(f"cwd {cwd!r} is outside the prompt's workspace")
+    return path
 
 
 class LocalEnvironment(CommandEnvironment):
     """A fresh temporary workspace on this machine; commands run there (or in the entry's `cwd`)."""
+
+    absolute_cwd = True  # an absolute `cwd` is taken as it is: commands see the host's folders
 
     def __init__(self, cwd: str | None, settings: EnvironmentSettings):
         self.settings = settings
@@ -109,13 +126,16 @@ class LocalEnvironment(CommandEnvironment):
         self.token = secrets.token_hex(16)  # marks every process of this prompt (orphans.py)
 
     async def start(self) -> None:
-        cwd = self.asked_cwd
-        if cwd and os.path.isabs(cwd) and not os.path.isdir(cwd):
-            raise SetupError(f"cwd {cwd!r} does not exist on this machine (local environment)")
         self.workspace = await asyncio.to_thread(make_workspace, self.settings)
-        self.cwd = os.path.join(self.workspace, cwd) if cwd else self.workspace  # an absolute cwd stays as it is
+        self.cwd = await asyncio.to_thread(workspace_cwd, self.workspace, self.asked_cwd, self.absolute_cwd)
         await asyncio.to_thread(os.makedirs, self.cwd, exist_ok=True)
-        self.env = {**command_env(self.workspace), PROMPT_MARKER: self.token}
+        self.env = {**command_env(self.workspace, await self._tmpdir()), PROMPT_MARKER: self.token}
+
+    async def _tmpdir(self) -> str:
+        """TMPDIR for the prompt's commands: in its workspace, so its files go with it, not in the host's /tmp."""
+        tmpdir = os.path.join(self.workspace, ".tmp")
+        await asyncio.to_thread(os.mkdir, tmpdir)
+        return tmpdir
 
     async def run(
         self, argv: list[str], timeout: float, stdin: bytes | None = None, limit: int = OUTPUT_LIMIT

@@ -62,7 +62,7 @@ class SingularityEnvironment(CommandEnvironment):
 
     async def start(self) -> None:
         self.workspace = await asyncio.to_thread(make_workspace, self.settings)
-        self.env = command_env(self.workspace)
+        self.env = command_env(self.workspace, "/tmp")  # apptainer's own; --containall keeps them from commands
         argv = start_argv(self.binary, self.settings, self.image, self.name, self.workspace)
         started = await run_process(argv, self.workspace, self.env, START_TIMEOUT)
         if started.error or started.exit_code:

@@ -1,0 +1,228 @@
+"""What a command sees: bwrap shows only the system's directories and the workspace (no home, no run
+folder, no host socket), every backend gives a clean set of variables, and --environment=auto chooses
+bwrap where it works, else local with one warning. Real bwrap runs, through the environment API."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import socket
+import tempfile
+from pathlib import Path
+
+import pytest
+from conftest import API_KEY, tool_results
+
+from trajforge.environments import AUTO, EnvironmentSettings, SetupError, backend_for, choose
+from trajforge.environments.bwrap import BwrapBackend
+from trajforge.environments.local import SYSTEM_PATH
+
+HIDDEN = ("/home", "/root", "/run", "/var/run", "/mnt", "/media", "/srv", "/var")
+SHOWN = {"bin", "sbin", "lib", "lib32", "lib64", "libx32", "usr", "etc", "opt", "dev", "proc", "tmp"}
+DOCKER_SOCKETS = ("/var/run/docker.sock", "/run/docker.sock")
+
+
+@pytest.fixture
+def bwrap():
+    try:
+        BwrapBackend.check(EnvironmentSettings(kind="bwrap"))
+    except SetupError as exc:
+        pytest.skip(f"bwrap cannot run on this machine: {exc}")
+
+
+def settings(kind: str, tmp_path: Path, **changes) -> EnvironmentSettings:
+    return EnvironmentSettings(kind=kind, command_timeout=20.0, run_name="sandbox", run_dir=str(tmp_path), **changes)
+
+
+async def _in_env(settings: EnvironmentSettings, commands: list[str], entry: dict | None = None):
+    env = await backend_for(settings).open(entry or {})
+    try:
+        return [await env.exec(command) for command in commands]
+    finally:
+        await env.close()
+
+
+def run_commands(settings: EnvironmentSettings, *commands: str, entry: dict | None = None):
+    return asyncio.run(_in_env(settings, list(commands), entry))
+
+
+@pytest.fixture
+def host_folder():
+    """A folder of the host outside any workspace, holding a file a command must not read."""
+    folder = tempfile.mkdtemp(prefix="sandbox-host-")
+    Path(folder, "answers.txt").write_text("reference answer")
+    yield folder
+    shutil.rmtree(folder)
+
+
+# -- what bwrap shows -----------------------------------------------------------------------------
+def test_bwrap_hides_home_run_and_every_host_folder(bwrap, tmp_path, host_folder):
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "trajectories.jsonl").write_text("other prompts")
+    listings = run_commands(
+        settings("bwrap", run_dir),
+        *(f"ls {path}" for path in HIDDEN),
+        f"ls {run_dir}",
+        f"cat {run_dir}/trajectories.jsonl",
+        f"cat {host_folder}/answers.txt",
+        "ls /",
+    )
+    *hidden, root = listings
+    for path, result in zip([*HIDDEN, run_dir, run_dir, host_folder], hidden, strict=True):
+        assert result.exit_code != 0 and "No such file" in result.output, (path, result)
+    assert set(root.output.split()) <= SHOWN
+
+
+def test_bwrap_keeps_system_symlinks_and_reads_system_folders(bwrap, tmp_path):
+    links, etc = run_commands(settings("bwrap", tmp_path), "readlink /bin /lib; true", "cat /etc/passwd | head -1")
+    expected = [os.readlink(path) for path in ("/bin", "/lib") if os.path.islink(path)]
+    assert links.output.split() == expected
+    assert etc.exit_code == 0 and etc.output.startswith("root:")
+
+
+def test_bwrap_has_private_tmp_shm_proc_and_a_minimal_dev(bwrap, tmp_path):
+    marker = tempfile.mkstemp(prefix="host-tmp-file-")[1]  # in the host's /tmp
+    try:
+        tmp, shm, proc, dev = run_commands(
+            settings("bwrap", tmp_path),
+            "echo kept > /tmp/a && cat /tmp/a && ls /tmp",
+            "echo x > /dev/shm/b && cat /dev/shm/b",
+            "ls /proc | grep -c '^[0-9]'",
+            "ls /dev",
+        )
+    finally:
+        os.remove(marker)
+    assert tmp.output.startswith("kept\n") and os.path.basename(marker) not in tmp.output
+    assert shm.output == "x\n"
+    assert int(proc.output) < 10  # only the command's own processes
+    assert {"null", "zero", "urandom", "shm"} <= set(dev.output.split()) and "sda" not in dev.output
+
+
+@pytest.fixture
+def host_socket(tmp_path):
+    """A Unix socket server in a host folder (/run when this user may write there, else the test's
+    folder); yields its path and a function telling whether anyone connected."""
+    folder = Path(tempfile.mkdtemp(prefix="sandbox-sock-", dir="/run" if os.access("/run", os.W_OK) else tmp_path))
+    path = folder / "host.sock"
+    server = socket.socket(socket.AF_UNIX)
+    server.bind(str(path))
+    server.listen()
+    server.setblocking(False)
+
+    def connected() -> bool:
+        try:
+            server.accept()[0].close()
+        except BlockingIOError:
+            return False
+        return True
+
+    yield path, connected
+    server.close()
+    shutil.rmtree(folder)
+
+
+def test_bwrap_cannot_reach_a_host_unix_socket(bwrap, tmp_path, host_socket):
+    path, connected = host_socket
+    connect = "import socket, sys; socket.socket(socket.AF_UNIX).connect(sys.argv[1])"
+    seen, attempt, docker = run_commands(
+        settings("bwrap", tmp_path),
+        f"test -e {path}",
+        f"python3 -c '{connect}' {path}",
+        " || ".join(f"test -e {sock}" for sock in DOCKER_SOCKETS),
+    )
+    assert seen.exit_code == 1 and docker.exit_code == 1
+    assert attempt.exit_code != 0 and "FileNotFoundError" in attempt.output
+    assert not connected()
+
+
+def test_ordinary_work_in_the_workspace_goes_on(bwrap, tmp_path):
+    written, python, pip = run_commands(
+        settings("bwrap", tmp_path),
+        "mkdir -p src && echo 'print(6 * 7)' > src/main.py && cat src/main.py",
+        "python3 src/main.py && python3 -c 'import sys; print(sys.executable)'",
+        "python3 -m pip --help",
+    )
+    assert written.output == "print(6 * 7)\n"
+    assert python.output == "42\n/usr/bin/python3\n"  # the system's python3: the runner's may live in a home
+    assert pip.exit_code == 0 and "Usage:" in pip.output
+
+
+@pytest.mark.parametrize("cwd", ["../../..", "/etc", "/"])
+def test_a_bwrap_cwd_stays_inside_the_workspace(bwrap, tmp_path, cwd):
+    with pytest.raises(SetupError, match="outside the prompt's workspace"):
+        run_commands(settings("bwrap", tmp_path), "pwd", entry={"cwd": cwd})
+
+
+def test_a_local_relative_cwd_cannot_leave_the_workspace(tmp_path):
+    with pytest.raises(SetupError, match="outside the prompt's workspace"):
+        run_commands(settings("local", tmp_path), "pwd", entry={"cwd": "a/../../b"})
+
+
+# -- the variables a command sees -----------------------------------------------------------------
+@pytest.fixture
+def runner_variables(monkeypatch, tmp_path):
+    """The variables of a runner started from a virtualenv, with a key and a PYTHONPATH."""
+    venv_bin = tmp_path / "venv" / "bin"
+    monkeypatch.setenv("PATH", f"{venv_bin}:{os.environ['PATH']}")
+    monkeypatch.setenv("VIRTUAL_ENV", str(venv_bin.parent))
+    monkeypatch.setenv("PYTHONPATH", "/runner/lib")
+    monkeypatch.setenv("OPENROUTER_API_KEY", "sk-or-leak-5678")
+
+
+def variables(output: str) -> dict:
+    return dict(line.split("=", 1) for line in output.splitlines() if "=" in line)
+
+
+@pytest.mark.parametrize("kind", ["local", "bwrap"])
+def test_commands_see_a_clean_environment(kind, request, runner_variables, tmp_path):
+    if kind == "bwrap":
+        request.getfixturevalue("bwrap")
+    env, pwd, made = run_commands(settings(kind, tmp_path), "env", "pwd", "mktemp")
+    seen = variables(env.output)
+    workspace = pwd.output.strip()
+    assert seen["PATH"] == SYSTEM_PATH == "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+    assert not {"VIRTUAL_ENV", "PYTHONPATH", "OPENROUTER_API_KEY"} & set(seen) and "leak" not in env.output
+    assert seen["HOME"] == workspace
+    tmpdir = f"{workspace}/.tmp" if kind == "local" else "/tmp"  # local: the prompt's files go with its workspace
+    assert seen["TMPDIR"] == tmpdir and made.output.startswith(tmpdir + "/")
+
+
+# -- --environment=auto ---------------------------------------------------------------------------
+def test_auto_chooses_bwrap_where_it_works(bwrap, tmp_path):
+    chosen, warning = choose(settings(AUTO, tmp_path))
+    assert chosen.kind == "bwrap" and warning is None
+
+
+def test_auto_falls_back_to_local_with_a_warning(tmp_path, monkeypatch):
+    monkeypatch.setenv("PATH", str(tmp_path))  # no bwrap here
+    chosen, warning = choose(settings(AUTO, tmp_path))
+    assert chosen.kind == "local" and chosen.run_dir == str(tmp_path)
+    assert "no sandbox" in warning and "own rights" in warning and "apt-get install bubblewrap" in warning
+
+
+def test_a_chosen_kind_stays_as_it_is(tmp_path):
+    for kind in ("local", "bwrap", "docker"):
+        assert choose(settings(kind, tmp_path)) == (settings(kind, tmp_path), None)
+
+
+def test_a_default_run_is_sandboxed_and_says_so(bwrap, run):
+    # The snooping command reads its parent's command line: bwrap's, not the runner's with the key.
+    entries = [{"prompt": "one [mock snoop]"}, {"prompt": "two", "cwd": "project"}]
+    result = run(entries, "--distribution=terminal_only")
+    assert result.code == 0, result.stderr
+    assert result.statistics["environment"] == "bwrap"
+    assert "--environment=bwrap" in result.stdout and "no sandbox" not in result.stdout
+    outputs = {t["prompt_index"]: tool_results(t) for t in result.trajectories}
+    assert "--unshare-all" in outputs[0] and "batch_runner.py" not in outputs[0] and API_KEY not in outputs[0]
+    assert "mock-model-was-here" in outputs[1] and "/project" in outputs[1]
+
+
+def test_a_default_run_without_bwrap_warns_once_and_runs_locally(run, monkeypatch, tmp_path):
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))  # the runner finds no bwrap; commands get the system's PATH
+    result = run([{"prompt": "one"}, {"prompt": "two"}, {"prompt": "three"}], "--distribution=terminal_only")
+    assert result.code == 0, result.stderr
+    assert result.statistics["environment"] == "local"
+    assert result.stdout.count("no sandbox") == 1 and "--environment=local" in result.stdout
+    assert all("mock-model-was-here" in str(t["conversations"]) for t in result.trajectories)
