@@ -124,7 +124,8 @@ def test_execute_code_returns_stdout_stderr_and_the_exit_code():
     result, broken, listing = in_session(scenario)
     assert result == {"stdout": "to stdout\n", "stderr": "to stderr\n", "exit_code": 3}
     assert broken["exit_code"] == 1 and "SyntaxError" in broken["stderr"] and "error" not in broken
-    assert sorted(listing) == [".", "..", "made.txt"]  # its files stay; ours are gone
+    # its files stay; ours are gone (.tmp is the workspace's TMPDIR, there before any command)
+    assert sorted(listing) == [".", "..", ".tmp", "made.txt"]
 
 
 def test_execute_code_kills_the_program_and_its_children_on_timeout(tmp_path):
