@@ -20,7 +20,7 @@ import httpx
 import openai
 import pytest
 
-from trajforge.mock.model import OVERFLOWS
+from trajforge.mock.server_errors import OVERFLOWS
 from trajforge.model.retry import (
     CONTEXT_HINT,
     BadReply,

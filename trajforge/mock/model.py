@@ -60,6 +60,8 @@ import zlib
 from dataclasses import dataclass, field
 from urllib.parse import unquote
 
+from trajforge.mock.server_errors import OVERFLOWS
+
 DIRECTIVE = re.compile(r"\[mock\s+([^\]]*)\]")
 URL = re.compile(r"https?://[^\s\"'<>\])]+")
 # A line of browser_snapshot (Playwright's aria snapshot): `  - textbox "Your name" [ref=e5]`.
@@ -87,33 +89,6 @@ if (name) document.getElementById("greeting").textContent = `Hello, ${name}!`;
 FLAGS = ("bad_json", "unknown_tool", "flagged", "upstream_error", "empty", "snoop")
 FLAGS += ("name_list", "calls_string", "args_number", "no_ids", "dup_ids", "endless", "quote", "echo_key")
 FLAGS += ("no_model",)
-# Context overflows, byte for byte as the servers send them: (status, body).
-OVERFLOWS = {
-    "llamacpp": (500, {"error": {"code": 500, "message": "Context size has been exceeded.", "type": "server_error"}}),
-    "openai": (
-        400,
-        {
-            "error": {
-                "message": "This model's maximum context length is 8192 tokens. However, your messages resulted in "
-                "9120 tokens. Please reduce the length of the messages.",
-                "type": "invalid_request_error",
-                "param": "messages",
-                "code": "context_length_exceeded",
-            }
-        },
-    ),
-    "vllm": (
-        400,
-        {
-            "object": "error",
-            "message": "This model's maximum context length is 2048 tokens. However, you requested 2311 tokens "
-            "(2055 in the messages, 256 in the completion). Please reduce the length of the messages or completion.",
-            "type": "BadRequestError",
-            "param": None,
-            "code": 400,
-        },
-    ),
-}
 
 
 @dataclass
