@@ -44,6 +44,7 @@ class Turn:
     content: str
     reasoning: str
     calls: list[ToolCall] = field(default_factory=list)
+    finish_reason: str = ""  # as the server said it (stop, tool_calls, length, content_filter); "" when none
 
 
 def split_reasoning(message: dict) -> tuple[str, str]:
@@ -114,6 +115,20 @@ def tool_stats(turns: list[Turn], tool_names: list[str]) -> tuple[dict, dict]:
     return stats, {name: entry["failure"] for name, entry in stats.items()}
 
 
+EXIT_CODE_TOOLS = ("terminal", "execute_code")  # tools whose result carries the exit code of what they ran
+
+
+def nonzero_exits(turns: list[Turn]) -> dict[str, int]:
+    """{tool: calls whose command or program exited non-zero}, for terminal and execute_code, tools
+    left out when none did. The tool itself worked, so tool_stats counts these calls as successes."""
+    counts: dict[str, int] = {}
+    for call in (c for turn in turns for c in turn.calls):
+        code = call.result.get("exit_code")
+        if call.name in EXIT_CODE_TOOLS and isinstance(code, int) and not isinstance(code, bool) and code:
+            counts[call.name] = counts.get(call.name, 0) + 1
+    return counts
+
+
 def discard_reason(turns: list[Turn], offered: set[str]) -> str | None:
     """Why the merge drops this sample: a tool it was not offered, or no reasoning at all."""
     if any(call.name not in offered for turn in turns for call in turn.calls):
@@ -149,7 +164,8 @@ def build_record(
             "source": entry,
         },
         "completed": exit_reason == "completed",
-        "partial": exit_reason != "completed",  # max_turns, timeout: a limit is an outcome, not an error
+        # max_turns, timeout, length, content_filter: a limit or a cut-off is an outcome, not an error
+        "partial": exit_reason != "completed",
         "api_calls": api_calls,
         "toolsets_used": toolsets,
         "tool_stats": stats,

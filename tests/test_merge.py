@@ -14,9 +14,18 @@ from trajforge.runfolder.merge import merge
 TOOLS = ["read_file", "terminal", "write_file"]
 
 
-def record(prompt: str, *, think: bool = True, exit_reason: str = "completed", discarded: str | None = None, **calls):
+def record(
+    prompt: str,
+    *,
+    think: bool = True,
+    exit_reason: str = "completed",
+    discarded: str | None = None,
+    nonzero_exits: dict | None = None,
+    **calls,
+):
     """A batch-file line: two assistant turns (with reasoning or an empty think block), the tool
-    calls given as tool=(success, failure), and a usage of 10 + 5 tokens costing 0.1."""
+    calls given as tool=(success, failure), and a usage of 10 + 5 tokens costing 0.1; `nonzero_exits`
+    as the worker marks it for the merge."""
     thought = "<think>\nbecause\n</think>\n" if think else "<think>\n\n</think>\n"
     stats = {name: {"count": 0, "success": 0, "failure": 0} for name in TOOLS}
     for name, (success, failure) in calls.items():
@@ -41,6 +50,8 @@ def record(prompt: str, *, think: bool = True, exit_reason: str = "completed", d
     }
     if discarded:
         line["discarded"] = discarded
+    if nonzero_exits:
+        line["nonzero_exits"] = nonzero_exits
     return line
 
 
@@ -51,7 +62,7 @@ def folder(tmp_path) -> RunFolder:
     folder = RunFolder(tmp_path)
     batches = {
         0: [
-            record("kept", terminal=(1, 0)),
+            record("kept", terminal=(1, 0), nonzero_exits={"terminal": 1}),
             record("silent", think=False, discarded="no_reasoning", terminal=(0, 1)),
             record("partial", exit_reason="max_turns", read_file=(2, 0)),
         ],
@@ -86,9 +97,25 @@ def test_filters_and_totals(folder):
     # Tool statistics cover every line of the batch files, with rates; registered tools keep their zeros.
     stats = totals.tool_statistics
     assert list(stats)[:3] == TOOLS and set(stats) == {*TOOLS, "browser_click"}
-    assert stats["terminal"] == {"count": 2, "success": 1, "failure": 1, "success_rate": 0.5, "failure_rate": 0.5}
+    # A command that exited non-zero is a success of the tool, counted apart.
+    assert stats["terminal"] == {
+        "count": 2,
+        "success": 1,
+        "failure": 1,
+        "success_rate": 0.5,
+        "failure_rate": 0.5,
+        "nonzero_exits": 1,
+    }
     assert stats["write_file"]["success_rate"] == 0.5 and stats["read_file"]["success_rate"] == 1.0
-    assert stats["browser_click"] == {"count": 1, "success": 0, "failure": 1, "success_rate": 0.0, "failure_rate": 1.0}
+    assert stats["browser_click"] == {
+        "count": 1,
+        "success": 0,
+        "failure": 1,
+        "success_rate": 0.0,
+        "failure_rate": 1.0,
+        "nonzero_exits": 0,
+    }
+    assert all("nonzero_exits" not in json.loads(line) for line in folder.trajectories.read_text().splitlines())
     assert totals.reasoning_statistics == {
         "total_assistant_turns": 12,
         "turns_with_reasoning": 10,
@@ -118,4 +145,5 @@ def test_a_folder_without_batch_files_merges_to_nothing(tmp_path):
         "failure": 0,
         "success_rate": 0.0,
         "failure_rate": 0.0,
+        "nonzero_exits": 0,
     }

@@ -30,13 +30,25 @@ class PromptDone:
     outcome: str
     retries: int  # model-call retries this prompt needed
     line: bytes | None = None
+    tools_offered: int = 0  # for the driver's warning about a model that never calls a tool
+    tool_calls: int = 0
+
+
+@dataclass(frozen=True)
+class Retrying:
+    """A model call of this prompt failed and will be tried again (the driver shows it as it happens)."""
+
+    index: int
+    error_type: str  # as errors.jsonl would say it: api_http_500, api_connection_refused ...
+    message: str
 
 
 @dataclass(frozen=True)
 class PromptError:
     """Why a prompt failed, as errors.jsonl records it."""
 
-    error_type: str  # api_<kind>, environment, crash_<exception>, worker_died, api_refused
+    error_type: str  # api_<kind> (api_context_length, api_connection_refused ...), environment, crash_<exception>,
+    # worker_died, api_refused
     message: str
     attempts: int  # model calls tried, for an API error; 1 otherwise
 
@@ -68,4 +80,4 @@ class LogLine:
 
 
 PromptEnded = PromptDone | PromptFailed | RunRefused
-Event = Claimed | PromptEnded | LogLine
+Event = Claimed | PromptEnded | Retrying | LogLine

@@ -17,14 +17,16 @@ from rich.console import Console
 from rich.markup import escape
 
 from toolset_distributions import DISTRIBUTIONS, usable
+from trajforge.advice import Advice
 from trajforge.config import RunConfig
 from trajforge.dataset import Entry, UsageError, load_dataset
 from trajforge.environments import SetupError, choose, prepare_run, remove_leftovers
-from trajforge.events import LogLine, PromptDone, PromptEnded, PromptError, PromptFailed, RunRefused
+from trajforge.events import LogLine, PromptDone, PromptEnded, PromptError, PromptFailed, Retrying, RunRefused
 from trajforge.executors.pool import ProcessPool
 from trajforge.executors.ray_pool import RayPool
 from trajforge.executors.worker import Batch, WorkerSetup
-from trajforge.progress import ProgressView, print_summary
+from trajforge.model.client import endpoint_problem
+from trajforge.progress import ProgressView, Tally, print_summary
 from trajforge.runfolder.folder import RunFolder, entry_key, write_json_atomic
 from trajforge.runfolder.merge import merge
 from trajforge.runfolder.state import RunState
@@ -151,11 +153,13 @@ class BatchRunner:
         by_index = {e.index: e.data for e in entries}
         state = RunState(self.folder, config.run_name, str(config.dataset_file), by_index, done)
         interrupted = False
+        tally = Tally(planned=len(pending))
         if batches:
             prepare_run(config.environment, config.resume)
             with browser_for_workers(config, "browser" in weights) as shared, mock_endpoint(shared) as live:
+                check_endpoint(live)
                 setup = WorkerSetup(live, weights, toolsets, tool_names)
-                interrupted = self.execute(setup, batches, state)
+                interrupted = self.execute(setup, batches, state, tally)
         totals = merge(self.folder, config.require_reasoning, tool_names, self.warn)
         # The batch files, not the events that raced a kill or Ctrl-C, say what is done.
         remaining, done = match(entries, totals.finished)
@@ -188,8 +192,7 @@ class BatchRunner:
         }
         write_json_atomic(self.folder.statistics, stats)
         paths = {"Trajectories": self.folder.trajectories, "Statistics": self.folder.statistics}
-        counts = {"planned": len(pending), "ended": state.ended, "failed": len(state.failed)}
-        print_summary(self.console, stats, counts, paths)
+        print_summary(self.console, stats, tally, paths)
         if interrupted:
             self.console.print("[red]Interrupted.[/] Finished prompts are saved; rerun with --resume to go on.")
             return 130
@@ -200,23 +203,27 @@ class BatchRunner:
             return 1
         return 1 if remaining else 0
 
-    def execute(self, setup: WorkerSetup, batches: list[Batch], state: RunState) -> bool:
-        """Run the batches on the executor and follow its events; returns True when interrupted."""
+    def execute(self, setup: WorkerSetup, batches: list[Batch], state: RunState, tally: Tally) -> bool:
+        """Run the batches on the executor and follow its events, counting them in `tally`; returns True
+        when interrupted."""
         config = self.config
         if config.executor == "ray":
             executor = RayPool(setup, config.num_workers, config.ray_address, config.ray_shared_fs)
         else:
             executor = ProcessPool(setup, config.num_workers)
         outstanding = {index for batch in batches for index, _ in batch.entries}
+        advice = Advice(config.require_reasoning)
         previous = signal.signal(signal.SIGTERM, _interrupt)
         try:
             executor.start(batches)
-            with ProgressView(self.console, len(outstanding)) as view:
+            with ProgressView(self.console, tally, config.require_reasoning) as view:
 
                 def ended(event: PromptEnded) -> None:
                     outstanding.discard(event.index)
                     state.record(event)
                     view.update(event)
+                    for warning in advice.sample(event) if isinstance(event, PromptDone) else ():
+                        self.warn(warning)
 
                 while outstanding and not state.stopped:
                     events = executor.poll(0.5)
@@ -224,6 +231,8 @@ class BatchRunner:
                         match event:
                             case LogLine(text=text):
                                 view.log(text)
+                            case Retrying():
+                                view.retrying(event)
                             case PromptDone() | PromptFailed() | RunRefused():
                                 ended(event)
                     if not events:
@@ -231,6 +240,8 @@ class BatchRunner:
                             ended(PromptFailed(index, None, PromptError("worker_died", reason, 1)))
                     view.tick()
                     state.save_every(CHECKPOINT_EVERY)
+                for warning in advice.judge():  # a run of fewer samples than the window
+                    self.warn(warning)
             return False
         except KeyboardInterrupt:
             # Finishing up (stopping workers, merging, statistics) must not be cut short by a second one.
@@ -241,6 +252,17 @@ class BatchRunner:
             executor.stop(finished=not outstanding)
             with contextlib.suppress(SetupError):  # a worker killed after its grace period leaves containers
                 remove_leftovers(self.config.environment)
+
+
+def check_endpoint(config: RunConfig) -> None:
+    """Before any worker starts: UsageError (exit 2) when the endpoint does not answer at all, rather
+    than every prompt retrying for minutes and failing the same way."""
+    problem = endpoint_problem(config.model)
+    if problem:
+        raise UsageError(
+            f"--base_url {config.model.base_url} cannot be reached: {problem}. No prompt was sent; check that "
+            "the server runs and the URL is right, then run the same command again."
+        )
 
 
 def _interrupt(signum, frame) -> None:

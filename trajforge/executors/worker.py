@@ -19,11 +19,11 @@ from dataclasses import dataclass, replace
 import orjson
 
 from toolset_distributions import prompt_rng, sample_toolsets
-from trajectory import build_record, discard_reason
+from trajectory import build_record, discard_reason, nonzero_exits
 from trajforge.agent.loop import run_agent
 from trajforge.config import RunConfig
 from trajforge.environments import SetupError, backend_for
-from trajforge.events import Claimed, LogLine, PromptDone, PromptError, PromptFailed, RunRefused
+from trajforge.events import Claimed, LogLine, PromptDone, PromptError, PromptFailed, Retrying, RunRefused
 from trajforge.model.client import ModelClient
 from trajforge.model.retry import ModelCallFailed, RunStopped
 from trajforge.model.usage import add_usage
@@ -74,6 +74,12 @@ class Worker:
 
         return log
 
+    def _retry_reporter(self, index: int):
+        def retrying(kind: str, message: str) -> None:
+            self.events.put(Retrying(index, error_type(kind), self.services.redact(message)))
+
+        return retrying
+
     async def run(self, tasks) -> None:
         """Keep every slot busy: take the next batch as soon as a slot frees and the current batch
         has no prompt left to start."""
@@ -117,6 +123,7 @@ class Worker:
                 self._logger(index),
                 max_tool_calls=config.max_tool_calls_per_turn,
                 timeout=config.prompt_timeout,
+                on_retry=self._retry_reporter(index),
             )
             add_usage(result.usage, env.usage)  # the tools' own model calls (vision, images) count too
             # The model may quote the ephemeral prompt, a prefill message or a key a server echoed.
@@ -134,6 +141,7 @@ class Worker:
                 metadata={
                     "batch_num": batch_num,
                     "model": config.model.model,
+                    "model_reported": result.model_reported,
                     "run_name": config.run_name,
                     "duration_seconds": round(time.monotonic() - started, 3),
                 },
@@ -143,11 +151,16 @@ class Worker:
                 record["discarded"] = reason
             if env.redactions:  # for statistics.json; the merge takes it off, as it does `discarded`
                 record["redactions"] = dict(env.redactions)
+            exits = nonzero_exits(result.turns)
+            if exits:  # for the summary's tool table; taken off by the merge too
+                record["nonzero_exits"] = exits
             line = orjson.dumps(record) + b"\n"
             if self.files:
                 await self.files.append(batch_num, line)
             outcome = reason or result.exit_reason
-            self.events.put(PromptDone(index, batch_num, outcome, result.retries, None if self.files else line))
+            called = sum(len(turn.calls) for turn in result.turns)
+            line_for_driver = None if self.files else line
+            self.events.put(PromptDone(index, batch_num, outcome, result.retries, line_for_driver, len(tools), called))
         except RunStopped as exc:
             self.stopped = True
             self.events.put(RunRefused(index, batch_num, self.services.redact(str(exc))))
@@ -178,9 +191,14 @@ async def _exit_with_parent(parent: int, task: asyncio.Task) -> None:
     task.cancel()
 
 
+def error_type(kind: str) -> str:
+    """The error type of a model call that failed with this kind (retry.Decision.kind)."""
+    return f"api_{kind}"
+
+
 def _failure(exc: Exception) -> PromptError:
     if isinstance(exc, ModelCallFailed):
-        kind, attempts = f"api_{exc.kind}", exc.attempts
+        kind, attempts = error_type(exc.kind), exc.attempts
     elif isinstance(exc, SetupError):
         kind, attempts = "environment", 1
     else:

@@ -26,6 +26,12 @@ A prompt can steer it with directives such as ``[mock turns=3 reasoning=think fa
     unknown_tool     the first tool call names a tool that was not offered
     image=url        (in an image prompt) the images API answers a URL instead of base64 data
     sleep=S          the first terminal command sleeps S seconds first
+    overflow=FORM    the conversation "does not fit the context", as a server says it (``times=N`` as above):
+                     llamacpp (HTTP 500 "Context size has been exceeded."), openai (400, code
+                     context_length_exceeded), vllm (400 "This model's maximum context length is ...")
+    stop=REASON      the final answer is cut off mid-word with this finish_reason (length, content_filter)
+    model=NAME       the replies report NAME as their model (servers often name the model otherwise)
+    no_model         the replies carry no ``model`` field at all
 
 Hostile replies, to show that none can crash or hang a prompt (the first turn's calls, or every reply
 while ``times=N`` lasts):
@@ -54,6 +60,8 @@ import zlib
 from dataclasses import dataclass, field
 from urllib.parse import unquote
 
+from trajforge.mock.server_errors import OVERFLOWS
+
 DIRECTIVE = re.compile(r"\[mock\s+([^\]]*)\]")
 URL = re.compile(r"https?://[^\s\"'<>\])]+")
 # A line of browser_snapshot (Playwright's aria snapshot): `  - textbox "Your name" [ref=e5]`.
@@ -80,6 +88,7 @@ if (name) document.getElementById("greeting").textContent = `Hello, ${name}!`;
 
 FLAGS = ("bad_json", "unknown_tool", "flagged", "upstream_error", "empty", "snoop")
 FLAGS += ("name_list", "calls_string", "args_number", "no_ids", "dup_ids", "endless", "quote", "echo_key")
+FLAGS += ("no_model",)
 
 
 @dataclass
@@ -110,6 +119,10 @@ class Directives:
     endless: bool = False
     trickle: float = 0.0
     huge_mb: float = 0.0
+    overflow: str | None = None
+    stop: str | None = None
+    model: str | None = None
+    no_model: bool = False
 
     @classmethod
     def parse(cls, prompt: str) -> Directives:
@@ -123,10 +136,8 @@ class Directives:
                     setattr(found, key, int(value))
                 elif key in ("retry_after", "latency", "sleep", "trickle", "huge_mb"):
                     setattr(found, key, float(value))
-                elif key == "reasoning":
-                    found.reasoning = value
-                elif key == "image":
-                    found.image = value
+                elif key in ("reasoning", "image", "overflow", "stop", "model"):
+                    setattr(found, key, value)
                 elif key == "command":
                     found.command = unquote(value)
         return found
@@ -154,6 +165,7 @@ class Reply:
     usage: dict = field(default_factory=dict)
     error: str = "injected fault"  # the message of a failure, or of an error inside a 200 choice
     empty: bool = False  # a 200 without any choice
+    body: dict | None = None  # a failure's whole JSON body, as a given server sends it; None: a generic one
     endless: bool = False  # the reply never ends
     trickle: float = 0.0  # seconds between the bytes of the reply; 0: all at once
 
@@ -283,6 +295,9 @@ def reply(
         headers = {} if steer.retry_after is None else {"Retry-After": f"{steer.retry_after:g}"}
         error = "Your input was flagged by moderation" if steer.flagged else "injected fault"
         return Reply(status=steer.fail, headers=headers, error=error), steer.latency
+    if steer.overflow in OVERFLOWS and faulty:
+        status, body = OVERFLOWS[steer.overflow]
+        return Reply(status=status, body=body), steer.latency
     if steer.upstream_error and faulty:
         return Reply(message={"role": "assistant", "content": ""}, finish_reason="error", error="upstream"), 0.0
     if steer.empty and faulty:
@@ -324,8 +339,10 @@ def reply(
         if steer.quote:
             thought += f" My instructions say: {_preamble(messages)}"
             answer += f" I was told: {_preamble(messages)}"
-        message = _with_reasoning(steer.reasoning, thought, answer)
         finish = "stop"
+        if steer.stop:  # cut off mid-word, as max_tokens or a content filter leaves an answer
+            answer, finish = answer[: len(answer) // 2].rstrip(), steer.stop
+        message = _with_reasoning(steer.reasoning, thought, answer)
 
     if steer.huge_mb and faulty:
         message["content"] += "x" * int(steer.huge_mb * 2**20)

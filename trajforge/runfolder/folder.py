@@ -7,7 +7,7 @@ import fcntl
 import json
 import os
 import re
-import tempfile
+import secrets
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -18,6 +18,7 @@ import orjson
 from trajforge.dataset import UsageError
 
 BATCH_FILE = re.compile(r"batch_(\d+)\.jsonl$")
+FILE_MODE = 0o666  # every file of the run folder: the umask decides, as for any file the user makes
 
 
 def entry_key(entry: dict) -> str:
@@ -28,8 +29,10 @@ def entry_key(entry: dict) -> str:
 
 
 def write_atomic(path: Path, write: Callable) -> None:
-    """Write through a temporary file in the same folder, fsync, then rename over `path`."""
-    fd, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    """Write through a temporary file in the same folder, fsync, then rename over `path`. The temporary
+    file is made like any other file of the folder (tempfile's would be 0600 whatever the umask)."""
+    temp = path.parent / f".{path.name}.{secrets.token_hex(6)}"
+    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, FILE_MODE)
     try:
         with os.fdopen(fd, "wb") as handle:
             write(handle)
@@ -84,7 +87,7 @@ class RunFolder:
         work and pay for it twice. Workers inherit the lock, and it goes with the process however it
         ends, so a killed run never leaves it taken."""
         self.path.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+        fd = os.open(self.path / ".lock", os.O_RDWR | os.O_CREAT, FILE_MODE)
         try:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -184,7 +187,7 @@ class BatchFiles:
         fd = self.open.get(batch_num)
         if fd is None:
             path = self.folder.batch_file(batch_num)
-            fd = self.open[batch_num] = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
+            fd = self.open[batch_num] = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, FILE_MODE)
             size = os.fstat(fd).st_size
             if size and os.pread(fd, 1, size - 1) != b"\n":  # a line torn by a crash (Ray re-runs append here)
                 os.write(fd, b"\n")

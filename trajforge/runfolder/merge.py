@@ -31,7 +31,13 @@ class Totals:
     redactions: dict = field(default_factory=lambda: dict.fromkeys(KINDS, 0))  # secrets masked, by kind
 
 
-def _rates(stats: dict) -> dict:
+def dropped(reason: str | None, require_reasoning: bool) -> bool:
+    """Whether a sample discarded for `reason` stays out of trajectories.jsonl: the progress line counts
+    discards by the same rule as the merge."""
+    return reason == "hallucinated_tool" or (reason == "no_reasoning" and require_reasoning)
+
+
+def _rates(stats: dict, exits: Counter) -> dict:
     out = {}
     for name, entry in stats.items():
         count = entry["count"]
@@ -39,6 +45,7 @@ def _rates(stats: dict) -> dict:
             **entry,
             "success_rate": round(entry["success"] / count, 4) if count else 0.0,
             "failure_rate": round(entry["failure"] / count, 4) if count else 0.0,
+            "nonzero_exits": exits[name],  # successful calls whose command exited non-zero (terminal, execute_code)
         }
     return out
 
@@ -48,6 +55,7 @@ def merge(folder: RunFolder, require_reasoning: bool, tool_names: list[str], war
     tools = {name: {"count": 0, "success": 0, "failure": 0} for name in tool_names}
     turns = with_reasoning = 0
     usage: dict = {}
+    exits: Counter = Counter()
 
     def write(handle) -> None:
         nonlocal turns, with_reasoning
@@ -65,6 +73,8 @@ def merge(folder: RunFolder, require_reasoning: bool, tool_names: list[str], war
             totals.finished[entry_key(record["metadata"]["source"])] += 1
             reason = record.pop("discarded", None)
             masked = record.pop("redactions", None)
+            exited = record.pop("nonzero_exits", None)
+            exits.update(exited or {})
             for kind, count in (masked or {}).items():
                 totals.redactions[kind] = totals.redactions.get(kind, 0) + count
             if reason == "hallucinated_tool":
@@ -73,13 +83,14 @@ def merge(folder: RunFolder, require_reasoning: bool, tool_names: list[str], war
             if reason == "no_reasoning" and require_reasoning:
                 totals.discarded_no_reasoning += 1
                 continue
-            handle.write(line if reason is None and masked is None else orjson.dumps(record) + b"\n")
+            untouched = reason is None and masked is None and exited is None
+            handle.write(line if untouched else orjson.dumps(record) + b"\n")
             totals.trajectories += 1
             totals.completed += record["completed"]
             totals.partial += record["partial"]
 
     write_atomic(folder.trajectories, write)
-    totals.tool_statistics = _rates(tools)
+    totals.tool_statistics = _rates(tools, exits)
     totals.reasoning_statistics = {
         "total_assistant_turns": turns,
         "turns_with_reasoning": with_reasoning,

@@ -19,7 +19,6 @@ class RunState:
         self.completed = set(done)
         self.failed: set[int] = set()
         self.batch_stats: dict = folder.load_checkpoint().get("batch_stats", {})
-        self.ended = 0
         self.stopped: str | None = None
         self.saved_at = 0.0
         self.dirty = True
@@ -27,7 +26,6 @@ class RunState:
     def record(self, event: PromptEnded) -> None:
         """One prompt ended: its outcome counts in its batch's stats; a failure also gets a line in
         errors.jsonl, and a refusal stops the run."""
-        self.ended += 1
         self.dirty = True
         stats = self.batch_stats.setdefault(str(event.batch_num), {}) if event.batch_num is not None else {}
         match event:
