@@ -316,8 +316,8 @@ def test_a_context_overflow_fails_the_prompt_at_once_and_says_what_to_change(run
     result = run_here(entries, *TOOLS, *(["--stream"] if stream else []), "--num_workers=1")
     assert result.code == 1
     (error,) = result.jsonl("errors.jsonl")
-    assert (error["error_type"], error["attempts"]) == ("api_context_length", 1)
+    assert (error["error_type"], error["attempts"]) == ("context_length", 1)
     assert "--max_turns" in error["message"] and "--max_tokens" in error["message"]
     assert len([r for r in server.chat_requests() if "too long" in r["prompt"]]) == 1  # never retried
-    assert "api_context_length: prompt 0 failed: " in result.stdout
-    assert result.statistics["errors"] == {"api_context_length": 1} and len(result.trajectories) == 1
+    assert "context_length: prompt 0 failed: " in result.stdout
+    assert result.statistics["errors"] == {"context_length": 1} and len(result.trajectories) == 1

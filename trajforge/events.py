@@ -47,7 +47,7 @@ class Retrying:
 class PromptError:
     """Why a prompt failed, as errors.jsonl records it."""
 
-    error_type: str  # api_<kind> (api_context_length, api_connection_refused ...), environment, crash_<exception>,
+    error_type: str  # api_<kind> (api_connection_refused ...), context_length, environment, crash_<exception>,
     # worker_died, api_refused
     message: str
     attempts: int  # model calls tried, for an API error; 1 otherwise

@@ -192,8 +192,9 @@ async def _exit_with_parent(parent: int, task: asyncio.Task) -> None:
 
 
 def error_type(kind: str) -> str:
-    """The error type of a model call that failed with this kind (retry.Decision.kind)."""
-    return f"api_{kind}"
+    """The error type of a model call that failed with this kind (retry.Decision.kind). A context overflow is
+    not the API's fault but the conversation's size, and users look it up as `context_length`."""
+    return kind if kind == "context_length" else f"api_{kind}"
 
 
 def _failure(exc: Exception) -> PromptError:
