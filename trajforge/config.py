@@ -200,7 +200,7 @@ def _prefill_content(kept) -> str | None:
 RUN_SETTINGS: tuple[Remembered, ...] = (
     Remembered("model", "anthropic/claude-sonnet-4.6"),
     Remembered("base_url", OPENROUTER, _url),
-    Remembered("distribution", "default"),
+    Remembered("distribution", "default", _one_of(tuple(DISTRIBUTIONS))),
     Remembered("max_turns", 10, _number(1)),
     Remembered("max_tokens", None, _number(1, optional=True)),
     Remembered("max_tool_calls_per_turn", 32, _number(1)),
