@@ -20,7 +20,7 @@ from conftest import ROOT, write_dataset
 import batch_runner
 from trajforge.config import RUN_SETTINGS, build_config, settle
 from trajforge.dataset import UsageError
-from trajforge.run_settings import digest
+from trajforge.run_settings import Remembered, digest, remembered, settle_flags
 
 SECRET = "You are a secret system prompt nobody may read"
 LOCAL = ["--environment=local", "--max_retries=0"]
@@ -118,6 +118,16 @@ def test_the_prefill_file_is_found_again_and_its_content_must_not_change(tmp_pat
     path.unlink()
     with pytest.raises(UsageError, match=r"prefill_messages_file holds .* does not exist"):
         settle(flags(), made, tmp_path)
+
+
+def test_a_setting_may_be_allowed_to_grow_on_a_resume():
+    """The seam for a setting such as a number of samples per prompt: more on a resume, never fewer."""
+    rows = (Remembered("n_samples", 1, lambda value, flag: int(value), agrees=lambda kept, now: now >= kept),)
+    assert settle_flags(rows, {"n_samples": None}, {"n_samples": 3}, Path("run.json")) == {"n_samples": 3}
+    assert settle_flags(rows, {"n_samples": "5"}, {"n_samples": 3}, Path("run.json")) == {"n_samples": "5"}
+    assert remembered(rows, {"n_samples": "5"}) == {"n_samples": 5}  # what run.json keeps from then on
+    with pytest.raises(UsageError, match=r"^--n_samples: this run \(in run.json\) was made with 3; --resume gave 2"):
+        settle_flags(rows, {"n_samples": 2}, {"n_samples": 3}, Path("run.json"))
 
 
 def test_without_seed_the_run_draws_one_and_keeps_it():

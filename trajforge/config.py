@@ -190,8 +190,9 @@ def _prefill_back(kept, flag: str) -> str | None:
     return None if kept is None else kept["path"]
 
 
-def _prefill_content(kept) -> str | None:
-    return None if kept is None else kept["sha256"]  # the same messages from another path are the same run
+def _same_prefill(kept, now) -> bool:
+    """The same messages from another path are the same run."""
+    return (kept and kept["sha256"]) == (now and now["sha256"])
 
 
 # The settings a run folder remembers: the lead and later issues add rows here (verification, prices).
@@ -211,7 +212,7 @@ RUN_SETTINGS: tuple[Remembered, ...] = (
     Remembered("reasoning_effort", None, _one_of(REASONING_EFFORTS)),
     Remembered("reasoning_disabled", False, as_bool),
     Remembered("ephemeral_system_prompt", None, _secret, _secret_back),
-    Remembered("prefill_messages_file", None, _prefill_file, _prefill_back, _prefill_content),
+    Remembered("prefill_messages_file", None, _prefill_file, _prefill_back, _same_prefill),
     Remembered("environment", "auto", _one_of(KINDS)),
     Remembered("default_image", "python:3.11-slim", _image),
     Remembered("sandbox_network", False, as_bool),
@@ -348,5 +349,5 @@ def build_config(flags: dict) -> RunConfig:
         executor=_executor(flags),
         ray_address=None if flags["ray_address"] is None else str(flags["ray_address"]),
         ray_shared_fs=as_bool(flags["ray_shared_fs"], "ray_shared_fs"),
-        settings=remembered(RUN_SETTINGS, flags) | (kept or {}),  # what run.json lacks is kept from now on
+        settings=(kept or {}) | remembered(RUN_SETTINGS, flags),  # what run.json lacks is kept from now on
     )

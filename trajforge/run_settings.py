@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import operator
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,7 +35,9 @@ class Remembered:
     default: object  # when neither the command line nor run.json gives it
     normal: Callable = _text  # (flag value, flag) -> what run.json keeps (JSON)
     restore: Callable = _itself  # (what run.json keeps, flag) -> the flag value that --resume runs with
-    compared: Callable = _itself  # the part of what is kept that must match
+    # (kept, now) -> may a resume go on with `now`? Equality; a setting that may grow on a resume (such as
+    # a number of samples per prompt) says so here, and run.json then keeps the new value.
+    agrees: Callable = operator.eq
 
 
 def settle_flags(rows: tuple[Remembered, ...], flags: dict, kept: dict | None, where: Path | None) -> dict:
@@ -48,18 +51,21 @@ def settle_flags(rows: tuple[Remembered, ...], flags: dict, kept: dict | None, w
             flags[row.flag] = row.default if given is None else given
             continue
         stored = kept[row.flag]
-        try:
+        damaged = UsageError(f"{where}: {row.flag} holds {stored!r}, which --{row.flag} cannot take")
+        try:  # restore() refuses by itself what must come again (a secret)
             value = given if given is not None else row.restore(stored, row.flag)
-            was = row.compared(stored)
         except (TypeError, KeyError, AttributeError):  # a run.json edited by hand, or damaged
-            raise UsageError(f"{where}: {row.flag} holds {stored!r}, which --{row.flag} cannot take") from None
+            raise damaged from None
         try:
             now = row.normal(value, row.flag)
+            agrees = row.agrees(stored, now)
         except UsageError as exc:
             if given is not None:
                 raise
             raise UsageError(f"{where}: {row.flag} holds {stored!r}: {exc}") from None
-        if row.compared(now) != was:
+        except (TypeError, KeyError, AttributeError):
+            raise damaged from None
+        if not agrees:
             shown = json.dumps(stored, ensure_ascii=False)
             if given is None:  # restored, but not the same: a prefill file that changed, a damaged run.json
                 raise UsageError(f"--{row.flag}: the run (in {where}) was made with {shown}, which now reads {now!r}")

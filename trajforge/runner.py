@@ -137,7 +137,7 @@ class BatchRunner:
         config = self.config
         pending, done = self.plan(entries)
         self.folder.remove_leftovers()
-        if self.folder.load_settings() != config.settings:  # a new run, or one whose run.json lacks a setting
+        if not config.resume or self.folder.load_settings() != config.settings:  # or run.json lacks a setting
             write_json_atomic(self.folder.settings, config.settings)
         first = self.folder.next_batch_num()
         size = config.batch_size

@@ -77,7 +77,7 @@ class RunState:
     @property
     def duration_seconds(self) -> float:
         """Wall time of every invocation on this folder, this one so far included (each one's is saved
-        with the checkpoint, so a kill loses at most the time since its last save)."""
+        with the checkpoint, so a kill -9 loses only the time since a prompt last ended)."""
         return round(self.earlier + time.monotonic() - self.started, 3)
 
     def settle(self, done: list[int], failed: list[int]) -> None:
