@@ -31,12 +31,12 @@ from trajforge.runner import match
 from collections import Counter
 from trajforge.dataset import load_dataset
 from trajforge.runfolder.merge import merge
-from trajforge.runfolder.folder import RunFolder, entry_key
+from trajforge.runfolder.folder import RunFolder, record_key
 folder = RunFolder(Path({folder!r}))
 started = time.perf_counter()
 if {phase!r} == "scan":
     entries = load_dataset(Path({dataset!r}))
-    finished = Counter(entry_key(r["metadata"]["source"]) for _, r in folder.batch_lines(print))
+    finished = Counter(record_key(r) for _, r in folder.batch_lines(print))
     pending, done = match(entries, finished)
     assert not pending and len(done) == len(entries)
 else:
@@ -68,7 +68,7 @@ def synthesise(folder: Path, dataset: Path, count: int) -> None:
                         "timestamp": "2026-11-30T00:00:00+00:00",
                         "model": "bench",
                         "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15, "cost": 0.0},
-                        "source": {"prompt": prompt},
+                        "source": json.dumps({"prompt": prompt}),
                     },
                     "completed": True,
                     "partial": False,

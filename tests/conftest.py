@@ -60,6 +60,16 @@ class Result:
         return json.loads((self.run_dir / "checkpoint.json").read_text())
 
 
+def source(record: dict) -> dict:
+    """The dataset entry of a trajectory record (kept as JSON text in `metadata.source`)."""
+    return json.loads(record["metadata"]["source"])
+
+
+def calls(turn: dict) -> list[dict]:
+    """The structured tool calls of a turn (kept as JSON text in `tool_calls`)."""
+    return json.loads(turn["tool_calls"])
+
+
 def tool_results(trajectory: dict) -> str:
     """Every tool turn of a trajectory, joined."""
     return "\n".join(turn["value"] for turn in trajectory["conversations"] if turn["from"] == "tool")

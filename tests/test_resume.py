@@ -14,7 +14,7 @@ import subprocess
 from collections import Counter
 
 import pytest
-from conftest import wait_for
+from conftest import source, wait_for
 
 from trajforge.dataset import UsageError
 from trajforge.runfolder.folder import RunFolder
@@ -23,7 +23,7 @@ TOOLS = ["--distribution=terminal_only", "--max_retries=2"]
 
 
 def sources(result) -> Counter:
-    return Counter(r["metadata"]["source"]["prompt"] for r in result.trajectories)
+    return Counter(source(r)["prompt"] for r in result.trajectories)
 
 
 def asked(server) -> Counter:
@@ -156,7 +156,7 @@ def test_torn_last_line_is_ignored_and_rerun(run_here, server):
     assert first.code == 0
     batch = first.run_dir / "batch_0.jsonl"
     lines = batch.read_bytes().splitlines(keepends=True)
-    torn = json.loads(lines[-1])["metadata"]["source"]["prompt"]
+    torn = source(json.loads(lines[-1]))["prompt"]
     batch.write_bytes(b"".join(lines[:-1]) + lines[-1][: len(lines[-1]) // 2])
     second = run_here(entries, *TOOLS, "--resume")
     assert second.code == 0, second.stderr

@@ -27,7 +27,7 @@ from trajforge.executors.ray_pool import RayPool
 from trajforge.executors.worker import Batch, WorkerSetup
 from trajforge.model.client import endpoint_problem
 from trajforge.progress import ProgressView, Tally, print_summary
-from trajforge.runfolder.folder import RunFolder, entry_key, write_json_atomic
+from trajforge.runfolder.folder import RunFolder, entry_key, record_key, write_json_atomic
 from trajforge.runfolder.merge import merge
 from trajforge.runfolder.state import RunState
 from trajforge.secrets import conceal
@@ -111,13 +111,11 @@ class BatchRunner:
                     "or choose another --run_name"
                 )
             return entries, []
-        return match(
-            entries, Counter(entry_key(r["metadata"]["source"]) for _, r in self.folder.batch_lines(self.warn))
-        )
+        return match(entries, Counter(record_key(r) for _, r in self.folder.batch_lines(self.warn)))
 
     # -- running -------------------------------------------------------------------------------
     def run(self) -> int:
-        started = time.time()
+        started = time.monotonic()
         environment, unsandboxed = choose(self.config.environment)  # what workers use and statistics record
         self.config = config = replace(self.config, environment=environment)
         if unsandboxed:
@@ -141,6 +139,8 @@ class BatchRunner:
         config = self.config
         pending, done = self.plan(entries)
         self.folder.remove_leftovers()
+        if not config.resume or self.folder.load_settings() != config.settings:  # or run.json lacks a setting
+            write_json_atomic(self.folder.settings, config.settings)
         first = self.folder.next_batch_num()
         size = config.batch_size
         batches = [
@@ -151,7 +151,7 @@ class BatchRunner:
             self.console.print(f"Resuming {config.run_name}: {len(done)} prompts already done, {len(pending)} to run")
         tool_names = sorted(registry.TOOLS)
         by_index = {e.index: e.data for e in entries}
-        state = RunState(self.folder, config.run_name, str(config.dataset_file), by_index, done)
+        state = RunState(self.folder, config.run_name, str(config.dataset_file), by_index, done, started)
         interrupted = False
         tally = Tally(planned=len(pending))
         if batches:
@@ -181,7 +181,7 @@ class BatchRunner:
             "trajectories": totals.trajectories,
             "batch_size": config.batch_size,
             "total_batches": len(self.folder.batch_files()),
-            "duration_seconds": round(time.time() - started, 3),
+            "duration_seconds": state.duration_seconds,  # every invocation's, summed
             "completed_at": datetime.now(UTC).isoformat(timespec="seconds"),
             "retries": state.retries,
             "tool_statistics": totals.tool_statistics,

@@ -28,6 +28,13 @@ def entry_key(entry: dict) -> str:
     )
 
 
+def record_key(record: dict) -> str:
+    """The entry key of a trajectory record, whose `metadata.source` is the entry as JSON text (a dict
+    in records written before that change)."""
+    source = record["metadata"]["source"]
+    return entry_key(json.loads(source) if isinstance(source, str) else source)
+
+
 def write_atomic(path: Path, write: Callable) -> None:
     """Write through a temporary file in the same folder, fsync, then rename over `path`. The temporary
     file is made like any other file of the folder (tempfile's would be 0600 whatever the umask)."""
@@ -55,6 +62,11 @@ class RunFolder:
     @property
     def checkpoint(self) -> Path:
         return self.path / "checkpoint.json"
+
+    @property
+    def settings(self) -> Path:
+        """run.json: the settings that shape the data, as the run's first invocation had them."""
+        return self.path / "run.json"
 
     @property
     def statistics(self) -> Path:
@@ -99,7 +111,7 @@ class RunFolder:
 
     def remove_leftovers(self) -> None:
         """Temporary files of an atomic write that a kill interrupted."""
-        for name in ("trajectories.jsonl", "statistics.json", "checkpoint.json"):
+        for name in ("trajectories.jsonl", "statistics.json", "checkpoint.json", "run.json"):
             for leftover in self.path.glob(f".{name}.*"):
                 leftover.unlink(missing_ok=True)
 
@@ -128,6 +140,18 @@ class RunFolder:
                     warn(f"{path.name} line {number} is incomplete (cut off by a crash?); ignoring it")
                     continue
                 yield (line if line.endswith(b"\n") else line + b"\n"), record
+
+    def load_settings(self) -> dict | None:
+        """What run.json keeps, or None for a run folder without one (new, or made before it existed)."""
+        try:
+            settings = json.loads(self.settings.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError) as exc:
+            raise UsageError(f"--resume: {self.settings} cannot be read ({exc}); fix or remove it") from None
+        if not isinstance(settings, dict):
+            raise UsageError(f"--resume: {self.settings} must hold a JSON object of settings; fix or remove it")
+        return settings
 
     def load_checkpoint(self) -> dict:
         try:

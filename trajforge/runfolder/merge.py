@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 import orjson
 
 from trajectory import EMPTY_THINK
-from trajforge.runfolder.folder import RunFolder, entry_key, write_atomic
+from trajforge.runfolder.folder import RunFolder, record_key, write_atomic
 from trajforge.secrets import KINDS
 
 
@@ -70,7 +70,7 @@ def merge(folder: RunFolder, require_reasoning: bool, tool_names: list[str], war
                     known[key] += entry[key]
             for key, value in record["metadata"]["usage"].items():
                 usage[key] = usage.get(key, 0) + value
-            totals.finished[entry_key(record["metadata"]["source"])] += 1
+            totals.finished[record_key(record)] += 1
             reason = record.pop("discarded", None)
             masked = record.pop("redactions", None)
             exited = record.pop("nonzero_exits", None)

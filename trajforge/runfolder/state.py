@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import asdict
 from datetime import UTC, datetime
@@ -11,14 +12,27 @@ from trajforge.runfolder.folder import RunFolder, write_json_atomic
 
 
 class RunState:
-    def __init__(self, folder: RunFolder, run_name: str, dataset_file: str, entries: dict[int, dict], done: list[int]):
+    def __init__(
+        self,
+        folder: RunFolder,
+        run_name: str,
+        dataset_file: str,
+        entries: dict[int, dict],
+        done: list[int],
+        started: float | None = None,  # time.monotonic() at this invocation's start; None: now
+    ):
         self.folder = folder
         self.run_name = run_name
         self.dataset_file = dataset_file
         self.entries = entries  # prompt_index -> dataset entry
         self.completed = set(done)
         self.failed: set[int] = set()
-        self.batch_stats: dict = folder.load_checkpoint().get("batch_stats", {})
+        checkpoint = folder.load_checkpoint()
+        self.batch_stats: dict = checkpoint.get("batch_stats", {})
+        self.started = time.monotonic() if started is None else started
+        earlier = checkpoint.get("duration_seconds")  # the earlier invocations' (absent before it was kept)
+        plausible = isinstance(earlier, (int, float)) and not isinstance(earlier, bool) and 0 <= earlier < math.inf
+        self.earlier = earlier if plausible else 0
         self.stopped: str | None = None
         self.saved_at = 0.0
         self.dirty = True
@@ -58,6 +72,12 @@ class RunState:
         (batch_stats carry over in the checkpoint); for a failed prompt, those of the call that failed."""
         return sum(stats.get("retries", 0) for stats in self.batch_stats.values())
 
+    @property
+    def duration_seconds(self) -> float:
+        """Wall time of every invocation on this folder, this one so far included (each one's is saved
+        with the checkpoint, so a kill -9 loses only the time since a prompt last ended)."""
+        return round(self.earlier + time.monotonic() - self.started, 3)
+
     def settle(self, done: list[int], failed: list[int]) -> None:
         """The final word, from the batch files and errors.jsonl rather than from events that a kill
         or Ctrl-C may have cut short."""
@@ -77,6 +97,7 @@ class RunState:
                 "completed_prompts": sorted(self.completed),
                 "failed_prompts": sorted(self.failed),
                 "batch_stats": self.batch_stats,
+                "duration_seconds": self.duration_seconds,
                 "last_updated": datetime.now(UTC).isoformat(timespec="seconds"),
             },
         )
