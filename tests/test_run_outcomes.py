@@ -15,7 +15,7 @@ import subprocess
 
 import pytest
 from agent_run import agent
-from conftest import Result
+from conftest import Result, source
 
 from trajectory import ToolCall, Turn, nonzero_exits
 from trajforge.advice import WINDOW, Advice
@@ -139,7 +139,7 @@ def test_a_cut_off_answer_is_saved_partial_with_its_exit_reason(run_here):
     entries = [{"prompt": "cut [mock stop=length turns=1]"}, {"prompt": "filtered [mock stop=content_filter turns=0]"}]
     result = run_here(entries, *TOOLS, "--stream")
     assert result.code == 0
-    by_prompt = {r["metadata"]["source"]["prompt"]: r for r in result.trajectories}
+    by_prompt = {source(r)["prompt"]: r for r in result.trajectories}
     for prompt, reason in (("cut", "length"), ("filtered", "content_filter")):
         record = next(r for p, r in by_prompt.items() if p.startswith(prompt))
         assert (record["metadata"]["exit_reason"], record["completed"], record["partial"]) == (reason, False, True)
@@ -149,7 +149,7 @@ def test_a_cut_off_answer_is_saved_partial_with_its_exit_reason(run_here):
 def test_metadata_keeps_the_alias_and_the_model_the_endpoint_reports(run_here):
     entries = [{"prompt": "named [mock model=SmolLM2-135M-Instruct turns=0]"}, {"prompt": "x [mock no_model turns=0]"}]
     result = run_here(entries, *TOOLS, "--require_reasoning=False")
-    models = {r["metadata"]["source"]["prompt"][0]: r["metadata"] for r in result.trajectories}
+    models = {source(r)["prompt"][0]: r["metadata"] for r in result.trajectories}
     assert (models["n"]["model"], models["n"]["model_reported"]) == ("test-model", "SmolLM2-135M-Instruct")
     assert (models["x"]["model"], models["x"]["model_reported"]) == ("test-model", "")
 
@@ -207,6 +207,6 @@ def test_every_file_of_the_run_folder_has_the_mode_the_umask_gives(run):
         for path in run_dir.iterdir()
         if path.is_file() and path.name != ".lock"
     }
-    expected = {"batch_0.jsonl", "trajectories.jsonl", "statistics.json", "checkpoint.json", "errors.jsonl"}
+    expected = {"batch_0.jsonl", "trajectories.jsonl", "statistics.json", "checkpoint.json", "errors.jsonl", "run.json"}
     assert set(made) == expected
     assert made == dict.fromkeys(expected, 0o640)

@@ -67,9 +67,10 @@ class MockServer:
         return f"http://{host}:{self.port}/v1"
 
     def stop(self) -> None:
-        if self._loop:
+        if self._loop:  # once: a test may stop the server before its fixture does
             self._loop.call_soon_threadsafe(self._loop.stop)
             self._thread.join(5)
+            self._loop = None
 
     def chat_requests(self) -> list[dict]:
         return [r for r in self.requests if r["path"].endswith("/chat/completions")]
