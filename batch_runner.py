@@ -66,6 +66,12 @@ def main(
     executor: str = "pool",
     ray_address: str | None = None,
     ray_shared_fs: bool = False,
+    n_samples: int = 1,
+    verify_timeout: float = 300,
+    pass_threshold: float = 0.5,
+    verifier: str | None = None,
+    keep: str = "all",
+    stop_after_passes: int | None = None,
 ) -> None:
     """Run the agent over every prompt of --dataset_file; outputs go to <output_dir>/<run_name>/.
 

@@ -82,7 +82,7 @@ def test_filters_and_totals(folder):
     assert warnings == ["batch_2.jsonl line 4 is incomplete (cut off by a crash?); ignoring it"]
     # Every final outcome counts as finished, discarded ones included: --resume must not redo them.
     every = ["kept", "silent", "partial", "dreamer", "twice", "twice"]
-    assert totals.finished == Counter(entry_key({"prompt": prompt}) for prompt in every)
+    assert totals.finished == Counter((entry_key({"prompt": prompt}), 0) for prompt in every)
     # Tool statistics cover every line of the batch files, with rates; registered tools keep their zeros.
     stats = totals.tool_statistics
     assert list(stats)[:3] == TOOLS and set(stats) == {*TOOLS, "browser_click"}

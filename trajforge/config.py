@@ -15,12 +15,14 @@ from trajforge.environments import KINDS, EnvironmentSettings
 from trajforge.model.client import ModelSettings
 from trajforge.secrets import Secrets
 from trajforge.tools.settings import ToolSettings
+from trajforge.verify import VerifySettings
 
 OPENROUTER = "https://openrouter.ai/api/v1"
 PROVIDER_SORTS = ("price", "throughput", "latency")
 REASONING_EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh")
 NO_KEY = "not-needed"  # what we send to a local server when the user gave no key: no secret
 TRUE, FALSE = ("true", "1", "yes", "on"), ("false", "0", "no", "off")
+KEEP = ("all", "passed", "best")
 
 
 @dataclass(frozen=True)
@@ -51,6 +53,10 @@ class RunConfig:
     executor: str = "pool"  # "pool" (local processes) or "ray"
     ray_address: str | None = None  # None: a private local Ray instance
     ray_shared_fs: bool = False  # Ray tasks write batch files themselves (the run folder is on every node)
+    n_samples: int = 1  # samples (independent sessions) per dataset entry
+    verify: VerifySettings = field(default_factory=VerifySettings)
+    keep: str = "all"  # what the merge writes: all samples, passed ones, or the best one per entry
+    stop_after_passes: int | None = None  # an entry's remaining samples are not started after this many passes
 
     @property
     def preamble(self) -> list[dict]:
@@ -108,6 +114,30 @@ def as_seconds(value, flag: str) -> float:
     if number <= 0:
         raise UsageError(f"--{flag} must be more than 0 seconds")
     return number
+
+
+def as_number(value, flag: str) -> float:
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        number = math.nan
+    if isinstance(value, bool) or not math.isfinite(number):
+        raise UsageError(f"--{flag} must be a number, got {value!r}")
+    return number
+
+
+def _verifier(value) -> str | None:
+    """The --verifier spec, its file made absolute, after loading it once: a missing file or function
+    stops the run here, before any request."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not str(value).strip():
+        raise UsageError("--verifier needs path/to/file.py:function or module:function")
+    from trajforge.verifier import load_verifier, normalize
+
+    spec = normalize(str(value))
+    load_verifier(spec)
+    return spec
 
 
 def choice(value, flag: str, allowed) -> str | None:
@@ -256,4 +286,12 @@ def build_config(flags: dict) -> RunConfig:
         executor=_executor(flags),
         ray_address=None if flags["ray_address"] is None else str(flags["ray_address"]),
         ray_shared_fs=as_bool(flags["ray_shared_fs"], "ray_shared_fs"),
+        n_samples=as_int(flags["n_samples"], "n_samples", 1),
+        verify=VerifySettings(
+            timeout=as_seconds(flags["verify_timeout"], "verify_timeout"),
+            threshold=as_number(flags["pass_threshold"], "pass_threshold"),
+            verifier=_verifier(flags["verifier"]),
+        ),
+        keep=choice(flags["keep"], "keep", KEEP),
+        stop_after_passes=as_int(flags["stop_after_passes"], "stop_after_passes", 1, optional=True),
     )

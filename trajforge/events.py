@@ -11,9 +11,9 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class Claimed:
-    """A worker took a slice of a batch: if it dies, these prompts are lost with it."""
+    """A worker took a slice of a batch: if it dies, these samples are lost with it."""
 
-    indices: tuple[int, ...]
+    units: tuple[tuple[int, int], ...]  # (prompt_index, sample_index)
     pid: int
 
 
@@ -30,6 +30,12 @@ class PromptDone:
     outcome: str
     retries: int  # model-call retries this prompt needed
     line: bytes | None = None
+    sample: int = 0
+    passed: bool | None = None  # its verification; None when nothing verified it
+
+    @property
+    def unit(self) -> tuple[int, int]:
+        return self.index, self.sample
 
 
 @dataclass(frozen=True)
@@ -49,6 +55,11 @@ class PromptFailed:
     index: int
     batch_num: int | None
     error: PromptError
+    sample: int = 0
+
+    @property
+    def unit(self) -> tuple[int, int]:
+        return self.index, self.sample
 
 
 @dataclass(frozen=True)
@@ -58,6 +69,24 @@ class RunRefused:
     index: int
     batch_num: int
     reason: str
+    sample: int = 0
+
+    @property
+    def unit(self) -> tuple[int, int]:
+        return self.index, self.sample
+
+
+@dataclass(frozen=True)
+class SampleSkipped:
+    """A sample not started because its entry already had --stop_after_passes passes: no line."""
+
+    index: int
+    batch_num: int
+    sample: int
+
+    @property
+    def unit(self) -> tuple[int, int]:
+        return self.index, self.sample
 
 
 @dataclass(frozen=True)
@@ -68,4 +97,4 @@ class LogLine:
 
 
 PromptEnded = PromptDone | PromptFailed | RunRefused
-Event = Claimed | PromptEnded | LogLine
+Event = Claimed | PromptEnded | SampleSkipped | LogLine

@@ -27,6 +27,18 @@ def entry_key(entry: dict) -> str:
     )
 
 
+def record_key(record: dict) -> str:
+    """The entry key of a trajectory record, whose `metadata.source` is the entry as JSON text (a dict
+    in records written before that change)."""
+    source = record["metadata"]["source"]
+    return entry_key(json.loads(source) if isinstance(source, str) else source)
+
+
+def sample_key(record: dict) -> tuple[str, int]:
+    """(entry key, sample index) of a record: what --resume matches; records from before samples are 0."""
+    return record_key(record), record["metadata"].get("sample_index", 0)
+
+
 def write_atomic(path: Path, write: Callable) -> None:
     """Write through a temporary file in the same folder, fsync, then rename over `path`."""
     fd, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
@@ -60,6 +72,10 @@ class RunFolder:
     @property
     def trajectories(self) -> Path:
         return self.path / "trajectories.jsonl"
+
+    @property
+    def preferences(self) -> Path:
+        return self.path / "preferences.jsonl"
 
     @property
     def errors(self) -> Path:
@@ -96,7 +112,7 @@ class RunFolder:
 
     def remove_leftovers(self) -> None:
         """Temporary files of an atomic write that a kill interrupted."""
-        for name in ("trajectories.jsonl", "statistics.json", "checkpoint.json"):
+        for name in ("trajectories.jsonl", "statistics.json", "checkpoint.json", "preferences.jsonl"):
             for leftover in self.path.glob(f".{name}.*"):
                 leftover.unlink(missing_ok=True)
 
