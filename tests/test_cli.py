@@ -44,7 +44,10 @@ def test_every_spelling_fire_accepts_passes(argv):
         (["--noresume=true"], "unknown flag --noresume; did you mean --resume?"),  # --noflag takes no value
         (["--xyz"], "unknown flag --xyz; see --help for the flags"),
         (["-x"], "unknown flag -x; see --help for the flags"),
-        (["-s", "3"], "-s could be any of --seed, --stream, --sandbox_network, --stop_after_passes; spell the flag out"),
+        (
+            ["-s", "3"],
+            "-s could be any of --seed, --stream, --sandbox_network, --stop_after_passes; spell the flag out",
+        ),
         (
             ["data/prompts.jsonl"],
             "unexpected argument 'data/prompts.jsonl'; every setting is a flag such as --run_name=NAME (see --help)",

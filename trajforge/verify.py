@@ -88,8 +88,11 @@ def check_failures(spec: dict, turns: list[Turn]) -> list[str]:
     return failures
 
 
+CUT = "\n[... output cut ...]"
+
+
 def capped(text: str) -> str:
-    return text if len(text) <= OUTPUT_CAP else text[: OUTPUT_CAP - 20] + "\n[... output cut ...]"
+    return text if len(text) <= OUTPUT_CAP else text[: OUTPUT_CAP - len(CUT)] + CUT
 
 
 def result(passed: bool, reward: float, output: str, started: float, error: str | None = None) -> dict:
