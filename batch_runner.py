@@ -66,6 +66,12 @@ def main(
     executor: str = "pool",
     ray_address: str | None = None,
     ray_shared_fs: bool = False,
+    n_samples: int | None = None,
+    verify_timeout: float | None = None,
+    pass_threshold: float | None = None,
+    verifier: str | None = None,
+    keep: str = "all",
+    stop_after_passes: int | None = None,
 ) -> None:
     """Run the agent over every prompt of --dataset_file; outputs go to <output_dir>/<run_name>/.
 

@@ -51,9 +51,15 @@ BUSY = record(
 )
 
 
+# Null by contract where a value is unknown (DESIGN.md): a sample nothing verified, a cost nobody priced.
+NULLABLE = {f".metadata.verification.{key}" for key in ("passed", "reward", "output", "duration_seconds", "error")}
+NULLABLE |= {".metadata.reward", ".metadata.usage.cost"}
+
+
 def untyped(value, path: str = "") -> list[str]:
-    """Paths of values whose Arrow type depends on other rows: null, an empty list or object."""
-    if value is None or value == [] or value == {}:
+    """Paths of values whose Arrow type depends on other rows: null (outside the contract's few unknowns),
+    an empty list or object."""
+    if (value is None and path not in NULLABLE) or value == [] or value == {}:
         return [path]
     if isinstance(value, dict):
         return [p for key, item in value.items() for p in untyped(item, f"{path}.{key}")]

@@ -10,6 +10,7 @@ import pytest
 
 from trajforge.runfolder.folder import RunFolder, entry_key
 from trajforge.runfolder.merge import merge
+from trajforge.runfolder.preferences import Candidate, best, pair
 
 TOOLS = ["read_file", "terminal", "write_file"]
 
@@ -93,7 +94,7 @@ def test_filters_and_totals(folder):
     assert warnings == ["batch_2.jsonl line 4 is incomplete (cut off by a crash?); ignoring it"]
     # Every final outcome counts as finished, discarded ones included: --resume must not redo them.
     every = ["kept", "silent", "partial", "dreamer", "twice", "twice"]
-    assert totals.finished == Counter(entry_key({"prompt": prompt}) for prompt in every)
+    assert totals.finished == Counter((entry_key({"prompt": prompt}), 0) for prompt in every)
     # Tool statistics cover every line of the batch files, with rates; registered tools keep their zeros.
     stats = totals.tool_statistics
     assert list(stats)[:3] == TOOLS and set(stats) == {*TOOLS, "browser_click"}
@@ -147,3 +148,16 @@ def test_a_folder_without_batch_files_merges_to_nothing(tmp_path):
         "failure_rate": 0.0,
         "nonzero_exits": 0,
     }
+
+
+def test_the_best_sample_and_the_preference_pair_of_an_entry():
+    def sample(index, passed, reward, calls=3):
+        return Candidate(position=10 + index, passed=passed, reward=reward, api_calls=calls, sample_index=index)
+
+    tied = [sample(0, True, 1.0, calls=4), sample(1, True, 1.0), sample(2, True, 1.0), sample(3, True, 0.9, calls=1)]
+    assert best(tied).sample_index == 1  # highest reward, then fewer model calls, then the lower index
+    assert best([sample(0, False, 2.0)]) is None  # a failing sample is never the best, whatever its reward
+    mixed = [sample(0, False, 0.4), sample(1, True, 0.6), sample(2, False, 0.1), sample(3, False, 0.1)]
+    chosen, rejected = pair(mixed)
+    assert (chosen.sample_index, rejected.sample_index) == (1, 2)  # the lowest reward fails; ties: lower index
+    assert pair(tied) is None and pair([sample(0, False, 0.0)]) is None

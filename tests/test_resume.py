@@ -14,10 +14,7 @@ import subprocess
 from collections import Counter
 
 import pytest
-from conftest import source, wait_for
-
-from trajforge.dataset import UsageError
-from trajforge.runfolder.folder import RunFolder
+from conftest import released, settled, source, wait_for
 
 TOOLS = ["--distribution=terminal_only", "--max_retries=2"]
 
@@ -179,21 +176,6 @@ def _start(run, entries, *flags):
 def _lines(run) -> int:
     folder = run.tmp_path / "out" / "run"
     return sum(p.read_bytes().count(b"\n") for p in folder.glob("batch_*.jsonl")) if folder.exists() else 0
-
-
-def released(run) -> bool:
-    """The killed run's workers are gone too (they die a moment after it): its folder lock is free."""
-    try:
-        with RunFolder(run.tmp_path / "out" / "run").locked():
-            pass
-    except UsageError:
-        return False
-    return True
-
-
-def settled(server) -> bool:
-    """Every chat request the server started on is in its log (it logs a reply after its latency)."""
-    return sum(server.attempts.values()) == len(server.chat_requests())
 
 
 @pytest.mark.parametrize("kill_after_lines", [0, 4, 11])

@@ -73,7 +73,7 @@ def test_the_progress_line_never_shows_a_nan():
 
 
 def done(outcome: str = "completed", offered: int = 3, called: int = 1) -> PromptDone:
-    return PromptDone(0, 0, outcome, 0, None, offered, called)
+    return PromptDone(0, 0, outcome, 0, None, tools_offered=offered, tool_calls=called)
 
 
 def test_advice_waits_for_the_window_then_warns_once():

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import math
+import operator
 import os
 import random
 from collections.abc import Callable
@@ -19,12 +20,14 @@ from trajforge.run_settings import Remembered, digest, remembered, settle_flags
 from trajforge.runfolder.folder import RunFolder
 from trajforge.secrets import Secrets
 from trajforge.tools.settings import ToolSettings
+from trajforge.verify import VerifySettings
 
 OPENROUTER = "https://openrouter.ai/api/v1"
 PROVIDER_SORTS = ("price", "throughput", "latency")
 REASONING_EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh")
 NO_KEY = "not-needed"  # what we send to a local server when the user gave no key: no secret
 TRUE, FALSE = ("true", "1", "yes", "on"), ("false", "0", "no", "off")
+KEEP = ("all", "passed", "best")
 
 
 @dataclass(frozen=True)
@@ -56,6 +59,10 @@ class RunConfig:
     ray_address: str | None = None  # None: a private local Ray instance
     ray_shared_fs: bool = False  # Ray tasks write batch files themselves (the run folder is on every node)
     settings: dict = field(default_factory=dict, repr=False)  # what the run folder's run.json remembers
+    n_samples: int = 1  # samples (independent sessions) per dataset entry
+    verify: VerifySettings = field(default_factory=VerifySettings)
+    keep: str = "all"  # what the merge writes: all samples, passed ones, or the best one per entry
+    stop_after_passes: int | None = None  # an entry's remaining samples are not started after this many passes
 
     @property
     def preamble(self) -> list[dict]:
@@ -113,6 +120,30 @@ def as_seconds(value, flag: str) -> float:
     if number <= 0:
         raise UsageError(f"--{flag} must be more than 0 seconds")
     return number
+
+
+def as_number(value, flag: str) -> float:
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        number = math.nan
+    if isinstance(value, bool) or not math.isfinite(number):
+        raise UsageError(f"--{flag} must be a number, got {value!r}")
+    return number
+
+
+def _verifier(value) -> str | None:
+    """The --verifier spec, its file made absolute, after loading it once: a missing file or function
+    stops the run here, before any request."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not str(value).strip():
+        raise UsageError("--verifier needs path/to/file.py:function or module:function")
+    from trajforge.verifier import load_verifier, normalize
+
+    spec = normalize(str(value))
+    load_verifier(spec)
+    return spec
 
 
 def choice(value, flag: str, allowed) -> str | None:
@@ -220,6 +251,11 @@ RUN_SETTINGS: tuple[Remembered, ...] = (
     Remembered("vision_model", None),  # None: the main model (what run.json keeps is the model it was)
     Remembered("image_model", "gpt-image-1"),
     Remembered("seed", None, _number(0, optional=True)),  # None: the first invocation picks one (build_config)
+    # Samples per entry may grow on a resume (only the new sample indices run); verification shapes rewards.
+    Remembered("n_samples", 1, _number(1), agrees=operator.le),
+    Remembered("verify_timeout", 300.0, as_seconds),
+    Remembered("pass_threshold", 0.5, as_number),
+    Remembered("verifier", None),
 )
 
 
@@ -350,4 +386,12 @@ def build_config(flags: dict) -> RunConfig:
         ray_address=None if flags["ray_address"] is None else str(flags["ray_address"]),
         ray_shared_fs=as_bool(flags["ray_shared_fs"], "ray_shared_fs"),
         settings=(kept or {}) | remembered(RUN_SETTINGS, flags),  # what run.json lacks is kept from now on
+        n_samples=as_int(flags["n_samples"], "n_samples", 1),
+        verify=VerifySettings(
+            timeout=as_seconds(flags["verify_timeout"], "verify_timeout"),
+            threshold=as_number(flags["pass_threshold"], "pass_threshold"),
+            verifier=_verifier(flags["verifier"]),
+        ),
+        keep=choice(flags["keep"], "keep", KEEP),
+        stop_after_passes=as_int(flags["stop_after_passes"], "stop_after_passes", 1, optional=True),
     )

@@ -11,9 +11,9 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class Claimed:
-    """A worker took a slice of a batch: if it dies, these prompts are lost with it."""
+    """A worker took a slice of a batch: if it dies, these samples are lost with it."""
 
-    indices: tuple[int, ...]
+    units: tuple[tuple[int, int], ...]  # (prompt_index, sample_index)
     pid: int
 
 
@@ -30,8 +30,14 @@ class PromptDone:
     outcome: str
     retries: int  # model-call retries this prompt needed
     line: bytes | None = None
+    sample: int = 0
+    passed: bool | None = None  # its verification; None when nothing verified it
     tools_offered: int = 0  # for the driver's warning about a model that never calls a tool
     tool_calls: int = 0
+
+    @property
+    def unit(self) -> tuple[int, int]:
+        return self.index, self.sample
 
 
 @dataclass(frozen=True)
@@ -61,6 +67,11 @@ class PromptFailed:
     index: int
     batch_num: int | None
     error: PromptError
+    sample: int = 0
+
+    @property
+    def unit(self) -> tuple[int, int]:
+        return self.index, self.sample
 
 
 @dataclass(frozen=True)
@@ -70,6 +81,24 @@ class RunRefused:
     index: int
     batch_num: int
     reason: str
+    sample: int = 0
+
+    @property
+    def unit(self) -> tuple[int, int]:
+        return self.index, self.sample
+
+
+@dataclass(frozen=True)
+class SampleSkipped:
+    """A sample not started because its entry already had --stop_after_passes passes: no line."""
+
+    index: int
+    batch_num: int
+    sample: int
+
+    @property
+    def unit(self) -> tuple[int, int]:
+        return self.index, self.sample
 
 
 @dataclass(frozen=True)
@@ -80,4 +109,4 @@ class LogLine:
 
 
 PromptEnded = PromptDone | PromptFailed | RunRefused
-Event = Claimed | PromptEnded | Retrying | LogLine
+Event = Claimed | PromptEnded | Retrying | SampleSkipped | LogLine

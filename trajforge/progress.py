@@ -10,7 +10,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from trajectory import EXIT_CODE_TOOLS
-from trajforge.events import PromptDone, PromptEnded, PromptFailed, Retrying, RunRefused
+from trajforge.events import PromptDone, PromptEnded, PromptFailed, Retrying, RunRefused, SampleSkipped
 from trajforge.runfolder.merge import dropped
 
 PLAIN_EVERY = 10.0  # seconds between progress lines when stdout is not a terminal
@@ -19,13 +19,25 @@ FIRST_MESSAGE_CHARS = 600  # of the first message of an error type, printed as i
 
 @dataclass
 class Tally:
-    """This invocation's prompts, counted once for the progress line and the summary alike."""
+    """This invocation's prompts (samples, with --n_samples), counted once for the progress line and the
+    summary alike."""
 
     planned: int = 0
+    unit: str = "prompts"  # what is counted: with --n_samples, samples
     ended: int = 0
     failed: int = 0
     discarded: int = 0  # by the merge's rule: what will not be in trajectories.jsonl
     retries: int = 0  # model-call attempts tried again
+    skipped: int = 0  # samples not started: their entry had --stop_after_passes passes
+    verified: int = 0
+    passed: int = 0
+
+    def verification(self) -> str:
+        """The pass rate so far (and the samples skipped after passes), or nothing when none was verified."""
+        if not self.verified:
+            return ""
+        text = f"passed {self.passed}/{self.verified} ({self.passed / self.verified:.0%})"
+        return text + (f", skipped {self.skipped}" if self.skipped else "")
 
 
 class ProgressView:
@@ -38,18 +50,20 @@ class ProgressView:
         self.bar = None
         if console.is_terminal:
             self.bar = Progress(
-                TextColumn("[bold]prompts"),
+                TextColumn(f"[bold]{tally.unit}"),
                 BarColumn(),
                 MofNCompleteColumn(),
                 TextColumn(
                     "failed [red]{task.fields[failed]}[/] discarded [yellow]{task.fields[discarded]}[/] "
                     "retries {task.fields[retries]}"
                 ),
+                TextColumn("{task.fields[verified]}"),
                 TextColumn("{task.fields[rate]}/s"),
                 TimeRemainingColumn(),
                 console=console,
             )
-            self.task = self.bar.add_task("prompts", total=tally.planned, failed=0, discarded=0, retries=0, rate="0.0")
+            fields = {"failed": 0, "discarded": 0, "retries": 0, "verified": "", "rate": "0.0"}
+            self.task = self.bar.add_task(tally.unit, total=tally.planned, **fields)
 
     def __enter__(self) -> ProgressView:
         if self.bar:
@@ -65,14 +79,19 @@ class ProgressView:
     def log(self, text: str) -> None:
         self.console.print(text, markup=False, highlight=False)
 
-    def update(self, event: PromptEnded) -> None:
-        """Count one prompt that ended: done (discarded when the merge will leave it out), failed or
-        refused; the first failure of each error type is printed as it happens."""
+    def update(self, event: PromptEnded | SampleSkipped) -> None:
+        """Count one sample that ended: done (discarded when the merge will leave it out; a verified one
+        counts towards the pass rate), failed, refused, or skipped after its entry's passes; the first
+        failure of each error type is printed as it happens."""
         tally = self.tally
         tally.ended += 1
         match event:
-            case PromptDone(outcome=outcome):
+            case PromptDone(outcome=outcome, passed=passed):
                 tally.discarded += dropped(outcome, self.require_reasoning)
+                tally.verified += passed is not None
+                tally.passed += bool(passed)
+            case SampleSkipped():
+                tally.skipped += 1
             case PromptFailed(error=error):
                 tally.failed += 1
                 self._first(error.error_type, f"prompt {event.index} failed: {error.message}")
@@ -103,6 +122,7 @@ class ProgressView:
                 failed=tally.failed,
                 discarded=tally.discarded,
                 retries=tally.retries,
+                verified=tally.verification(),
                 rate=f"{rate:.1f}",
             )
         elif time.monotonic() - self.last_line >= PLAIN_EVERY:
@@ -114,22 +134,24 @@ class ProgressView:
 
 
 def progress_line(tally: Tally, elapsed: float) -> str:
-    """`3/10 prompts ended, 1 failed, 0 discarded, 2 retries, 0.5/s, ETA 14s`; the ETA is `unknown`
-    until a prompt has ended (never a nan)."""
+    """`3/10 prompts ended, 1 failed, 0 discarded, 2 retries, passed 2/3 (67%), 0.5/s, ETA 14s`; the
+    ETA is `unknown` until a prompt has ended (never a nan)."""
     rate = tally.ended / elapsed if elapsed > 0 else 0.0
     eta = f"{(tally.planned - tally.ended) / rate:.0f}s" if rate > 0 else "unknown"
+    verification = tally.verification()
     return (
-        f"{tally.ended}/{tally.planned} prompts ended, {tally.failed} failed, {tally.discarded} discarded, "
-        f"{tally.retries} retries, {rate:.1f}/s, ETA {eta}"
+        f"{tally.ended}/{tally.planned} {tally.unit} ended, {tally.failed} failed, {tally.discarded} discarded, "
+        f"{tally.retries} retries, " + (f"{verification}, " if verification else "") + f"{rate:.1f}/s, ETA {eta}"
     )
 
 
 def print_summary(console: Console, stats: dict, tally: Tally, paths: dict) -> None:
     console.rule(f"[bold]Run {stats['run_name']}")
+    skipped = f", {tally.skipped} skipped after passes" if tally.skipped else ""
     console.print(
-        f"This invocation: {tally.ended} of {tally.planned} planned prompts ended ({tally.failed} failed, "
-        f"{tally.discarded} discarded, {tally.retries} retries), in {stats['duration_seconds']:.1f}s; commands "
-        f"ran in --environment={stats['environment']}"
+        f"This invocation: {tally.ended} of {tally.planned} planned {tally.unit} ended ({tally.failed} failed, "
+        f"{tally.discarded} discarded, {tally.retries} retries{skipped}), in {stats['duration_seconds']:.1f}s; "
+        f"commands ran in --environment={stats['environment']}"
     )
     console.print(
         f"Run folder: {stats['trajectories']} trajectories written ({stats['completed']} completed, "
@@ -151,6 +173,16 @@ def print_summary(console: Console, stats: dict, tally: Tally, paths: dict) -> N
         f"Reasoning coverage: {reasoning['coverage']:.1%} of {reasoning['total_assistant_turns']} assistant turns "
         f"({reasoning['turns_without_reasoning']} without reasoning)"
     )
+    verification = stats.get("verification") or {}
+    if verification.get("verified_samples"):
+        skipped = verification["skipped_after_pass"]
+        console.print(
+            f"Verification: {verification['passed']}/{verification['verified_samples']} samples passed "
+            f"({verification['passed'] / verification['verified_samples']:.0%}, {verification['errors']} verifier "
+            f"errors), mean reward {verification['mean_reward']:.3f}; pass@1 {verification['pass_at_1']:.1%}, "
+            f"pass@k {verification['pass_at_k']:.1%}; {verification['preference_pairs']} preference pairs"
+            + (f"; {skipped} samples skipped after passes" if skipped else "")
+        )
     usage = stats["usage"]
     if usage.get("total_tokens"):
         line = (

@@ -16,6 +16,9 @@ A prompt can steer it with directives such as ``[mock turns=3 reasoning=think fa
     empty            answer 200 without any choice; streamed, only ``[DONE]`` (``times=N`` as above)
     snoop            the first terminal command prints its parent's command line (where keys hide)
     command=TEXT     the first terminal command is TEXT, percent-decoded (``%20`` for a space)
+    alternate        sessions of this prompt alternate (the server counts them from 0): in the odd ones
+                     the first terminal command only echoes, so a task the ``command`` solves is solved by
+                     every other sample
     quote            the reasoning, the answer and the first terminal command quote the ephemeral system
                      prompt and the prefill (every message before the prompt), as a leaky model would
     echo_key         a failure's message and the answer quote the request's Authorization header, as
@@ -88,7 +91,7 @@ if (name) document.getElementById("greeting").textContent = `Hello, ${name}!`;
 
 FLAGS = ("bad_json", "unknown_tool", "flagged", "upstream_error", "empty", "snoop")
 FLAGS += ("name_list", "calls_string", "args_number", "no_ids", "dup_ids", "endless", "quote", "echo_key")
-FLAGS += ("no_model",)
+FLAGS += ("no_model", "alternate")
 
 
 @dataclass
@@ -106,6 +109,7 @@ class Directives:
     empty: bool = False
     snoop: bool = False
     command: str | None = None
+    alternate: bool = False
     quote: bool = False
     echo_key: bool = False
     image: str = "b64"
@@ -143,8 +147,10 @@ class Directives:
         return found
 
 
-def _first_command(steer: Directives, messages: list[dict]) -> str | None:
+def _first_command(steer: Directives, messages: list[dict], session: int) -> str | None:
     """What a directive makes the first terminal call run instead of the planned command."""
+    if steer.alternate and session % 2:
+        return "echo not solving it this time"
     if steer.command is not None:
         return steer.command
     if steer.sleep:
@@ -280,13 +286,20 @@ def _with_reasoning(kind: str, text: str, content: str) -> dict:
     return message
 
 
+def turn_of(messages: list[dict]) -> int:
+    """Which turn of its session a request asks for: the assistant messages since the last user message."""
+    users = [i for i, m in enumerate(messages) if m.get("role") == "user"]
+    return sum(1 for m in messages[users[-1] :] if m.get("role") == "assistant") if users else 0
+
+
 def reply(
-    request: dict, attempts: int, turns: int | None = None, site: str = "http://127.0.0.1"
+    request: dict, attempts: int, turns: int | None = None, site: str = "http://127.0.0.1", session: int = 0
 ) -> tuple[Reply, float]:
     """The reply to one request and the extra latency before it. `attempts` counts earlier
     requests for the same prompt (fault directives with ``times`` use it); `turns` is the server's
     default number of tool-calling turns, which a prompt's own directive overrides; `site` is the
-    mock server's own address (its page and image)."""
+    mock server's own address (its page and image); `session` counts earlier sessions of the same
+    prompt (``alternate`` uses it)."""
     messages = request.get("messages") or []
     prompt = prompt_text(messages)
     steer = Directives.parse(prompt)
@@ -310,7 +323,7 @@ def reply(
     since_prompt = messages[max(i for i, m in enumerate(messages) if m.get("role") == "user") :] if prompt else []
     plan = _plan(offered, prompt, site, _results_by_tool(since_prompt))
     turns = next((n for n in (steer.turns, turns) if n is not None), len(plan))
-    turn = sum(1 for message in since_prompt if message.get("role") == "assistant")
+    turn = turn_of(messages) if prompt else 0
     results = [m for m in since_prompt if m.get("role") == "tool"]
 
     if turn < turns and offered:
@@ -320,7 +333,7 @@ def reply(
         tool_calls = [_call(turn, i, name, args) for i, (name, args) in enumerate(calls)]
         if turn == 0 and steer.bad_json:
             tool_calls[0]["function"]["arguments"] = '{"command": "echo broken'
-        command = _first_command(steer, messages) if turn == 0 else None
+        command = _first_command(steer, messages, session) if turn == 0 else None
         if command is not None and tool_calls[0]["function"]["name"] == "terminal":
             tool_calls[0]["function"]["arguments"] = json.dumps({"command": command})
         if turn == 0 and steer.unknown_tool:

@@ -34,6 +34,7 @@ class MockServer:
         self.record = record
         self.requests: list[dict] = []
         self.attempts: Counter[str] = Counter()
+        self.sessions: Counter[str] = Counter()  # first-turn requests per prompt: sessions started
         self.port = 0
         self._ids = itertools.count()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -125,7 +126,10 @@ class MockServer:
         prompt = mock_model.prompt_text(request.get("messages") or [])
         attempt = self.attempts[prompt]
         self.attempts[prompt] += 1
-        reply, extra_latency = mock_model.reply(request, attempt, self.turns, site)
+        if mock_model.turn_of(request.get("messages") or []) == 0:
+            self.sessions[prompt] += 1
+        session = self.sessions[prompt] - 1
+        reply, extra_latency = mock_model.reply(request, attempt, self.turns, site, session)
         steer = mock_model.Directives.parse(prompt)
         if steer.echo_key:  # a hostile or careless server
             sent = f" (you sent {headers.get('authorization')})"

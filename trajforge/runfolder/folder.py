@@ -35,6 +35,11 @@ def record_key(record: dict) -> str:
     return entry_key(json.loads(source) if isinstance(source, str) else source)
 
 
+def sample_key(record: dict) -> tuple[str, int]:
+    """(entry key, sample index) of a record: what --resume matches; records from before samples are 0."""
+    return record_key(record), record["metadata"].get("sample_index", 0)
+
+
 def write_atomic(path: Path, write: Callable) -> None:
     """Write through a temporary file in the same folder, fsync, then rename over `path`. The temporary
     file is made like any other file of the folder (tempfile's would be 0600 whatever the umask)."""
@@ -77,6 +82,10 @@ class RunFolder:
         return self.path / "trajectories.jsonl"
 
     @property
+    def preferences(self) -> Path:
+        return self.path / "preferences.jsonl"
+
+    @property
     def errors(self) -> Path:
         return self.path / "errors.jsonl"
 
@@ -111,7 +120,7 @@ class RunFolder:
 
     def remove_leftovers(self) -> None:
         """Temporary files of an atomic write that a kill interrupted."""
-        for name in ("trajectories.jsonl", "statistics.json", "checkpoint.json", "run.json"):
+        for name in ("trajectories.jsonl", "statistics.json", "checkpoint.json", "run.json", "preferences.jsonl"):
             for leftover in self.path.glob(f".{name}.*"):
                 leftover.unlink(missing_ok=True)
 

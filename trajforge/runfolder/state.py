@@ -7,7 +7,7 @@ import time
 from dataclasses import asdict
 from datetime import UTC, datetime
 
-from trajforge.events import PromptDone, PromptEnded, PromptError, PromptFailed, RunRefused
+from trajforge.events import PromptDone, PromptEnded, PromptError, PromptFailed, RunRefused, SampleSkipped
 from trajforge.runfolder.folder import RunFolder, write_json_atomic
 
 
@@ -37,10 +37,13 @@ class RunState:
         self.saved_at = 0.0
         self.dirty = True
 
-    def record(self, event: PromptEnded) -> None:
-        """One prompt ended: its outcome counts in its batch's stats; a failure also gets a line in
-        errors.jsonl, and a refusal stops the run."""
+    def record(self, event: PromptEnded | SampleSkipped) -> None:
+        """One sample ended: its outcome counts in its batch's stats; a failure also gets a line in
+        errors.jsonl, and a refusal stops the run. Until settle(), an entry counts as completed from
+        its first finished sample."""
         self.dirty = True
+        if isinstance(event, SampleSkipped):
+            return
         stats = self.batch_stats.setdefault(str(event.batch_num), {}) if event.batch_num is not None else {}
         match event:
             case PromptDone(outcome=outcome, retries=retries):
@@ -59,6 +62,7 @@ class RunState:
         self.folder.append_error(
             {
                 "prompt_index": event.index,
+                "sample_index": event.sample,
                 "batch_num": event.batch_num,
                 **asdict(error),
                 "time": datetime.now(UTC).isoformat(timespec="seconds"),
