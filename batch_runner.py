@@ -66,6 +66,9 @@ def main(
     executor: str = "pool",
     ray_address: str | None = None,
     ray_shared_fs: bool = False,
+    export: str | None = None,
+    report: bool = True,
+    report_max_trajectories: int = 2000,
 ) -> None:
     """Run the agent over every prompt of --dataset_file; outputs go to <output_dir>/<run_name>/.
 

@@ -12,6 +12,7 @@ from pathlib import Path
 from toolset_distributions import DISTRIBUTIONS
 from trajforge.dataset import UsageError
 from trajforge.environments import KINDS, EnvironmentSettings
+from trajforge.export import FORMATS
 from trajforge.model.client import ModelSettings
 from trajforge.secrets import Secrets
 from trajforge.tools.settings import ToolSettings
@@ -51,6 +52,9 @@ class RunConfig:
     executor: str = "pool"  # "pool" (local processes) or "ray"
     ray_address: str | None = None  # None: a private local Ray instance
     ray_shared_fs: bool = False  # Ray tasks write batch files themselves (the run folder is on every node)
+    exports: tuple[str, ...] = ()  # --export: formats written under export/ at every merge
+    report: bool = True  # report.html at every merge
+    report_max_trajectories: int = 2000  # trajectories the report's browser embeds
 
     @property
     def preamble(self) -> list[dict]:
@@ -175,6 +179,16 @@ def _api_key(flags: dict, base_url: str, mock: bool) -> str:
     return NO_KEY  # local servers (vLLM, llama.cpp) usually accept any key
 
 
+def export_formats(value) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    names = as_list(value, "export")
+    unknown = [name for name in names if name not in FORMATS]
+    if unknown:
+        raise UsageError(f"--export: unknown format {unknown[0]!r}; choose from {', '.join(FORMATS)} (comma separated)")
+    return tuple(dict.fromkeys(names))
+
+
 def tool_settings(flags: dict) -> ToolSettings:
     """--vision_model defaults to the main model; search provider and browser come from the environment."""
     vision_model = flags["vision_model"] if flags["vision_model"] is not None else flags["model"]
@@ -256,4 +270,7 @@ def build_config(flags: dict) -> RunConfig:
         executor=_executor(flags),
         ray_address=None if flags["ray_address"] is None else str(flags["ray_address"]),
         ray_shared_fs=as_bool(flags["ray_shared_fs"], "ray_shared_fs"),
+        exports=export_formats(flags["export"]),
+        report=as_bool(flags["report"], "report"),
+        report_max_trajectories=as_int(flags["report_max_trajectories"], "report_max_trajectories", 0),
     )

@@ -24,6 +24,8 @@ from trajforge.events import LogLine, PromptDone, PromptEnded, PromptError, Prom
 from trajforge.executors.pool import ProcessPool
 from trajforge.executors.ray_pool import RayPool
 from trajforge.executors.worker import Batch, WorkerSetup
+from trajforge.export.publish import publish
+from trajforge.export.report import ReportData
 from trajforge.progress import ProgressView, print_summary
 from trajforge.runfolder.folder import RunFolder, entry_key, write_json_atomic
 from trajforge.runfolder.merge import merge
@@ -156,7 +158,9 @@ class BatchRunner:
             with browser_for_workers(config, "browser" in weights) as shared, mock_endpoint(shared) as live:
                 setup = WorkerSetup(live, weights, toolsets, tool_names)
                 interrupted = self.execute(setup, batches, state)
-        totals = merge(self.folder, config.require_reasoning, tool_names, self.warn)
+        collected = ReportData(config.report_max_trajectories) if config.report else None
+        observe = collected.observe if collected else None
+        totals = merge(self.folder, config.require_reasoning, tool_names, self.warn, observe)
         # The batch files, not the events that raced a kill or Ctrl-C, say what is done.
         remaining, done = match(entries, totals.finished)
         error_counts, failed_before = self.folder.error_summary()
@@ -188,6 +192,7 @@ class BatchRunner:
         }
         write_json_atomic(self.folder.statistics, stats)
         paths = {"Trajectories": self.folder.trajectories, "Statistics": self.folder.statistics}
+        paths.update(publish(self.folder, stats, config, collected, totals.finished))
         counts = {"planned": len(pending), "ended": state.ended, "failed": len(state.failed)}
         print_summary(self.console, stats, counts, paths)
         if interrupted:

@@ -43,7 +43,14 @@ def _rates(stats: dict) -> dict:
     return out
 
 
-def merge(folder: RunFolder, require_reasoning: bool, tool_names: list[str], warn: Callable[[str], None]) -> Totals:
+def merge(
+    folder: RunFolder,
+    require_reasoning: bool,
+    tool_names: list[str],
+    warn: Callable[[str], None],
+    observe: Callable[[dict, str | None], None] | None = None,
+) -> Totals:
+    """`observe(record, why it was dropped or None)` sees every finished sample (the report's data)."""
     totals = Totals()
     tools = {name: {"count": 0, "success": 0, "failure": 0} for name in tool_names}
     turns = with_reasoning = 0
@@ -64,16 +71,21 @@ def merge(folder: RunFolder, require_reasoning: bool, tool_names: list[str], war
                 usage[key] = usage.get(key, 0) + value
             totals.finished[entry_key(record["metadata"]["source"])] += 1
             reason = record.pop("discarded", None)
+            rewrite = reason is not None  # the line carries the discard mark, which trajectories.jsonl does not
             masked = record.pop("redactions", None)
             for kind, count in (masked or {}).items():
                 totals.redactions[kind] = totals.redactions.get(kind, 0) + count
             if reason == "hallucinated_tool":
                 totals.discarded_hallucinated_tools += 1
-                continue
-            if reason == "no_reasoning" and require_reasoning:
+            elif reason == "no_reasoning" and require_reasoning:
                 totals.discarded_no_reasoning += 1
+            else:
+                reason = None
+            if observe is not None:
+                observe(record, reason)
+            if reason is not None:
                 continue
-            handle.write(line if reason is None and masked is None else orjson.dumps(record) + b"\n")
+            handle.write(orjson.dumps(record) + b"\n" if rewrite or masked is not None else line)
             totals.trajectories += 1
             totals.completed += record["completed"]
             totals.partial += record["partial"]
