@@ -122,7 +122,10 @@
   }
 
   function histogramChart(hist, unit) {
-    const labels = hist.counts.map((_, i) => Number(hist.edges[i]).toFixed(hist.edges[i] % 1 ? 1 : 0));
+    // Enough decimals that neighbouring bins' lower edges differ.
+    const width = hist.edges.length > 1 ? hist.edges[1] - hist.edges[0] : 1;
+    const decimals = width >= 1 ? 0 : Math.min(4, Math.ceil(-Math.log10(width)));
+    const labels = hist.counts.map((_, i) => Number(hist.edges[i]).toFixed(decimals));
     return columnChart(labels, hist.counts, unit);
   }
 
