@@ -11,9 +11,7 @@ that carries its own `usage` (a later record format) gets per-step `metrics` fro
 
 from __future__ import annotations
 
-import json
-
-from trajforge.export.record import Call, Conversation
+from trajforge.export.record import Call, Conversation, loads
 
 FILE = "atif.jsonl"
 SCHEMA_VERSION = "ATIF-v1.4"
@@ -22,8 +20,8 @@ AGENT_NAME = "batch-runner"
 
 def _arguments(call: Call) -> dict:
     try:
-        value = json.loads(call.arguments)
-    except (json.JSONDecodeError, TypeError):
+        value = loads(call.arguments)
+    except (ValueError, TypeError):
         value = None
     return value if isinstance(value, dict) else {"_unparsed": call.arguments}
 

@@ -14,9 +14,9 @@ limit) ends at its last function_call.
 
 from __future__ import annotations
 
-import json
+from functools import lru_cache
 
-from trajforge.export.record import Conversation, Step
+from trajforge.export.record import Conversation, Step, dumps, offered_tools
 
 FILE = "llamafactory.json"
 INFO_FILE = "dataset_info.json"
@@ -34,18 +34,23 @@ def turns(conversation: Conversation) -> list[dict]:
             out.append({"from": "gpt", "value": _thought(step) + step.content})
             continue
         calls = [{"name": call.name, "arguments": call.arguments_value()} for call in step.calls]
-        out.append({"from": "function_call", "value": _thought(step) + json.dumps(calls, ensure_ascii=False)})
+        out.append({"from": "function_call", "value": _thought(step) + dumps(calls)})
         out.append({"from": "observation", "value": RESULT_JOIN.join(call.result_text() for call in step.calls)})
     if out[-1]["from"] == "observation":
         out.pop()
     return out
 
 
+@lru_cache(maxsize=64)
+def _tools(system: str) -> str:
+    return dumps(list(offered_tools(system)))
+
+
 def row(conversation: Conversation, record: dict) -> dict:
     return {
         "conversations": turns(conversation),
         "system": conversation.system,
-        "tools": json.dumps(conversation.tools, ensure_ascii=False),
+        "tools": _tools(conversation.system),
     }
 
 

@@ -4,15 +4,17 @@ same schema on the HF Hub whatever the tools take."""
 
 from __future__ import annotations
 
-import json
+from functools import lru_cache
 
-from trajforge.export.record import Conversation
+from trajforge.export.record import Conversation, dumps, offered_tools
 
 FILE = "openai.jsonl"
 
 
-def tool_schemas(conversation: Conversation) -> str:
-    return json.dumps([{"type": "function", "function": tool} for tool in conversation.tools], ensure_ascii=False)
+@lru_cache(maxsize=64)
+def tool_schemas(system: str) -> str:
+    """The `tools` column: the schemas the system turn lists, as OpenAI tool objects (JSON text)."""
+    return dumps([{"type": "function", "function": tool} for tool in offered_tools(system)])
 
 
 def messages(conversation: Conversation) -> list[dict]:
@@ -38,7 +40,7 @@ def row(conversation: Conversation, record: dict) -> dict:
     metadata = record.get("metadata") or {}
     out = {
         "messages": messages(conversation),
-        "tools": tool_schemas(conversation),
+        "tools": tool_schemas(conversation.system),
         "prompt_index": record.get("prompt_index"),
     }
     for key in ("sample_index", "reward"):  # present once samples and verification exist (issue 14)

@@ -9,13 +9,13 @@ Optional keys a record lacks are null.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from trajforge.export.files import AtomicFile
+from trajforge.export.record import dumps
 
 FILE = "trajectories.parquet"
 ROWS_PER_GROUP = 1000
@@ -72,7 +72,7 @@ SCHEMA = pa.schema(
 def _text(value) -> str | None:
     if value is None or isinstance(value, str):
         return value
-    return json.dumps(value, ensure_ascii=False)
+    return dumps(value)
 
 
 def _turn(turn: dict) -> dict:

@@ -8,10 +8,12 @@ empty list on turns without calls, a `finish_reason` or not, optional metadata k
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any
+
+import orjson
 
 TOOLS_BLOCK = re.compile(r"<tools>\n(.*)\n</tools>", re.S)
 # One result per line: its JSON (json.dumps) never holds a raw newline, so `.` (no DOTALL) is safe.
@@ -19,6 +21,16 @@ TOOL_RESPONSE = re.compile(r"<tool_response>\n(.*)\n</tool_response>")
 CALL_SEPARATOR = "\n<tool_call>\n"
 THINK_OPEN, THINK_CLOSE = "<think>\n", "\n</think>\n"
 NO_RESULT = object()
+
+
+def dumps(value: Any) -> str:
+    """JSON text (orjson: a tenth of json.dumps's time on tool results of some KB)."""
+    return orjson.dumps(value).decode()
+
+
+def loads(text: str) -> Any:
+    """The JSON value of `text`; raises ValueError when it is not JSON."""
+    return orjson.loads(text)
 
 
 @dataclass
@@ -40,18 +52,18 @@ class Call:
         """Arguments as a JSON text that always parses: the recorded one, or (when the model sent
         something that is not JSON) that text as a JSON string, so nothing is lost."""
         try:
-            json.loads(self.arguments)
-        except (json.JSONDecodeError, TypeError):
-            return json.dumps(self.arguments if isinstance(self.arguments, str) else "", ensure_ascii=False)
+            loads(self.arguments)
+        except (ValueError, TypeError):
+            return dumps(self.arguments)
         return self.arguments
 
     def arguments_value(self) -> Any:
-        return json.loads(self.arguments_json())
+        return loads(self.arguments_json())
 
     def result_text(self) -> str:
         if not self.has_result:
             return ""
-        return self.result if isinstance(self.result, str) else json.dumps(self.result, ensure_ascii=False)
+        return self.result if isinstance(self.result, str) else dumps(self.result)
 
 
 @dataclass
@@ -68,7 +80,7 @@ class Step:
 class Conversation:
     system: str
     prompt: str
-    tools: list[dict]  # function schemas as offered: {name, description, parameters}
+    tools: tuple[dict, ...]  # function schemas as offered: {name, description, parameters}
     steps: list[Step]
 
 
@@ -94,8 +106,8 @@ def _tool_results(value: str) -> list[dict]:
     results = []
     for match in TOOL_RESPONSE.finditer(value):
         try:
-            parsed = json.loads(match.group(1))
-        except json.JSONDecodeError:
+            parsed = loads(match.group(1))
+        except ValueError:
             continue
         if isinstance(parsed, dict):
             results.append(parsed)
@@ -118,15 +130,18 @@ def _attach(calls: list[Call], results: list[dict]) -> None:
         call.result = result.get("content")
 
 
-def offered_tools(system: str) -> list[dict]:
+@lru_cache(maxsize=64)
+def offered_tools(system: str) -> tuple[dict, ...]:
+    """The function schemas the system turn lists (cached: most prompts of a run are offered the same
+    tools; callers must not change them)."""
     match = TOOLS_BLOCK.search(system)
     if not match:
-        return []
+        return ()
     try:
-        tools = json.loads(match.group(1))
-    except json.JSONDecodeError:
-        return []
-    return [tool for tool in tools if isinstance(tool, dict)] if isinstance(tools, list) else []
+        tools = loads(match.group(1))
+    except ValueError:
+        return ()
+    return tuple(tool for tool in tools if isinstance(tool, dict)) if isinstance(tools, list) else ()
 
 
 def _calls(turn: dict) -> list[Call]:
@@ -136,7 +151,7 @@ def _calls(turn: dict) -> list[Call]:
         if isinstance(entry, dict):
             arguments = entry.get("arguments")
             if not isinstance(arguments, str):
-                arguments = json.dumps(arguments if arguments is not None else {}, ensure_ascii=False)
+                arguments = dumps(arguments if arguments is not None else {})
             calls.append(Call(str(entry.get("id") or ""), str(entry.get("name") or ""), arguments))
     return calls
 
