@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from trajforge.export.record import Call, Conversation, loads
 
-FILE = "atif.jsonl"
 SCHEMA_VERSION = "ATIF-v1.4"
 AGENT_NAME = "batch-runner"
 

@@ -16,9 +16,10 @@ from __future__ import annotations
 
 from functools import lru_cache
 
+from trajforge.export import FILES
 from trajforge.export.record import Conversation, Step, dumps, offered_tools
 
-FILE = "llamafactory.json"
+FILE = FILES["llamafactory"]
 INFO_FILE = "dataset_info.json"
 RESULT_JOIN = "\n</tool_response>\n<tool_response>\n"
 

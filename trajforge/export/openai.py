@@ -8,8 +8,6 @@ from functools import lru_cache
 
 from trajforge.export.record import Conversation, dumps, offered_tools
 
-FILE = "openai.jsonl"
-
 
 @lru_cache(maxsize=64)
 def tool_schemas(system: str) -> str:

@@ -17,7 +17,6 @@ import pyarrow.parquet as pq
 from trajforge.export.files import AtomicFile
 from trajforge.export.record import dumps
 
-FILE = "trajectories.parquet"
 ROWS_PER_GROUP = 1000
 
 CALL = pa.struct([("id", pa.string()), ("name", pa.string()), ("arguments", pa.string())])

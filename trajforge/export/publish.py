@@ -14,19 +14,21 @@ from pathlib import Path
 import orjson
 
 from trajforge.config import RunConfig
-from trajforge.export import FORMATS, atif, card, llamafactory, openai, parquet
+from trajforge.export import FILES, FORMATS, atif, card, llamafactory, openai, report
 from trajforge.export.files import JsonArray, JsonLines
 from trajforge.export.record import Conversation, parse
 from trajforge.export.report import ReportData, write_report
 from trajforge.runfolder.folder import RunFolder, write_atomic
 
 EXPORT_DIR = "export"
-WRITERS: dict[str, tuple[str, type]] = {  # format -> (file name in export/, writer)
-    "openai": (openai.FILE, JsonLines),
-    "llamafactory": (llamafactory.FILE, JsonArray),
-    "atif": (atif.FILE, JsonLines),
-    "parquet": (parquet.FILE, parquet.ParquetFile),
-}
+
+
+def _writer(name: str, path: Path):
+    if name == "parquet":
+        from trajforge.export.parquet import ParquetFile  # pyarrow only when asked: a second to import
+
+        return ParquetFile(path)
+    return (JsonArray if name == "llamafactory" else JsonLines)(path)
 
 
 def _row(name: str, conversation: Conversation | None, record: dict, version: str):
@@ -40,7 +42,7 @@ def _row(name: str, conversation: Conversation | None, record: dict, version: st
 
 def formats_to_write(folder: RunFolder, asked: tuple[str, ...]) -> list[str]:
     """The formats asked now and those exported before (their file is there), in FORMATS order."""
-    there = {name for name in FORMATS if (folder.path / EXPORT_DIR / WRITERS[name][0]).exists()}
+    there = {name for name in FORMATS if (folder.path / EXPORT_DIR / FILES[name]).exists()}
     return [name for name in FORMATS if name in asked or name in there]
 
 
@@ -50,7 +52,7 @@ def write_exports(folder: RunFolder, formats: list[str], run_name: str, version:
         return {}
     directory = folder.path / EXPORT_DIR
     directory.mkdir(exist_ok=True)
-    writers = {name: WRITERS[name][1](directory / WRITERS[name][0]) for name in formats}
+    writers = {name: _writer(name, directory / FILES[name]) for name in formats}
     needs_parse = any(name != "parquet" for name in formats)
     try:
         with open(folder.trajectories, "rb") as lines:
@@ -70,7 +72,7 @@ def write_exports(folder: RunFolder, formats: list[str], run_name: str, version:
     if "llamafactory" in formats:
         info = json.dumps(llamafactory.dataset_info(run_name), indent=2).encode()
         write_atomic(directory / llamafactory.INFO_FILE, lambda handle: handle.write(info + b"\n"))
-    return {name: f"{EXPORT_DIR}/{WRITERS[name][0]}" for name in formats}
+    return {name: f"{EXPORT_DIR}/{FILES[name]}" for name in formats}
 
 
 def publish(
@@ -86,5 +88,5 @@ def publish(
         written["Exports"] = folder.path / EXPORT_DIR
     if collected is not None:
         write_report(folder, stats, collected, finished)
-        written["Report"] = folder.path / "report.html"
+        written["Report"] = folder.path / report.FILE
     return written
