@@ -231,7 +231,7 @@ def page(data: dict) -> bytes:
 
 
 def write_report(folder: RunFolder, stats: dict, collected: ReportData, finished: Counter) -> None:
-    failed, failed_total = failed_prompts(folder, finished, max(collected.limit, 1))
+    failed, failed_total = failed_prompts(folder, finished, collected.limit)
     trajectories = collected.trajectories()
     data = {
         "run_name": stats.get("run_name", ""),
