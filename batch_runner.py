@@ -72,6 +72,9 @@ def main(
     verifier: str | None = None,
     keep: str = "all",
     stop_after_passes: int | None = None,
+    export: str | None = None,
+    report: bool = True,
+    report_max_trajectories: int = 2000,
 ) -> None:
     """Run the agent over every prompt of --dataset_file; outputs go to <output_dir>/<run_name>/.
 

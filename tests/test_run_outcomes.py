@@ -198,15 +198,22 @@ def test_the_tool_table_shows_commands_that_exited_non_zero(run_here):
 def test_every_file_of_the_run_folder_has_the_mode_the_umask_gives(run):
     entries = [{"prompt": "ok"}, {"prompt": "refused [mock fail=400]"}]
     proc = subprocess.run(
-        run.command(entries, *TOOLS), cwd=run.tmp_path, capture_output=True, text=True, timeout=120, umask=0o027
+        run.command(entries, *TOOLS, "--export=openai,llamafactory,parquet"),
+        cwd=run.tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        umask=0o027,
     )
     assert proc.returncode == 1, proc.stdout + proc.stderr
     run_dir = run.tmp_path / "out" / "run"
     made = {
-        path.name: stat.S_IMODE(os.stat(path).st_mode)
-        for path in run_dir.iterdir()
+        str(path.relative_to(run_dir)): stat.S_IMODE(os.stat(path).st_mode)
+        for path in run_dir.rglob("*")
         if path.is_file() and path.name != ".lock"
     }
     expected = {"batch_0.jsonl", "trajectories.jsonl", "statistics.json", "checkpoint.json", "errors.jsonl", "run.json"}
+    expected |= {"README.md", "report.html"} | {f"export/{name}" for name in ("openai.jsonl", "llamafactory.json")}
+    expected |= {"export/dataset_info.json", "export/trajectories.parquet"}
     assert set(made) == expected
     assert made == dict.fromkeys(expected, 0o640)

@@ -15,6 +15,7 @@ from pathlib import Path
 from toolset_distributions import DISTRIBUTIONS
 from trajforge.dataset import UsageError
 from trajforge.environments import KINDS, EnvironmentSettings
+from trajforge.export import FORMATS
 from trajforge.model.client import ModelSettings
 from trajforge.run_settings import Remembered, digest, remembered, settle_flags
 from trajforge.runfolder.folder import RunFolder
@@ -63,6 +64,9 @@ class RunConfig:
     verify: VerifySettings = field(default_factory=VerifySettings)
     keep: str = "all"  # what the merge writes: all samples, passed ones, or the best one per entry
     stop_after_passes: int | None = None  # an entry's remaining samples are not started after this many passes
+    exports: tuple[str, ...] = ()  # --export: formats written under export/ at every merge
+    report: bool = True  # report.html at every merge
+    report_max_trajectories: int = 2000  # trajectories the report's browser embeds
 
     @property
     def preamble(self) -> list[dict]:
@@ -300,6 +304,16 @@ def _api_key(flags: dict, base_url: str, mock: bool) -> str:
     return NO_KEY  # local servers (vLLM, llama.cpp) usually accept any key
 
 
+def export_formats(value) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    names = as_list(value, "export")
+    unknown = [name for name in names if name not in FORMATS]
+    if unknown:
+        raise UsageError(f"--export: unknown format {unknown[0]!r}; choose from {', '.join(FORMATS)} (comma separated)")
+    return tuple(dict.fromkeys(names))
+
+
 def tool_settings(flags: dict) -> ToolSettings:
     """--vision_model defaults to the main model; search provider and browser come from the environment."""
     vision_model = flags["vision_model"] if flags["vision_model"] is not None else flags["model"]
@@ -394,4 +408,7 @@ def build_config(flags: dict) -> RunConfig:
         ),
         keep=choice(flags["keep"], "keep", KEEP),
         stop_after_passes=as_int(flags["stop_after_passes"], "stop_after_passes", 1, optional=True),
+        exports=export_formats(flags["export"]),
+        report=as_bool(flags["report"], "report"),
+        report_max_trajectories=as_int(flags["report_max_trajectories"], "report_max_trajectories", 0),
     )

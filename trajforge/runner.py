@@ -34,6 +34,8 @@ from trajforge.events import (
 from trajforge.executors.pool import ProcessPool
 from trajforge.executors.ray_pool import RayPool
 from trajforge.executors.worker import Batch, WorkerSetup
+from trajforge.export.publish import publish
+from trajforge.export.report import ReportData
 from trajforge.model.client import endpoint_problem
 from trajforge.progress import ProgressView, Tally, print_summary
 from trajforge.runfolder.folder import RunFolder, entry_key, sample_key, write_json_atomic
@@ -171,7 +173,9 @@ class BatchRunner:
                 check_endpoint(live)
                 setup = WorkerSetup(live, weights, toolsets, tool_names, plan.passes)
                 interrupted = self.execute(setup, batches, state, tally)
-        totals = merge(self.folder, config.require_reasoning, tool_names, self.warn, config.keep)
+        collected = ReportData(config.report_max_trajectories) if config.report else None
+        observe = collected.observe if collected else None
+        totals = merge(self.folder, config.require_reasoning, tool_names, self.warn, config.keep, observe)
         # The batch files, not the events that raced a kill or Ctrl-C, say what is done.
         final = self.matched(entries, totals.finished, totals.passed)
         remaining = final.unfinished
@@ -208,6 +212,7 @@ class BatchRunner:
         paths = {"Trajectories": self.folder.trajectories, "Statistics": self.folder.statistics}
         if self.folder.preferences.exists():
             paths["Preference pairs"] = self.folder.preferences
+        paths.update(publish(self.folder, stats, config, collected, {key for key, _ in totals.finished}))
         print_summary(self.console, stats, tally, paths)
         if interrupted:
             self.console.print("[red]Interrupted.[/] Finished prompts are saved; rerun with --resume to go on.")

@@ -40,11 +40,16 @@ def sample_key(record: dict) -> tuple[str, int]:
     return record_key(record), record["metadata"].get("sample_index", 0)
 
 
+def open_temp(path: Path) -> tuple[int, Path]:
+    """A new temporary file beside `path` for an atomic write, with the folder's file mode."""
+    temp = path.parent / f".{path.name}.{secrets.token_hex(6)}"
+    return os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, FILE_MODE), temp
+
+
 def write_atomic(path: Path, write: Callable) -> None:
     """Write through a temporary file in the same folder, fsync, then rename over `path`. The temporary
     file is made like any other file of the folder (tempfile's would be 0600 whatever the umask)."""
-    temp = path.parent / f".{path.name}.{secrets.token_hex(6)}"
-    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, FILE_MODE)
+    fd, temp = open_temp(path)
     try:
         with os.fdopen(fd, "wb") as handle:
             write(handle)
@@ -120,9 +125,12 @@ class RunFolder:
 
     def remove_leftovers(self) -> None:
         """Temporary files of an atomic write that a kill interrupted."""
-        for name in ("trajectories.jsonl", "statistics.json", "checkpoint.json", "run.json", "preferences.jsonl"):
+        merged = ("trajectories.jsonl", "statistics.json", "checkpoint.json", "run.json", "preferences.jsonl")
+        for name in (*merged, "README.md", "report.html"):
             for leftover in self.path.glob(f".{name}.*"):
                 leftover.unlink(missing_ok=True)
+        for leftover in self.path.glob("export/.*.*"):  # every file there is written atomically
+            leftover.unlink(missing_ok=True)
 
     def next_batch_num(self) -> int:
         files = self.batch_files()

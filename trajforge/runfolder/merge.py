@@ -97,8 +97,14 @@ def _clean(line: bytes, record: dict) -> bytes:
 
 
 def merge(
-    folder: RunFolder, require_reasoning: bool, tool_names: list[str], warn: Callable[[str], None], keep: str = "all"
+    folder: RunFolder,
+    require_reasoning: bool,
+    tool_names: list[str],
+    warn: Callable[[str], None],
+    keep: str = "all",
+    observe: Callable[[dict, str | None], None] | None = None,
 ) -> Totals:
+    """`observe(record, why it was dropped or None)` sees every finished sample (the report's data)."""
     totals = Totals()
     tools = {name: {"count": 0, "success": 0, "failure": 0} for name in tool_names}
     turns = with_reasoning = 0
@@ -138,9 +144,13 @@ def merge(
                 totals.redactions[kind] = totals.redactions.get(kind, 0) + count
             if reason == "hallucinated_tool":
                 totals.discarded_hallucinated_tools += 1
-                continue
-            if reason == "no_reasoning" and require_reasoning:
+            elif reason == "no_reasoning" and require_reasoning:
                 totals.discarded_no_reasoning += 1
+            else:
+                reason = None
+            if observe is not None:
+                observe(record, reason)
+            if reason is not None:
                 continue
             if passed is not None:
                 reward = verification.get("reward") or 0.0
