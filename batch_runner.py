@@ -14,7 +14,7 @@ import fire
 from rich.console import Console
 
 from toolset_distributions import DISTRIBUTIONS, distributions_table
-from trajforge.config import build_config, tool_settings
+from trajforge.config import build_config, settle, tool_settings
 from trajforge.dataset import UsageError
 from trajforge.environments import SetupError
 from trajforge.flags import unknown_argument
@@ -26,11 +26,11 @@ def main(
     dataset_file: str | None = None,
     batch_size: int | None = None,
     run_name: str | None = None,
-    distribution: str = "default",
-    model: str = "anthropic/claude-sonnet-4.6",
-    base_url: str = "https://openrouter.ai/api/v1",
+    distribution: str | None = None,
+    model: str | None = None,
+    base_url: str | None = None,
     api_key: str | None = None,
-    max_turns: int = 10,
+    max_turns: int | None = None,
     num_workers: int = 4,
     resume: bool = False,
     verbose: bool = False,
@@ -41,7 +41,7 @@ def main(
     providers_order: str | None = None,
     provider_sort: str | None = None,
     reasoning_effort: str | None = None,
-    reasoning_disabled: bool = False,
+    reasoning_disabled: bool | None = None,
     ephemeral_system_prompt: str | None = None,
     log_prefix_chars: int = 100,
     prefill_messages_file: str | None = None,
@@ -52,29 +52,40 @@ def main(
     command_timeout: float = 180,
     request_timeout: float = 600,
     prompt_timeout: float = 3600,
-    max_tool_calls_per_turn: int = 32,
+    max_tool_calls_per_turn: int | None = None,
     max_retries: int = 6,
     stream: bool = False,
     output_dir: str = "data",
     vision_model: str | None = None,
-    image_model: str = "gpt-image-1",
-    environment: str = "auto",
-    default_image: str = "python:3.11-slim",
+    image_model: str | None = None,
+    environment: str | None = None,
+    default_image: str | None = None,
     keep_workspaces: bool = False,
-    sandbox_network: bool = False,
-    allow_private_urls: bool = False,
+    sandbox_network: bool | None = None,
+    allow_private_urls: bool | None = None,
     executor: str = "pool",
     ray_address: str | None = None,
     ray_shared_fs: bool = False,
+    n_samples: int | None = None,
+    verify_timeout: float | None = None,
+    pass_threshold: float | None = None,
+    verifier: str | None = None,
+    keep: str = "all",
+    stop_after_passes: int | None = None,
+    export: str | None = None,
+    report: bool = True,
+    report_max_trajectories: int = 2000,
 ) -> None:
     """Run the agent over every prompt of --dataset_file; outputs go to <output_dir>/<run_name>/.
 
     See README.md for every flag. --require_reasoning defaults to true (false with --reasoning_disabled).
+    A flag that shapes the data (config.RUN_SETTINGS: --model, --base_url, --distribution, ...) is None
+    when not given: its default, or with --resume the run's own value from run.json, applies then.
     """
     console = Console(highlight=False, soft_wrap=True)
     if list_distributions:
         every_toolset = [name for weights in DISTRIBUTIONS.values() for name in weights]
-        _, missing = registry.available_toolsets(tool_settings(dict(locals())), every_toolset)
+        _, missing = registry.available_toolsets(tool_settings(settle(dict(locals()))), every_toolset)
         console.print(distributions_table(missing))
         return
     try:

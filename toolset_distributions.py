@@ -45,9 +45,11 @@ def sample_toolsets(weights: dict[str, int], rng: random.Random) -> list[str]:
     return sorted(chosen)
 
 
-def prompt_rng(seed: int | None, prompt_index: int) -> random.Random:
-    """A draw per prompt that depends only on the seed and the prompt, never on scheduling."""
-    return random.Random(f"{seed}:{prompt_index}") if seed is not None else random.Random()
+def sample_rng(seed: int | None, entry_key: str, sample_index: int) -> random.Random:
+    """The draw of one sample: it depends only on the run seed, the entry (its content key) and the
+    sample index, never on scheduling, so a re-run of the same sample is offered the same tools and
+    the samples of one entry get different draws."""
+    return random.Random(f"{seed}:{sample_index}:{entry_key}") if seed is not None else random.Random()
 
 
 def distributions_table(unavailable: list):

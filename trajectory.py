@@ -1,13 +1,18 @@
 """An agent session -> one ShareGPT trajectory record; reasoning extraction; tool statistics.
 
-The record's format is fixed in DESIGN.md: the same top-level keys and nested key sets on every row,
-so HuggingFace `datasets` loads trajectories.jsonl without schema errors.
+The record's format is fixed in DESIGN.md: every row has the same keys with the same types, whatever
+its run did, so HuggingFace `datasets` loads any set of trajectories.jsonl files together. Arrow types a
+column by the values it sees first, and `datasets` casts every later file (and every 10 MB chunk of a
+file) to that type: a value that is empty (`[]`), null, or keyed differently in some runs (a dataset
+entry) would make a column list<null>, null or another struct there, and the load fail. Such values are
+JSON text here.
 """
 
 from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
@@ -44,6 +49,7 @@ class Turn:
     content: str
     reasoning: str
     calls: list[ToolCall] = field(default_factory=list)
+    finish_reason: str = ""  # as the server said it (stop, tool_calls, length, content_filter); "" when none
 
 
 def split_reasoning(message: dict) -> tuple[str, str]:
@@ -81,25 +87,32 @@ def _arguments_value(raw: str):
         return raw
 
 
+def turn_of(speaker: str, value: str, calls: Iterable[ToolCall] = (), finish_reason: str = "") -> dict:
+    """One turn of `conversations`; every turn has these four keys, strings all. `tool_calls` is the
+    JSON text of [{"id", "name", "arguments"}] (arguments as the model sent them), "[]" without calls."""
+    listed = [{"id": c.id, "name": c.name, "arguments": c.arguments} for c in calls]
+    return {
+        "from": speaker,
+        "value": value,
+        "tool_calls": json.dumps(listed, ensure_ascii=False),
+        "finish_reason": finish_reason,
+    }
+
+
 def conversations(prompt: str, tool_schemas: list[dict], turns: list[Turn]) -> list[dict]:
-    convo = [{"from": "system", "value": system_turn(tool_schemas)}, {"from": "human", "value": prompt}]
+    convo = [turn_of("system", system_turn(tool_schemas)), turn_of("human", prompt)]
     for turn in turns:
         value = f"<think>\n{turn.reasoning}\n</think>\n{turn.content}"
         for call in turn.calls:
             body = json.dumps({"name": call.name, "arguments": _arguments_value(call.arguments)}, ensure_ascii=False)
             value += f"\n<tool_call>\n{body}\n</tool_call>"
-        gpt = {"from": "gpt", "value": value}
-        if turn.calls:
-            gpt["tool_calls"] = [{"id": c.id, "name": c.name, "arguments": c.arguments} for c in turn.calls]
-        convo.append(gpt)
+        convo.append(turn_of("gpt", value, turn.calls, turn.finish_reason))
         if turn.calls:
             responses = (
                 json.dumps({"tool_call_id": c.id, "name": c.name, "content": c.result}, ensure_ascii=False)
                 for c in turn.calls
             )
-            convo.append(
-                {"from": "tool", "value": "\n".join(f"<tool_response>\n{r}\n</tool_response>" for r in responses)}
-            )
+            convo.append(turn_of("tool", "\n".join(f"<tool_response>\n{r}\n</tool_response>" for r in responses)))
     return convo
 
 
@@ -112,6 +125,20 @@ def tool_stats(turns: list[Turn], tool_names: list[str]) -> tuple[dict, dict]:
             entry["count"] += 1
             entry["success" if call.ok else "failure"] += 1
     return stats, {name: entry["failure"] for name, entry in stats.items()}
+
+
+EXIT_CODE_TOOLS = ("terminal", "execute_code")  # tools whose result carries the exit code of what they ran
+
+
+def nonzero_exits(turns: list[Turn]) -> dict[str, int]:
+    """{tool: calls whose command or program exited non-zero}, for terminal and execute_code, tools
+    left out when none did. The tool itself worked, so tool_stats counts these calls as successes."""
+    counts: dict[str, int] = {}
+    for call in (c for turn in turns for c in turn.calls):
+        code = call.result.get("exit_code")
+        if call.name in EXIT_CODE_TOOLS and isinstance(code, int) and not isinstance(code, bool) and code:
+            counts[call.name] = counts.get(call.name, 0) + 1
+    return counts
 
 
 def discard_reason(turns: list[Turn], offered: set[str]) -> str | None:
@@ -146,10 +173,11 @@ def build_record(
             "timestamp": datetime.now(UTC).isoformat(timespec="seconds"),
             "exit_reason": exit_reason,
             "usage": usage,
-            "source": entry,
+            "source": json.dumps(entry, ensure_ascii=False),  # entries of other datasets have other keys
         },
         "completed": exit_reason == "completed",
-        "partial": exit_reason != "completed",  # max_turns, timeout: a limit is an outcome, not an error
+        # max_turns, timeout, length, content_filter: a limit or a cut-off is an outcome, not an error
+        "partial": exit_reason != "completed",
         "api_calls": api_calls,
         "toolsets_used": toolsets,
         "tool_stats": stats,

@@ -27,18 +27,18 @@ PHASE = """
 import resource, sys, time
 from pathlib import Path
 from trajforge.tools import registry
-from trajforge.runner import match
+from trajforge.samples import plan_samples
 from collections import Counter
 from trajforge.dataset import load_dataset
 from trajforge.runfolder.merge import merge
-from trajforge.runfolder.folder import RunFolder, entry_key
+from trajforge.runfolder.folder import RunFolder, sample_key
 folder = RunFolder(Path({folder!r}))
 started = time.perf_counter()
 if {phase!r} == "scan":
     entries = load_dataset(Path({dataset!r}))
-    finished = Counter(entry_key(r["metadata"]["source"]) for _, r in folder.batch_lines(print))
-    pending, done = match(entries, finished)
-    assert not pending and len(done) == len(entries)
+    finished = Counter(sample_key(r) for _, r in folder.batch_lines(print))
+    plan = plan_samples(entries, finished, Counter())
+    assert not plan.pending and len(plan.done) == len(entries)
 else:
     totals = merge(folder, True, sorted(registry.TOOLS), print)
     assert totals.trajectories == {count}
@@ -68,7 +68,7 @@ def synthesise(folder: Path, dataset: Path, count: int) -> None:
                         "timestamp": "2026-11-30T00:00:00+00:00",
                         "model": "bench",
                         "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15, "cost": 0.0},
-                        "source": {"prompt": prompt},
+                        "source": json.dumps({"prompt": prompt}),
                     },
                     "completed": True,
                     "partial": False,

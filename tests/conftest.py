@@ -17,7 +17,9 @@ from pathlib import Path
 
 import pytest
 
+from trajforge.dataset import UsageError
 from trajforge.mock.server import MockServer
+from trajforge.runfolder.folder import RunFolder
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -60,6 +62,16 @@ class Result:
         return json.loads((self.run_dir / "checkpoint.json").read_text())
 
 
+def source(record: dict) -> dict:
+    """The dataset entry of a trajectory record (kept as JSON text in `metadata.source`)."""
+    return json.loads(record["metadata"]["source"])
+
+
+def calls(turn: dict) -> list[dict]:
+    """The structured tool calls of a turn (kept as JSON text in `tool_calls`)."""
+    return json.loads(turn["tool_calls"])
+
+
 def tool_results(trajectory: dict) -> str:
     """Every tool turn of a trajectory, joined."""
     return "\n".join(turn["value"] for turn in trajectory["conversations"] if turn["from"] == "tool")
@@ -95,6 +107,21 @@ def run_cli(args: list[str]) -> tuple[int, str, str]:
     finally:
         sys.argv = argv
     return code, out.getvalue(), err.getvalue()
+
+
+def released(run) -> bool:
+    """The killed run's workers are gone too (they die a moment after it): its folder lock is free."""
+    try:
+        with RunFolder(run.tmp_path / "out" / "run").locked():
+            pass
+    except UsageError:
+        return False
+    return True
+
+
+def settled(server) -> bool:
+    """Every chat request the server started on is in its log (it logs a reply after its latency)."""
+    return sum(server.attempts.values()) == len(server.chat_requests())
 
 
 class Runner:

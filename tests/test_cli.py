@@ -23,7 +23,7 @@ FLAGS = inspect.signature(batch_runner.main).parameters
         ["--resume", "true", "--stream", "False"],  # a boolean with its value
         ["--seed", "-1"],  # a negative number is a value, not a flag
         ["--run_name=--odd"],  # a value with dashes after =
-        ["-o", "out", "-n=2"],  # a unique first letter, as Fire accepts
+        ["-o", "out", "-i=gpt-image-1"],  # a unique first letter, as Fire accepts (-n: num_workers or n_samples)
         ["--help"],
         ["-h"],
         ["--run_name=x", "--", "--trace"],  # Fire's own flags after a lone --
@@ -37,14 +37,17 @@ def test_every_spelling_fire_accepts_passes(argv):
     ("argv", "message"),
     [
         (["--max_cots=5"], "unknown flag --max_cots; did you mean --max_turns?"),
-        (["--run_name=x", "--n_sample=3"], "unknown flag --n_sample; did you mean --max_samples?"),
+        (["--run_name=x", "--n_sample=3"], "unknown flag --n_sample; did you mean --n_samples?"),
         (["--max-cots", "5"], "unknown flag --max-cots; did you mean --max_turns?"),
         (["--concurency", "4"], "unknown flag --concurency; did you mean --concurrency?"),
         (["--noresme"], "unknown flag --noresme; did you mean --resume?"),
         (["--noresume=true"], "unknown flag --noresume; did you mean --resume?"),  # --noflag takes no value
         (["--xyz"], "unknown flag --xyz; see --help for the flags"),
         (["-x"], "unknown flag -x; see --help for the flags"),
-        (["-s", "3"], "-s could be any of --seed, --stream, --sandbox_network; spell the flag out"),
+        (
+            ["-s", "3"],
+            "-s could be any of --seed, --stream, --sandbox_network, --stop_after_passes; spell the flag out",
+        ),
         (
             ["data/prompts.jsonl"],
             "unexpected argument 'data/prompts.jsonl'; every setting is a flag such as --run_name=NAME (see --help)",

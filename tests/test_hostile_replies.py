@@ -17,6 +17,7 @@ import httpx
 import orjson
 import pytest
 from agent_run import OFFERED, agent
+from conftest import source
 
 import batch_runner
 from trajectory import ToolCall, Turn, build_record, discard_reason, split_reasoning, tool_stats
@@ -336,7 +337,7 @@ def test_a_run_over_hostile_replies_saves_or_fails_each_prompt_and_resumes(run):
     flags += ["--max_tool_calls_per_turn=4", "--prompt_timeout=10", "--request_timeout=1", "--max_retries=1"]
     first = run(entries, *flags, batch_size=3, timeout=HUNG * 2)
     assert first.code == 1, first.stderr  # some prompts failed: --resume retries them
-    lines = {line["metadata"]["source"]["prompt"]: line for line in first.batch_lines}
+    lines = {source(line)["prompt"]: line for line in first.batch_lines}
     assert set(lines) == set(SAVED)
     for prompt, (exit_reason, discarded) in SAVED.items():
         assert (lines[prompt]["metadata"]["exit_reason"], lines[prompt].get("discarded")) == (exit_reason, discarded)

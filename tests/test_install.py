@@ -10,6 +10,7 @@ import subprocess
 import sys
 
 from conftest import ROOT, write_dataset
+from conftest import source as source_of
 
 TOP_LEVEL = {"batch_runner", "toolset_distributions", "trajectory", "trajforge"}
 NOT_SOURCE = (".git", ".venv", "__pycache__", "*.egg-info", "build", "data", "tests", "bench", ".*cache")
@@ -72,4 +73,4 @@ def test_the_installed_wheel_holds_three_modules_and_one_package_and_its_command
     )
     assert result.returncode == 0, result.stdout + result.stderr
     written = (elsewhere / "data" / "installed" / "trajectories.jsonl").read_text().splitlines()
-    assert sorted(json.loads(line)["metadata"]["source"]["prompt"] for line in written) == ["list files", "say hi"]
+    assert sorted(source_of(json.loads(line))["prompt"] for line in written) == ["list files", "say hi"]

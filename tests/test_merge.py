@@ -10,13 +10,23 @@ import pytest
 
 from trajforge.runfolder.folder import RunFolder, entry_key
 from trajforge.runfolder.merge import merge
+from trajforge.runfolder.preferences import Candidate, best, pair
 
 TOOLS = ["read_file", "terminal", "write_file"]
 
 
-def record(prompt: str, *, think: bool = True, exit_reason: str = "completed", discarded: str | None = None, **calls):
+def record(
+    prompt: str,
+    *,
+    think: bool = True,
+    exit_reason: str = "completed",
+    discarded: str | None = None,
+    nonzero_exits: dict | None = None,
+    **calls,
+):
     """A batch-file line: two assistant turns (with reasoning or an empty think block), the tool
-    calls given as tool=(success, failure), and a usage of 10 + 5 tokens costing 0.1."""
+    calls given as tool=(success, failure), and a usage of 10 + 5 tokens costing 0.1; `nonzero_exits`
+    as the worker marks it for the merge."""
     thought = "<think>\nbecause\n</think>\n" if think else "<think>\n\n</think>\n"
     stats = {name: {"count": 0, "success": 0, "failure": 0} for name in TOOLS}
     for name, (success, failure) in calls.items():
@@ -41,6 +51,8 @@ def record(prompt: str, *, think: bool = True, exit_reason: str = "completed", d
     }
     if discarded:
         line["discarded"] = discarded
+    if nonzero_exits:
+        line["nonzero_exits"] = nonzero_exits
     return line
 
 
@@ -51,7 +63,7 @@ def folder(tmp_path) -> RunFolder:
     folder = RunFolder(tmp_path)
     batches = {
         0: [
-            record("kept", terminal=(1, 0)),
+            record("kept", terminal=(1, 0), nonzero_exits={"terminal": 1}),
             record("silent", think=False, discarded="no_reasoning", terminal=(0, 1)),
             record("partial", exit_reason="max_turns", read_file=(2, 0)),
         ],
@@ -82,13 +94,29 @@ def test_filters_and_totals(folder):
     assert warnings == ["batch_2.jsonl line 4 is incomplete (cut off by a crash?); ignoring it"]
     # Every final outcome counts as finished, discarded ones included: --resume must not redo them.
     every = ["kept", "silent", "partial", "dreamer", "twice", "twice"]
-    assert totals.finished == Counter(entry_key({"prompt": prompt}) for prompt in every)
+    assert totals.finished == Counter((entry_key({"prompt": prompt}), 0) for prompt in every)
     # Tool statistics cover every line of the batch files, with rates; registered tools keep their zeros.
     stats = totals.tool_statistics
     assert list(stats)[:3] == TOOLS and set(stats) == {*TOOLS, "browser_click"}
-    assert stats["terminal"] == {"count": 2, "success": 1, "failure": 1, "success_rate": 0.5, "failure_rate": 0.5}
+    # A command that exited non-zero is a success of the tool, counted apart.
+    assert stats["terminal"] == {
+        "count": 2,
+        "success": 1,
+        "failure": 1,
+        "success_rate": 0.5,
+        "failure_rate": 0.5,
+        "nonzero_exits": 1,
+    }
     assert stats["write_file"]["success_rate"] == 0.5 and stats["read_file"]["success_rate"] == 1.0
-    assert stats["browser_click"] == {"count": 1, "success": 0, "failure": 1, "success_rate": 0.0, "failure_rate": 1.0}
+    assert stats["browser_click"] == {
+        "count": 1,
+        "success": 0,
+        "failure": 1,
+        "success_rate": 0.0,
+        "failure_rate": 1.0,
+        "nonzero_exits": 0,
+    }
+    assert all("nonzero_exits" not in json.loads(line) for line in folder.trajectories.read_text().splitlines())
     assert totals.reasoning_statistics == {
         "total_assistant_turns": 12,
         "turns_with_reasoning": 10,
@@ -118,4 +146,18 @@ def test_a_folder_without_batch_files_merges_to_nothing(tmp_path):
         "failure": 0,
         "success_rate": 0.0,
         "failure_rate": 0.0,
+        "nonzero_exits": 0,
     }
+
+
+def test_the_best_sample_and_the_preference_pair_of_an_entry():
+    def sample(index, passed, reward, calls=3):
+        return Candidate(position=10 + index, passed=passed, reward=reward, api_calls=calls, sample_index=index)
+
+    tied = [sample(0, True, 1.0, calls=4), sample(1, True, 1.0), sample(2, True, 1.0), sample(3, True, 0.9, calls=1)]
+    assert best(tied).sample_index == 1  # highest reward, then fewer model calls, then the lower index
+    assert best([sample(0, False, 2.0)]) is None  # a failing sample is never the best, whatever its reward
+    mixed = [sample(0, False, 0.4), sample(1, True, 0.6), sample(2, False, 0.1), sample(3, False, 0.1)]
+    chosen, rejected = pair(mixed)
+    assert (chosen.sample_index, rejected.sample_index) == (1, 2)  # the lowest reward fails; ties: lower index
+    assert pair(tied) is None and pair([sample(0, False, 0.0)]) is None

@@ -11,7 +11,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import API_KEY, ROOT, run_cli, write_dataset
+from conftest import API_KEY, ROOT, calls, run_cli, source, write_dataset
 
 TOOLS = ["--distribution=terminal_only"]
 
@@ -44,30 +44,30 @@ def test_record_format_summary_and_huggingface_loading(run_here):
     assert system["from"] == "system"
     offered = json.loads(re.search(r"<tools>\n(.*)\n</tools>", system["value"], re.S).group(1))
     assert {tool["name"] for tool in offered} == {"terminal", "read_file", "write_file", "patch", "search_files"}
-    assert human == {"from": "human", "value": "inspect the workspace"}
+    assert human == {"from": "human", "value": "inspect the workspace", "tool_calls": "[]", "finish_reason": ""}
     assert [t["from"] for t in turns] == ["gpt", "tool", "gpt", "tool", "gpt"]
     first = turns[0]
     assert first["value"].startswith("<think>\nTurn 1:")
     assert "\n</think>\n" in first["value"]
     assert first["value"].count("<tool_call>\n") == 2
-    call = first["tool_calls"][0]
+    call = calls(first)[0]
     assert set(call) == {"id", "name", "arguments"}
     assert call["name"] == "terminal" and isinstance(call["arguments"], str)
     assert json.loads(call["arguments"])["command"].startswith("echo mock-model-was-here")
     responses = re.findall(r"<tool_response>\n(.*?)\n</tool_response>", turns[1]["value"], re.S)
     results = [json.loads(r) for r in responses]
-    assert [r["tool_call_id"] for r in results] == [c["id"] for c in first["tool_calls"]]
+    assert [r["tool_call_id"] for r in results] == [c["id"] for c in calls(first)]
     terminal = results[0]["content"]
     assert terminal["exit_code"] == 0 and terminal["error"] is None
     assert terminal["output"].startswith("mock-model-was-here\n/")  # real output of the real command
-    assert "tool_calls" not in turns[-1]
+    assert calls(turns[-1]) == [] and all(set(t) == set(human) for t in turns)
     meta = record["metadata"]
     assert meta["batch_num"] == 0 and meta["model"] == "test-model" and meta["run_name"] == "run"
     assert re.match(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\+00:00$", meta["timestamp"])
     assert meta["exit_reason"] == "completed" and meta["duration_seconds"] > 0
     assert set(meta["usage"]) == {"prompt_tokens", "completion_tokens", "total_tokens", "reasoning_tokens", "cost"}
     assert meta["usage"]["total_tokens"] > 0 and meta["usage"]["cost"] > 0
-    assert meta["source"] == {"prompt": "inspect the workspace", "id": "task-7"}
+    assert source(record) == {"prompt": "inspect the workspace", "id": "task-7"}
     assert set(record["tool_stats"]) == set(record["tool_error_counts"])
     assert record["tool_stats"]["terminal"] == {"count": 1, "success": 1, "failure": 0}
     assert record["tool_stats"]["patch"] == {"count": 0, "success": 0, "failure": 0}
@@ -185,7 +185,7 @@ def test_reasoning_is_found_everywhere_and_kept_once(run_here):
             assert re.match(r"<think>\n(Turn \d|I have what I need).*\n</think>\n", turn["value"], re.S)
             assert "<think>" not in turn["value"][7:] and "SCRATCHPAD" not in turn["value"]
     # Sent in every native field at once, it is kept once.
-    everywhere = next(r for r in result.trajectories if "reasoning=all" in r["metadata"]["source"]["prompt"])
+    everywhere = next(r for r in result.trajectories if "reasoning=all" in source(r)["prompt"])
     thought = first_thought(everywhere)
     assert thought.startswith("Turn 1:") and thought.count("Turn 1:") == 1 and "\n" not in thought
     assert result.statistics["reasoning_statistics"]["coverage"] == 1.0
@@ -199,11 +199,11 @@ def test_streaming_gives_the_same_record(run_here, server):
     result = run_here(entries, *TOOLS, "--stream")
     assert result.code == 0, result.stderr
     assert all(r["body"]["stream"] for r in server.chat_requests())
-    by_prompt = {r["metadata"]["source"]["prompt"]: r for r in result.trajectories}
+    by_prompt = {source(r)["prompt"]: r for r in result.trajectories}
     record = by_prompt[entries[0]["prompt"]]
     gpt = [t for t in record["conversations"] if t["from"] == "gpt"]
-    assert gpt[0]["value"].startswith("<think>\nTurn 1:") and len(gpt[0]["tool_calls"]) == 2
-    assert json.loads(gpt[0]["tool_calls"][1]["arguments"])["path"] == "notes.txt"
+    assert gpt[0]["value"].startswith("<think>\nTurn 1:") and len(calls(gpt[0])) == 2
+    assert json.loads(calls(gpt[0])[1]["arguments"])["path"] == "notes.txt"
     assert record["metadata"]["usage"]["total_tokens"] > 0
     thought = first_thought(by_prompt[entries[1]["prompt"]])
     assert thought.startswith("Turn 1:") and thought.count("Turn 1:") == 1 and "\n" not in thought
@@ -218,11 +218,11 @@ def test_filters_no_reasoning_and_hallucinated_tools(run_here):
     ]
     result = run_here(entries, *TOOLS)
     assert result.code == 0, result.stderr
-    assert sorted(r["metadata"]["source"]["prompt"] for r in result.trajectories) == [
+    assert sorted(source(r)["prompt"] for r in result.trajectories) == [
         "broken json [mock bad_json]",
         "fine",
     ]
-    discarded = {r["metadata"]["source"]["prompt"]: r["discarded"] for r in result.batch_lines if "discarded" in r}
+    discarded = {source(r)["prompt"]: r["discarded"] for r in result.batch_lines if "discarded" in r}
     assert discarded == {
         "silent [mock reasoning=none]": "no_reasoning",
         "dreamer [mock unknown_tool]": "hallucinated_tool",
@@ -231,13 +231,13 @@ def test_filters_no_reasoning_and_hallucinated_tools(run_here):
     assert (stats["discarded_no_reasoning"], stats["discarded_hallucinated_tools"], stats["trajectories"]) == (1, 1, 2)
     assert all("discarded" not in r for r in result.trajectories)
     # The unknown tool and the broken JSON came back to the model as errors, and the loop went on.
-    dreamer = next(r for r in result.batch_lines if "dreamer" in r["metadata"]["source"]["prompt"])
+    dreamer = next(r for r in result.batch_lines if "dreamer" in source(r)["prompt"])
     assert "unknown tool 'hallucinated_tool'" in dreamer["conversations"][3]["value"]
     assert dreamer["completed"]
-    broken = next(r for r in result.trajectories if "broken" in r["metadata"]["source"]["prompt"])
+    broken = next(r for r in result.trajectories if "broken" in source(r)["prompt"])
     assert "not valid JSON" in broken["conversations"][3]["value"]
     assert broken["tool_stats"]["terminal"]["failure"] == 1 and broken["tool_error_counts"]["terminal"] == 1
-    assert broken["conversations"][2]["tool_calls"][0]["arguments"] == '{"command": "echo broken'
+    assert calls(broken["conversations"][2])[0]["arguments"] == '{"command": "echo broken'
 
 
 def test_require_reasoning_false_keeps_them(run_here):
@@ -255,7 +255,7 @@ def test_prompts_are_isolated(run_here):
     outputs = {}
     for record in result.trajectories:
         response = re.search(r"<tool_response>\n(.*?)\n</tool_response>", record["conversations"][3]["value"], re.S)
-        outputs[record["metadata"]["source"]["prompt"]] = json.loads(response.group(1))["content"]["output"]
+        outputs[source(record)["prompt"]] = json.loads(response.group(1))["content"]["output"]
     cwds = {prompt: output.splitlines()[1] for prompt, output in outputs.items()}
     assert len(set(cwds.values())) == 3
     assert cwds["third"].endswith("/sub/dir")

@@ -10,7 +10,7 @@ from collections import Counter
 
 import psutil
 import pytest
-from conftest import ROOT, Result
+from conftest import ROOT, Result, source
 
 pytest.importorskip("ray", reason="Ray is an optional extra: pip install -e '.[ray]'")
 
@@ -77,7 +77,7 @@ def test_killed_ray_worker_is_retried_without_duplicates(run, server):
     assert killed, "no Ray worker was found to kill"
     assert proc.returncode == 0, output
     records = Result(proc.returncode, output, "", folder).batch_lines
-    assert Counter(r["metadata"]["source"]["prompt"] for r in records) == Counter(e["prompt"] for e in entries)
+    assert Counter(source(r)["prompt"] for r in records) == Counter(e["prompt"] for e in entries)
     assert not ray_leftovers()
 
 

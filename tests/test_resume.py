@@ -14,16 +14,13 @@ import subprocess
 from collections import Counter
 
 import pytest
-from conftest import wait_for
-
-from trajforge.dataset import UsageError
-from trajforge.runfolder.folder import RunFolder
+from conftest import released, settled, source, wait_for
 
 TOOLS = ["--distribution=terminal_only", "--max_retries=2"]
 
 
 def sources(result) -> Counter:
-    return Counter(r["metadata"]["source"]["prompt"] for r in result.trajectories)
+    return Counter(source(r)["prompt"] for r in result.trajectories)
 
 
 def asked(server) -> Counter:
@@ -156,7 +153,7 @@ def test_torn_last_line_is_ignored_and_rerun(run_here, server):
     assert first.code == 0
     batch = first.run_dir / "batch_0.jsonl"
     lines = batch.read_bytes().splitlines(keepends=True)
-    torn = json.loads(lines[-1])["metadata"]["source"]["prompt"]
+    torn = source(json.loads(lines[-1]))["prompt"]
     batch.write_bytes(b"".join(lines[:-1]) + lines[-1][: len(lines[-1]) // 2])
     second = run_here(entries, *TOOLS, "--resume")
     assert second.code == 0, second.stderr
@@ -179,21 +176,6 @@ def _start(run, entries, *flags):
 def _lines(run) -> int:
     folder = run.tmp_path / "out" / "run"
     return sum(p.read_bytes().count(b"\n") for p in folder.glob("batch_*.jsonl")) if folder.exists() else 0
-
-
-def released(run) -> bool:
-    """The killed run's workers are gone too (they die a moment after it): its folder lock is free."""
-    try:
-        with RunFolder(run.tmp_path / "out" / "run").locked():
-            pass
-    except UsageError:
-        return False
-    return True
-
-
-def settled(server) -> bool:
-    """Every chat request the server started on is in its log (it logs a reply after its latency)."""
-    return sum(server.attempts.values()) == len(server.chat_requests())
 
 
 @pytest.mark.parametrize("kill_after_lines", [0, 4, 11])

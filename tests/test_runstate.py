@@ -43,7 +43,7 @@ def test_done_counts_its_outcome_and_retries_per_batch(folder):
         "8": {"max_turns": 1, "retries": 1},
     }
     assert "last_updated" in checkpoint
-    assert state.ended == 3 and state.retries == 3 and state.stopped is None
+    assert state.retries == 3 and state.stopped is None
     assert not folder.errors.exists()
 
 

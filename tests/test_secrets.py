@@ -13,7 +13,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from conftest import API_KEY, Result, Runner, tool_results
+from conftest import API_KEY, Result, Runner, calls, tool_results
 
 from trajectory import ToolCall, Turn
 from trajforge.secrets import Secrets
@@ -141,7 +141,7 @@ def test_quoted_ephemeral_prompt_and_prefill_are_masked_and_counted(run_here, tm
     saved = json.dumps(leaky)
     assert "[ephemeral prompt]" in saved and "[prefill]" in saved
     assert leaky["conversations"][1]["value"] == "leaky [mock quote]"  # the prompt, byte for byte
-    call = leaky["conversations"][2]["tool_calls"][0]
+    call = calls(leaky["conversations"][2])[0]
     assert "[prefill]" in json.loads(call["arguments"])["command"]  # masked in its JSON-escaped form too
     # Turn 1's reasoning and call, the command's output, turn 2's reasoning, turn 3's reasoning and answer.
     redactions = result.statistics["redactions"]

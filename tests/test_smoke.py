@@ -26,6 +26,7 @@ def test_the_demo_command_on_the_example_dataset(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert proc.stderr == ""  # no stray warnings (unclosed sessions, child watchers) on a clean run
     assert len((tmp_path / "demo" / "trajectories.jsonl").read_text().splitlines()) == 8
+    assert "Verification: 2/3 samples passed" in proc.stdout  # the entries with `verify` show a pass rate
 
 
 def test_list_distributions_command():

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from toolset_distributions import DISTRIBUTIONS, prompt_rng, sample_toolsets, usable
+from toolset_distributions import DISTRIBUTIONS, sample_rng, sample_toolsets, usable
 
 
 class Always:
@@ -27,17 +27,19 @@ def test_when_every_flip_fails_the_most_likely_toolset_is_used():
     assert sample_toolsets({}, Always(0.0)) == []
 
 
-def test_the_draw_depends_only_on_the_seed_and_the_prompt():
+def test_the_draw_depends_only_on_the_seed_the_entry_and_the_sample():
     weights = DISTRIBUTIONS["balanced"]
+    keys = [f"entry {i}" for i in range(10)]
 
-    def draws(seed, indices) -> dict[int, list[str]]:
-        return {i: sample_toolsets(weights, prompt_rng(seed, i)) for i in indices}
+    def draws(seed, order) -> dict[tuple[str, int], list[str]]:
+        return {(key, sample): sample_toolsets(weights, sample_rng(seed, key, sample)) for key, sample in order}
 
-    forward = draws(7, range(40))
-    assert draws(7, reversed(range(40))) == forward  # scheduling order does not matter
-    assert len({tuple(v) for v in forward.values()}) > 5  # prompts do get different draws
-    assert draws(8, range(40)) != forward
-    assert prompt_rng(None, 0).random() != prompt_rng(None, 0).random()  # no seed: a fresh draw each time
+    forward = draws(7, [(key, sample) for key in keys for sample in range(4)])
+    assert draws(7, reversed(list(forward))) == forward  # scheduling order does not matter
+    assert len({tuple(v) for v in forward.values()}) > 5  # samples do get different draws
+    assert len({tuple(forward[keys[0], sample]) for sample in range(4)}) > 1  # also the samples of one entry
+    assert draws(8, forward) != forward
+    assert sample_rng(None, "a", 0).random() != sample_rng(None, "a", 0).random()  # no seed: a fresh draw
 
 
 def test_usable_keeps_only_what_this_run_can_offer():
@@ -46,10 +48,12 @@ def test_usable_keeps_only_what_this_run_can_offer():
 
 
 def test_a_seeded_draw_is_stable_across_versions():
-    """Runs with the same --seed are meant to be comparable later, so the draw for a seed is pinned."""
-    assert [sample_toolsets(DISTRIBUTIONS["development"], prompt_rng(7, i)) for i in range(4)] == [
+    """Runs with the same --seed are meant to be comparable later, so the draw for a seed is pinned
+    (since samples: per entry key and sample index, no longer per position in the dataset)."""
+    key = '["p", null, null, null]'
+    assert [sample_toolsets(DISTRIBUTIONS["development"], sample_rng(7, key, i)) for i in range(4)] == [
+        ["web"],
+        ["terminal"],
         ["file", "terminal"],
-        ["file", "web"],
-        ["terminal", "web"],
-        ["file", "terminal", "web"],
+        ["file", "terminal", "vision"],
     ]

@@ -5,22 +5,30 @@ from __future__ import annotations
 import importlib.util
 import json
 import math
+import operator
 import os
+import random
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from toolset_distributions import DISTRIBUTIONS
 from trajforge.dataset import UsageError
 from trajforge.environments import KINDS, EnvironmentSettings
+from trajforge.export import FORMATS
 from trajforge.model.client import ModelSettings
+from trajforge.run_settings import Remembered, digest, remembered, settle_flags
+from trajforge.runfolder.folder import RunFolder
 from trajforge.secrets import Secrets
 from trajforge.tools.settings import ToolSettings
+from trajforge.verify import VerifySettings
 
 OPENROUTER = "https://openrouter.ai/api/v1"
 PROVIDER_SORTS = ("price", "throughput", "latency")
 REASONING_EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh")
 NO_KEY = "not-needed"  # what we send to a local server when the user gave no key: no secret
 TRUE, FALSE = ("true", "1", "yes", "on"), ("false", "0", "no", "off")
+KEEP = ("all", "passed", "best")
 
 
 @dataclass(frozen=True)
@@ -45,12 +53,20 @@ class RunConfig:
     # The ephemeral system prompt and the prefill: sent on every call, never saved (nor printed).
     ephemeral_system_prompt: str | None = field(default=None, repr=False)
     prefill: list[dict] = field(default_factory=list, repr=False)
-    seed: int | None = None
+    seed: int = 0  # the run seed: --seed, else picked at random by the run's first invocation and kept
     require_reasoning: bool = True
     mock: bool = False  # --model=mock: start the scripted server
     executor: str = "pool"  # "pool" (local processes) or "ray"
     ray_address: str | None = None  # None: a private local Ray instance
     ray_shared_fs: bool = False  # Ray tasks write batch files themselves (the run folder is on every node)
+    settings: dict = field(default_factory=dict, repr=False)  # what the run folder's run.json remembers
+    n_samples: int = 1  # samples (independent sessions) per dataset entry
+    verify: VerifySettings = field(default_factory=VerifySettings)
+    keep: str = "all"  # what the merge writes: all samples, passed ones, or the best one per entry
+    stop_after_passes: int | None = None  # an entry's remaining samples are not started after this many passes
+    exports: tuple[str, ...] = ()  # --export: formats written under export/ at every merge
+    report: bool = True  # report.html at every merge
+    report_max_trajectories: int = 2000  # trajectories the report's browser embeds
 
     @property
     def preamble(self) -> list[dict]:
@@ -110,6 +126,30 @@ def as_seconds(value, flag: str) -> float:
     return number
 
 
+def as_number(value, flag: str) -> float:
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        number = math.nan
+    if isinstance(value, bool) or not math.isfinite(number):
+        raise UsageError(f"--{flag} must be a number, got {value!r}")
+    return number
+
+
+def _verifier(value) -> str | None:
+    """The --verifier spec, its file made absolute, after loading it once: a missing file or function
+    stops the run here, before any request."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not str(value).strip():
+        raise UsageError("--verifier needs path/to/file.py:function or module:function")
+    from trajforge.verifier import load_verifier, normalize
+
+    spec = normalize(str(value))
+    load_verifier(spec)
+    return spec
+
+
 def choice(value, flag: str, allowed) -> str | None:
     if value is None:
         return None
@@ -140,6 +180,95 @@ def load_prefill(path) -> list[dict]:
                 "and a string content"
             )
     return messages
+
+
+def _url(value, flag: str) -> str:
+    return str(value).rstrip("/")
+
+
+def _number(minimum: int, optional: bool = False) -> Callable:
+    return lambda value, flag: as_int(value, flag, minimum, optional)
+
+
+def _names(value, flag: str) -> list[str] | None:
+    return as_list(value, flag) or None
+
+
+def _one_of(allowed) -> Callable:
+    return lambda value, flag: choice(value, flag, allowed)
+
+
+def _image(value, flag: str) -> str:
+    image = str(value).strip()
+    if not image:
+        raise UsageError(f"--{flag} must name an image, such as python:3.11-slim")
+    return image
+
+
+def _secret(value, flag: str) -> str | None:
+    return None if value is None else digest(str(value))
+
+
+def _secret_back(kept, flag: str):
+    if kept is not None:  # only its digest was kept: the text itself must come again
+        raise UsageError(f"--{flag}: this run was made with one ({kept}), which is never saved; pass the same again")
+    return None
+
+
+def _prefill_file(value, flag: str) -> dict | None:
+    if value is None:
+        return None
+    return {"path": str(Path(str(value)).resolve()), "sha256": digest(load_prefill(value))}
+
+
+def _prefill_back(kept, flag: str) -> str | None:
+    return None if kept is None else kept["path"]
+
+
+def _same_prefill(kept, now) -> bool:
+    """The same messages from another path are the same run."""
+    return (kept and kept["sha256"]) == (now and now["sha256"])
+
+
+# The settings a run folder remembers: the lead and later issues add rows here (verification, prices).
+# Everything else (workers, concurrency, executor, timeouts, retries, verbosity, the dataset and
+# --max_samples, --require_reasoning) may change from one invocation to the next.
+RUN_SETTINGS: tuple[Remembered, ...] = (
+    Remembered("model", "anthropic/claude-sonnet-4.6"),
+    Remembered("base_url", OPENROUTER, _url),
+    Remembered("distribution", "default", _one_of(tuple(DISTRIBUTIONS))),
+    Remembered("max_turns", 10, _number(1)),
+    Remembered("max_tokens", None, _number(1, optional=True)),
+    Remembered("max_tool_calls_per_turn", 32, _number(1)),
+    Remembered("providers_allowed", None, _names),
+    Remembered("providers_ignored", None, _names),
+    Remembered("providers_order", None, _names),
+    Remembered("provider_sort", None, _one_of(PROVIDER_SORTS)),
+    Remembered("reasoning_effort", None, _one_of(REASONING_EFFORTS)),
+    Remembered("reasoning_disabled", False, as_bool),
+    Remembered("ephemeral_system_prompt", None, _secret, _secret_back),
+    Remembered("prefill_messages_file", None, _prefill_file, _prefill_back, _same_prefill),
+    Remembered("environment", "auto", _one_of(KINDS)),
+    Remembered("default_image", "python:3.11-slim", _image),
+    Remembered("sandbox_network", False, as_bool),
+    Remembered("allow_private_urls", False, as_bool),
+    Remembered("vision_model", None),  # None: the main model (what run.json keeps is the model it was)
+    Remembered("image_model", "gpt-image-1"),
+    Remembered("seed", None, _number(0, optional=True)),  # None: the first invocation picks one (build_config)
+    # Samples per entry may grow on a resume (only the new sample indices run); verification shapes rewards.
+    Remembered("n_samples", 1, _number(1), agrees=operator.le),
+    Remembered("verify_timeout", 300.0, as_seconds),
+    Remembered("pass_threshold", 0.5, as_number),
+    Remembered("verifier", None),
+)
+
+
+def settle(flags: dict, kept: dict | None = None, where: Path | None = None) -> dict:
+    """The flags with RUN_SETTINGS settled against run.json (`kept`) or their defaults."""
+    flags = settle_flags(RUN_SETTINGS, flags, kept, where)
+    if flags["vision_model"] is None:
+        flags["vision_model"] = flags["model"]
+    return flags
 
 
 def _extra_body(flags: dict) -> dict:
@@ -175,6 +304,16 @@ def _api_key(flags: dict, base_url: str, mock: bool) -> str:
     return NO_KEY  # local servers (vLLM, llama.cpp) usually accept any key
 
 
+def export_formats(value) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    names = as_list(value, "export")
+    unknown = [name for name in names if name not in FORMATS]
+    if unknown:
+        raise UsageError(f"--export: unknown format {unknown[0]!r}; choose from {', '.join(FORMATS)} (comma separated)")
+    return tuple(dict.fromkeys(names))
+
+
 def tool_settings(flags: dict) -> ToolSettings:
     """--vision_model defaults to the main model; search provider and browser come from the environment."""
     vision_model = flags["vision_model"] if flags["vision_model"] is not None else flags["model"]
@@ -197,14 +336,18 @@ def build_config(flags: dict) -> RunConfig:
     run_name = str(flags["run_name"])
     if not run_name.strip() or "/" in run_name or run_name in (".", ".."):
         raise UsageError(f"--run_name must be a plain folder name, got {run_name!r}")
+    run_dir = Path(str(flags["output_dir"])) / run_name
+    resume = as_bool(flags["resume"], "resume")
+    folder = RunFolder(run_dir)
+    kept = folder.load_settings() if resume else None
+    flags = settle(flags, kept, folder.settings)
+    if flags["seed"] is None:  # the run seed: drawn once, then kept in run.json like a given one
+        flags["seed"] = random.SystemRandom().randrange(2**31)
     distribution = str(flags["distribution"])
     if distribution not in DISTRIBUTIONS:
         raise UsageError(f"--distribution {distribution!r} does not exist; choose one of: {', '.join(DISTRIBUTIONS)}")
     model_name = str(flags["model"])
-    run_dir = Path(str(flags["output_dir"])) / run_name
-    default_image = str(flags["default_image"]).strip()
-    if not default_image:
-        raise UsageError("--default_image must name an image, such as python:3.11-slim")
+    default_image = _image(flags["default_image"], "default_image")
     mock = model_name == "mock"
     base_url = str(flags["base_url"])
     reasoning_disabled = as_bool(flags["reasoning_disabled"], "reasoning_disabled")
@@ -243,17 +386,29 @@ def build_config(flags: dict) -> RunConfig:
         prompt_timeout=as_seconds(flags["prompt_timeout"], "prompt_timeout"),
         num_workers=as_int(flags["num_workers"], "num_workers", 1),
         concurrency=as_int(flags["concurrency"], "concurrency", 1),
-        resume=as_bool(flags["resume"], "resume"),
+        resume=resume,
         verbose=as_bool(flags["verbose"], "verbose"),
         max_samples=as_int(flags["max_samples"], "max_samples", 1, optional=True),
         log_prefix_chars=as_int(flags["log_prefix_chars"], "log_prefix_chars", 0),
         ephemeral_system_prompt=None if ephemeral is None else str(ephemeral),
         prefill=prefill,
-        seed=as_int(flags["seed"], "seed", 0, optional=True),
+        seed=as_int(flags["seed"], "seed", 0),
         # Without reasoning from the model, the no-reasoning filter would drop every sample.
         require_reasoning=not reasoning_disabled if require is None else as_bool(require, "require_reasoning"),
         mock=mock,
         executor=_executor(flags),
         ray_address=None if flags["ray_address"] is None else str(flags["ray_address"]),
         ray_shared_fs=as_bool(flags["ray_shared_fs"], "ray_shared_fs"),
+        settings=(kept or {}) | remembered(RUN_SETTINGS, flags),  # what run.json lacks is kept from now on
+        n_samples=as_int(flags["n_samples"], "n_samples", 1),
+        verify=VerifySettings(
+            timeout=as_seconds(flags["verify_timeout"], "verify_timeout"),
+            threshold=as_number(flags["pass_threshold"], "pass_threshold"),
+            verifier=_verifier(flags["verifier"]),
+        ),
+        keep=choice(flags["keep"], "keep", KEEP),
+        stop_after_passes=as_int(flags["stop_after_passes"], "stop_after_passes", 1, optional=True),
+        exports=export_formats(flags["export"]),
+        report=as_bool(flags["report"], "report"),
+        report_max_trajectories=as_int(flags["report_max_trajectories"], "report_max_trajectories", 0),
     )

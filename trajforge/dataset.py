@@ -9,6 +9,8 @@ from pathlib import Path
 
 import orjson
 
+from trajforge.verify import spec_problem
+
 MAX_LISTED = 20
 OPTIONAL_STRINGS = ("image", "docker_image", "cwd")
 # Levels of nesting an entry may have (the entry itself is one). The record writer (orjson) stops at
@@ -36,6 +38,8 @@ def _problem(data) -> str | None:
     for key in OPTIONAL_STRINGS:
         if key in data and not (isinstance(data[key], str) and data[key]):
             return f'"{key}" must be a non-empty string'
+    if "verify" in data and (problem := spec_problem(data["verify"])):
+        return problem
     cwd = data.get("cwd")
     if cwd and not posixpath.isabs(cwd) and posixpath.normpath(cwd).split("/")[0] == "..":
         return f'"cwd" {cwd!r} leaves the workspace'

@@ -11,9 +11,9 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class Claimed:
-    """A worker took a slice of a batch: if it dies, these prompts are lost with it."""
+    """A worker took a slice of a batch: if it dies, these samples are lost with it."""
 
-    indices: tuple[int, ...]
+    units: tuple[tuple[int, int], ...]  # (prompt_index, sample_index)
     pid: int
 
 
@@ -30,13 +30,31 @@ class PromptDone:
     outcome: str
     retries: int  # model-call retries this prompt needed
     line: bytes | None = None
+    sample: int = 0
+    passed: bool | None = None  # its verification; None when nothing verified it
+    tools_offered: int = 0  # for the driver's warning about a model that never calls a tool
+    tool_calls: int = 0
+
+    @property
+    def unit(self) -> tuple[int, int]:
+        return self.index, self.sample
+
+
+@dataclass(frozen=True)
+class Retrying:
+    """A model call of this prompt failed and will be tried again (the driver shows it as it happens)."""
+
+    index: int
+    error_type: str  # as errors.jsonl would say it: api_http_500, api_connection_refused ...
+    message: str
 
 
 @dataclass(frozen=True)
 class PromptError:
     """Why a prompt failed, as errors.jsonl records it."""
 
-    error_type: str  # api_<kind>, environment, crash_<exception>, worker_died, api_refused
+    error_type: str  # api_<kind> (api_connection_refused ...), context_length, environment, crash_<exception>,
+    # worker_died, api_refused
     message: str
     attempts: int  # model calls tried, for an API error; 1 otherwise
 
@@ -49,6 +67,11 @@ class PromptFailed:
     index: int
     batch_num: int | None
     error: PromptError
+    sample: int = 0
+
+    @property
+    def unit(self) -> tuple[int, int]:
+        return self.index, self.sample
 
 
 @dataclass(frozen=True)
@@ -58,6 +81,24 @@ class RunRefused:
     index: int
     batch_num: int
     reason: str
+    sample: int = 0
+
+    @property
+    def unit(self) -> tuple[int, int]:
+        return self.index, self.sample
+
+
+@dataclass(frozen=True)
+class SampleSkipped:
+    """A sample not started because its entry already had --stop_after_passes passes: no line."""
+
+    index: int
+    batch_num: int
+    sample: int
+
+    @property
+    def unit(self) -> tuple[int, int]:
+        return self.index, self.sample
 
 
 @dataclass(frozen=True)
@@ -68,4 +109,4 @@ class LogLine:
 
 
 PromptEnded = PromptDone | PromptFailed | RunRefused
-Event = Claimed | PromptEnded | LogLine
+Event = Claimed | PromptEnded | Retrying | SampleSkipped | LogLine

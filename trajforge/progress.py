@@ -3,34 +3,67 @@
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
-from trajforge.events import PromptDone, PromptEnded
+from trajectory import EXIT_CODE_TOOLS
+from trajforge.events import PromptDone, PromptEnded, PromptFailed, Retrying, RunRefused, SampleSkipped
+from trajforge.runfolder.merge import dropped
 
 PLAIN_EVERY = 10.0  # seconds between progress lines when stdout is not a terminal
+FIRST_MESSAGE_CHARS = 600  # of the first message of an error type, printed as it happens
+
+
+@dataclass
+class Tally:
+    """This invocation's prompts (samples, with --n_samples), counted once for the progress line and the
+    summary alike."""
+
+    planned: int = 0
+    unit: str = "prompts"  # what is counted: with --n_samples, samples
+    ended: int = 0
+    failed: int = 0
+    discarded: int = 0  # by the merge's rule: what will not be in trajectories.jsonl
+    retries: int = 0  # model-call attempts tried again
+    skipped: int = 0  # samples not started: their entry had --stop_after_passes passes
+    verified: int = 0
+    passed: int = 0
+
+    def verification(self) -> str:
+        """The pass rate so far (and the samples skipped after passes), or nothing when none was verified."""
+        if not self.verified:
+            return ""
+        text = f"passed {self.passed}/{self.verified} ({self.passed / self.verified:.0%})"
+        return text + (f", skipped {self.skipped}" if self.skipped else "")
 
 
 class ProgressView:
-    def __init__(self, console: Console, total: int):
+    def __init__(self, console: Console, tally: Tally, require_reasoning: bool):
         self.console = console
-        self.total = total
-        self.done = self.failed = self.discarded = 0
+        self.tally = tally
+        self.require_reasoning = require_reasoning
+        self.shown: set[str] = set()  # error types whose first message was printed
         self.started = self.last_line = time.monotonic()
         self.bar = None
         if console.is_terminal:
             self.bar = Progress(
-                TextColumn("[bold]prompts"),
+                TextColumn(f"[bold]{tally.unit}"),
                 BarColumn(),
                 MofNCompleteColumn(),
-                TextColumn("failed [red]{task.fields[failed]}[/] discarded [yellow]{task.fields[discarded]}[/]"),
+                TextColumn(
+                    "failed [red]{task.fields[failed]}[/] discarded [yellow]{task.fields[discarded]}[/] "
+                    "retries {task.fields[retries]}"
+                ),
+                TextColumn("{task.fields[verified]}"),
                 TextColumn("{task.fields[rate]}/s"),
                 TimeRemainingColumn(),
                 console=console,
             )
-            self.task = self.bar.add_task("prompts", total=total, failed=0, discarded=0, rate="0.0")
+            fields = {"failed": 0, "discarded": 0, "retries": 0, "verified": "", "rate": "0.0"}
+            self.task = self.bar.add_task(tally.unit, total=tally.planned, **fields)
 
     def __enter__(self) -> ProgressView:
         if self.bar:
@@ -46,41 +79,79 @@ class ProgressView:
     def log(self, text: str) -> None:
         self.console.print(text, markup=False, highlight=False)
 
-    def update(self, event: PromptEnded) -> None:
-        """Count one prompt that ended: done (a discard reason counts as discarded), failed or refused."""
-        self.done += 1
+    def update(self, event: PromptEnded | SampleSkipped) -> None:
+        """Count one sample that ended: done (discarded when the merge will leave it out; a verified one
+        counts towards the pass rate), failed, refused, or skipped after its entry's passes; the first
+        failure of each error type is printed as it happens."""
+        tally = self.tally
+        tally.ended += 1
         match event:
-            case PromptDone(outcome=outcome):
-                self.discarded += outcome in ("no_reasoning", "hallucinated_tool")
-            case _:
-                self.failed += 1
+            case PromptDone(outcome=outcome, passed=passed):
+                tally.discarded += dropped(outcome, self.require_reasoning)
+                tally.verified += passed is not None
+                tally.passed += bool(passed)
+            case SampleSkipped():
+                tally.skipped += 1
+            case PromptFailed(error=error):
+                tally.failed += 1
+                self._first(error.error_type, f"prompt {event.index} failed: {error.message}")
+            case RunRefused(reason=reason):
+                tally.failed += 1
+                self._first("api_refused", f"prompt {event.index}: {reason}")
         self.tick()
 
+    def retrying(self, event: Retrying) -> None:
+        """A model call will be tried again: counted, and the first of each error type printed."""
+        self.tally.retries += 1
+        self._first(event.error_type, f"prompt {event.index}, retrying: {event.message}")
+        self.tick()
+
+    def _first(self, error_type: str, text: str) -> None:
+        if error_type not in self.shown:
+            self.shown.add(error_type)
+            cut = text[:FIRST_MESSAGE_CHARS] + ("…" if len(text) > FIRST_MESSAGE_CHARS else "")
+            self.log(f"{error_type}: {cut}")
+
     def tick(self) -> None:
-        rate = self.done / max(time.monotonic() - self.started, 1e-9)
+        tally = self.tally
+        rate = tally.ended / max(time.monotonic() - self.started, 1e-9)
         if self.bar:
             self.bar.update(
-                self.task, completed=self.done, failed=self.failed, discarded=self.discarded, rate=f"{rate:.1f}"
+                self.task,
+                completed=tally.ended,
+                failed=tally.failed,
+                discarded=tally.discarded,
+                retries=tally.retries,
+                verified=tally.verification(),
+                rate=f"{rate:.1f}",
             )
         elif time.monotonic() - self.last_line >= PLAIN_EVERY:
             self._line()
 
     def _line(self) -> None:
-        self.last_line = now = time.monotonic()
-        rate = self.done / max(now - self.started, 1e-9)
-        eta = (self.total - self.done) / rate if rate else float("nan")
-        self.log(
-            f"[{time.strftime('%H:%M:%S')}] {self.done}/{self.total} prompts ended, {self.failed} failed, "
-            f"{self.discarded} discarded, {rate:.1f}/s, ETA {eta:.0f}s"
-        )
+        self.last_line = time.monotonic()
+        self.log(f"[{time.strftime('%H:%M:%S')}] {progress_line(self.tally, self.last_line - self.started)}")
 
 
-def print_summary(console: Console, stats: dict, run_counts: dict, paths: dict) -> None:
+def progress_line(tally: Tally, elapsed: float) -> str:
+    """`3/10 prompts ended, 1 failed, 0 discarded, 2 retries, passed 2/3 (67%), 0.5/s, ETA 14s`; the
+    ETA is `unknown` until a prompt has ended (never a nan)."""
+    rate = tally.ended / elapsed if elapsed > 0 else 0.0
+    eta = f"{(tally.planned - tally.ended) / rate:.0f}s" if rate > 0 else "unknown"
+    verification = tally.verification()
+    return (
+        f"{tally.ended}/{tally.planned} {tally.unit} ended, {tally.failed} failed, {tally.discarded} discarded, "
+        f"{tally.retries} retries, " + (f"{verification}, " if verification else "") + f"{rate:.1f}/s, ETA {eta}"
+    )
+
+
+def print_summary(console: Console, stats: dict, tally: Tally, paths: dict) -> None:
     console.rule(f"[bold]Run {stats['run_name']}")
+    skipped = f", {tally.skipped} skipped after passes" if tally.skipped else ""
     console.print(
-        f"This invocation: {run_counts['ended']} prompts ended ({run_counts['failed']} failed) "
-        f"of {run_counts['planned']} planned, in {stats['duration_seconds']:.1f}s; commands ran in "
-        f"--environment={stats['environment']}"
+        f"This invocation: {tally.ended} of {tally.planned} planned {tally.unit} ended ({tally.failed} failed, "
+        f"{tally.discarded} discarded, {tally.retries} retries{skipped}), in {stats['duration_seconds']:.1f}s; "
+        f"commands ran in --environment={stats['environment']}"
     )
     console.print(
         f"Run folder: {stats['trajectories']} trajectories written ({stats['completed']} completed, "
@@ -88,20 +159,30 @@ def print_summary(console: Console, stats: dict, run_counts: dict, paths: dict) 
         f"{stats['discarded_hallucinated_tools']} with hallucinated tools; {stats['failed']} failed; "
         f"{stats['remaining']} of {stats['total_prompts']} dataset entries still to do"
     )
-    table = Table(title="Tool usage")
-    for column in ("tool", "calls", "success", "failure", "success rate"):
+    table = Table(title="Tool usage (failure: the tool itself failed; nonzero exit: the command or program it ran did)")
+    for column in ("tool", "calls", "success", "failure", "nonzero exit", "success rate"):
         table.add_column(column, justify="left" if column == "tool" else "right")
     for name, entry in stats["tool_statistics"].items():
         if entry["count"]:
-            table.add_row(
-                name, str(entry["count"]), str(entry["success"]), str(entry["failure"]), f"{entry['success_rate']:.0%}"
-            )
+            exits = str(entry.get("nonzero_exits", 0)) if name in EXIT_CODE_TOOLS else "-"
+            numbers = [str(entry[key]) for key in ("count", "success", "failure")]
+            table.add_row(name, *numbers, exits, f"{entry['success_rate']:.0%}")
     console.print(table if table.row_count else "Tool usage: no tool calls")
     reasoning = stats["reasoning_statistics"]
     console.print(
         f"Reasoning coverage: {reasoning['coverage']:.1%} of {reasoning['total_assistant_turns']} assistant turns "
         f"({reasoning['turns_without_reasoning']} without reasoning)"
     )
+    verification = stats.get("verification") or {}
+    if verification.get("verified_samples"):
+        skipped = verification["skipped_after_pass"]
+        console.print(
+            f"Verification: {verification['passed']}/{verification['verified_samples']} samples passed "
+            f"({verification['passed'] / verification['verified_samples']:.0%}, {verification['errors']} verifier "
+            f"errors), mean reward {verification['mean_reward']:.3f}; pass@1 {verification['pass_at_1']:.1%}, "
+            f"pass@k {verification['pass_at_k']:.1%}; {verification['preference_pairs']} preference pairs"
+            + (f"; {skipped} samples skipped after passes" if skipped else "")
+        )
     usage = stats["usage"]
     if usage.get("total_tokens"):
         line = (
@@ -116,6 +197,11 @@ def print_summary(console: Console, stats: dict, run_counts: dict, paths: dict) 
         )
     for label, path in paths.items():
         console.print(f"{label}: {path}")
+    if not stats["trajectories"] and stats["discarded_no_reasoning"]:
+        console.print(
+            f"[yellow]No trajectory was kept:[/] {stats['discarded_no_reasoning']} sample(s) had no reasoning. Keep "
+            "them without calling the model again: rerun with --resume --require_reasoning=False."
+        )
     if stats["failed"]:
         console.print(
             f"[red]{stats['failed']} prompt(s) failed[/] (see errors.jsonl); rerun the same command with --resume "

@@ -17,17 +17,31 @@ from rich.console import Console
 from rich.markup import escape
 
 from toolset_distributions import DISTRIBUTIONS, usable
+from trajforge.advice import Advice
 from trajforge.config import RunConfig
 from trajforge.dataset import Entry, UsageError, load_dataset
 from trajforge.environments import SetupError, choose, prepare_run, remove_leftovers
-from trajforge.events import LogLine, PromptDone, PromptEnded, PromptError, PromptFailed, RunRefused
+from trajforge.events import (
+    LogLine,
+    PromptDone,
+    PromptEnded,
+    PromptError,
+    PromptFailed,
+    Retrying,
+    RunRefused,
+    SampleSkipped,
+)
 from trajforge.executors.pool import ProcessPool
 from trajforge.executors.ray_pool import RayPool
 from trajforge.executors.worker import Batch, WorkerSetup
-from trajforge.progress import ProgressView, print_summary
-from trajforge.runfolder.folder import RunFolder, entry_key, write_json_atomic
+from trajforge.export.publish import publish
+from trajforge.export.report import ReportData
+from trajforge.model.client import endpoint_problem
+from trajforge.progress import ProgressView, Tally, print_summary
+from trajforge.runfolder.folder import RunFolder, entry_key, sample_key, write_json_atomic
 from trajforge.runfolder.merge import merge
 from trajforge.runfolder.state import RunState
+from trajforge.samples import Plan, plan_samples
 from trajforge.secrets import conceal
 from trajforge.tools import registry
 from trajforge.tools.browser_runtime import BrowserUnavailable, shared_browser
@@ -73,20 +87,6 @@ def browser_for_workers(config: RunConfig, wanted: bool):
         raise SetupError(f"the browser toolset: {exc}") from None
 
 
-def match(entries: list[Entry], finished: Counter) -> tuple[list[Entry], list[int]]:
-    """Subtract the finished entry keys from the dataset, counting duplicates one by one."""
-    finished = Counter(finished)
-    pending, done = [], []
-    for entry in entries:
-        key = entry_key(entry.data)
-        if finished[key]:
-            finished[key] -= 1
-            done.append(entry.index)
-        else:
-            pending.append(entry)
-    return pending, done
-
-
 class BatchRunner:
     def __init__(self, config: RunConfig, console: Console):
         self.config = config
@@ -100,22 +100,29 @@ class BatchRunner:
             self.console.print(f"[yellow]warning:[/] {escape(text)}")
 
     # -- planning ------------------------------------------------------------------------------
-    def plan(self, entries: list[Entry]) -> tuple[list[Entry], list[int]]:
-        """(entries still to run, indices already done), matched by content with multiplicity."""
+    def plan(self, entries: list[Entry]) -> Plan:
+        """The samples still to run, matched by content and sample index with multiplicity."""
+        finished: Counter = Counter()
+        passed: Counter = Counter()
         if not self.config.resume:
             if self.folder.has_run():
                 raise UsageError(
                     f"--run_name: {self.folder.path} already holds a run; pass --resume to continue it "
                     "or choose another --run_name"
                 )
-            return entries, []
-        return match(
-            entries, Counter(entry_key(r["metadata"]["source"]) for _, r in self.folder.batch_lines(self.warn))
-        )
+        else:
+            for _, record in self.folder.batch_lines(self.warn):
+                key = sample_key(record)
+                finished[key] += 1
+                passed[key] += bool((record["metadata"].get("verification") or {}).get("passed"))
+        return self.matched(entries, finished, passed)
+
+    def matched(self, entries: list[Entry], finished: Counter, passed: Counter) -> Plan:
+        return plan_samples(entries, finished, passed, self.config.n_samples, self.config.stop_after_passes)
 
     # -- running -------------------------------------------------------------------------------
     def run(self) -> int:
-        started = time.time()
+        started = time.monotonic()
         environment, unsandboxed = choose(self.config.environment)  # what workers use and statistics record
         self.config = config = replace(self.config, environment=environment)
         if unsandboxed:
@@ -137,30 +144,43 @@ class BatchRunner:
 
     def _run_locked(self, entries: list[Entry], weights: dict, toolsets: dict, started: float) -> int:
         config = self.config
-        pending, done = self.plan(entries)
+        plan = self.plan(entries)
+        pending = plan.pending
         self.folder.remove_leftovers()
+        if not config.resume or self.folder.load_settings() != config.settings:  # or run.json lacks a setting
+            write_json_atomic(self.folder.settings, config.settings)
         first = self.folder.next_batch_num()
         size = config.batch_size
         batches = [
-            Batch(first + i, [(e.index, e.data) for e in pending[start : start + size]])
+            Batch(first + i, [(e.index, sample, e.data) for e, sample in pending[start : start + size]])
             for i, start in enumerate(range(0, len(pending), size))
         ]
         if config.resume:
-            self.console.print(f"Resuming {config.run_name}: {len(done)} prompts already done, {len(pending)} to run")
+            todo = (
+                f"{len(pending)} to run"
+                if config.n_samples == 1
+                else (f"{len(pending)} samples of {len(plan.unfinished)} prompts to run")
+            )
+            self.console.print(f"Resuming {config.run_name}: {len(plan.done)} prompts already done, {todo}")
         tool_names = sorted(registry.TOOLS)
         by_index = {e.index: e.data for e in entries}
-        state = RunState(self.folder, config.run_name, str(config.dataset_file), by_index, done)
+        state = RunState(self.folder, config.run_name, str(config.dataset_file), by_index, plan.done, started)
         interrupted = False
+        tally = Tally(planned=len(pending), unit="samples" if config.n_samples > 1 else "prompts")
         if batches:
             prepare_run(config.environment, config.resume)
             with browser_for_workers(config, "browser" in weights) as shared, mock_endpoint(shared) as live:
-                setup = WorkerSetup(live, weights, toolsets, tool_names)
-                interrupted = self.execute(setup, batches, state)
-        totals = merge(self.folder, config.require_reasoning, tool_names, self.warn)
+                check_endpoint(live)
+                setup = WorkerSetup(live, weights, toolsets, tool_names, plan.passes)
+                interrupted = self.execute(setup, batches, state, tally)
+        collected = ReportData(config.report_max_trajectories) if config.report else None
+        observe = collected.observe if collected else None
+        totals = merge(self.folder, config.require_reasoning, tool_names, self.warn, config.keep, observe)
         # The batch files, not the events that raced a kill or Ctrl-C, say what is done.
-        remaining, done = match(entries, totals.finished)
+        final = self.matched(entries, totals.finished, totals.passed)
+        remaining = final.unfinished
         error_counts, failed_before = self.folder.error_summary()
-        state.settle(done, [e.index for e in remaining if entry_key(e.data) in failed_before])
+        state.settle(final.done, [e.index for e in remaining if entry_key(e.data) in failed_before])
         stats = {
             "run_name": config.run_name,
             "model": config.model.model,
@@ -168,6 +188,7 @@ class BatchRunner:
             "environment": config.environment.kind,
             "dataset_file": str(config.dataset_file),
             "total_prompts": len(entries),
+            "n_samples": config.n_samples,
             "completed": totals.completed,
             "partial": totals.partial,
             "failed": len(state.failed),
@@ -177,7 +198,7 @@ class BatchRunner:
             "trajectories": totals.trajectories,
             "batch_size": config.batch_size,
             "total_batches": len(self.folder.batch_files()),
-            "duration_seconds": round(time.time() - started, 3),
+            "duration_seconds": state.duration_seconds,  # every invocation's, summed
             "completed_at": datetime.now(UTC).isoformat(timespec="seconds"),
             "retries": state.retries,
             "tool_statistics": totals.tool_statistics,
@@ -185,11 +206,14 @@ class BatchRunner:
             "usage": totals.usage,
             "errors": error_counts,
             "redactions": totals.redactions,
+            "verification": totals.verification | {"skipped_after_pass": final.skipped},
         }
         write_json_atomic(self.folder.statistics, stats)
         paths = {"Trajectories": self.folder.trajectories, "Statistics": self.folder.statistics}
-        counts = {"planned": len(pending), "ended": state.ended, "failed": len(state.failed)}
-        print_summary(self.console, stats, counts, paths)
+        if self.folder.preferences.exists():
+            paths["Preference pairs"] = self.folder.preferences
+        paths.update(publish(self.folder, stats, config, collected, {key for key, _ in totals.finished}))
+        print_summary(self.console, stats, tally, paths)
         if interrupted:
             self.console.print("[red]Interrupted.[/] Finished prompts are saved; rerun with --resume to go on.")
             return 130
@@ -200,23 +224,27 @@ class BatchRunner:
             return 1
         return 1 if remaining else 0
 
-    def execute(self, setup: WorkerSetup, batches: list[Batch], state: RunState) -> bool:
-        """Run the batches on the executor and follow its events; returns True when interrupted."""
+    def execute(self, setup: WorkerSetup, batches: list[Batch], state: RunState, tally: Tally) -> bool:
+        """Run the batches on the executor and follow its events, counting them in `tally`; returns True
+        when interrupted."""
         config = self.config
         if config.executor == "ray":
             executor = RayPool(setup, config.num_workers, config.ray_address, config.ray_shared_fs)
         else:
             executor = ProcessPool(setup, config.num_workers)
-        outstanding = {index for batch in batches for index, _ in batch.entries}
+        outstanding = {(index, sample) for batch in batches for index, sample, _ in batch.entries}
+        advice = Advice(config.require_reasoning)
         previous = signal.signal(signal.SIGTERM, _interrupt)
         try:
             executor.start(batches)
-            with ProgressView(self.console, len(outstanding)) as view:
+            with ProgressView(self.console, tally, config.require_reasoning) as view:
 
-                def ended(event: PromptEnded) -> None:
-                    outstanding.discard(event.index)
+                def ended(event: PromptEnded | SampleSkipped) -> None:
+                    outstanding.discard(event.unit)
                     state.record(event)
                     view.update(event)
+                    for warning in advice.sample(event) if isinstance(event, PromptDone) else ():
+                        self.warn(warning)
 
                 while outstanding and not state.stopped:
                     events = executor.poll(0.5)
@@ -224,13 +252,17 @@ class BatchRunner:
                         match event:
                             case LogLine(text=text):
                                 view.log(text)
-                            case PromptDone() | PromptFailed() | RunRefused():
+                            case Retrying():
+                                view.retrying(event)
+                            case PromptDone() | PromptFailed() | RunRefused() | SampleSkipped():
                                 ended(event)
                     if not events:
-                        for index, reason in sorted(executor.lost(outstanding).items()):
-                            ended(PromptFailed(index, None, PromptError("worker_died", reason, 1)))
+                        for (index, sample), reason in sorted(executor.lost(outstanding).items()):
+                            ended(PromptFailed(index, None, PromptError("worker_died", reason, 1), sample))
                     view.tick()
                     state.save_every(CHECKPOINT_EVERY)
+                for warning in advice.judge():  # a run of fewer samples than the window
+                    self.warn(warning)
             return False
         except KeyboardInterrupt:
             # Finishing up (stopping workers, merging, statistics) must not be cut short by a second one.
@@ -241,6 +273,17 @@ class BatchRunner:
             executor.stop(finished=not outstanding)
             with contextlib.suppress(SetupError):  # a worker killed after its grace period leaves containers
                 remove_leftovers(self.config.environment)
+
+
+def check_endpoint(config: RunConfig) -> None:
+    """Before any worker starts: UsageError (exit 2) when the endpoint does not answer at all, rather
+    than every prompt retrying for minutes and failing the same way."""
+    problem = endpoint_problem(config.model)
+    if problem:
+        raise UsageError(
+            f"--base_url {config.model.base_url} cannot be reached: {problem}. No prompt was sent; check that "
+            "the server runs and the URL is right, then run the same command again."
+        )
 
 
 def _interrupt(signum, frame) -> None:

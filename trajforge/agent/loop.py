@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from trajectory import Turn, split_reasoning
 from trajforge.agent.calls import read_tool_calls
-from trajforge.model.client import ModelClient
+from trajforge.model.client import ModelClient, OnRetry
 from trajforge.model.retry import ModelCallFailed
 from trajforge.model.usage import add_usage, empty_usage
 from trajforge.tools import Tool, call_tool
@@ -23,8 +23,14 @@ class AgentResult:
     turns: list[Turn]
     api_calls: int
     retries: int
-    exit_reason: str  # "completed" | "max_turns" | "timeout"
+    exit_reason: str  # "completed" | "max_turns" | "timeout" | "length" | "content_filter"
     usage: dict
+    model_reported: str = ""  # the model name the endpoint reported in its first reply that named one
+
+
+# A final answer that ended for one of these reasons is cut off (max_tokens) or withheld by the
+# provider's filter: the session is partial, with the reason as its exit_reason.
+CUT_OFF = ("length", "content_filter")
 
 
 async def run_agent(
@@ -38,30 +44,34 @@ async def run_agent(
     *,
     max_tool_calls: int = 32,
     timeout: float | None = None,
+    on_retry: OnRetry | None = None,
 ) -> AgentResult:
     """Send messages and tools; run the tool calls (the first `max_tool_calls` of a reply) and send the
-    results back; stop on a reply without tool calls (completed), after `max_turns` model calls or
-    after `timeout` seconds (partial, with the turns so far: a limit is an outcome, not an error; with no
-    turn at all, the prompt fails instead)."""
+    results back; stop on a reply without tool calls (completed, or partial when the server cut it off
+    with finish_reason `length` or `content_filter`), after `max_turns` model calls or after `timeout`
+    seconds (partial, with the turns so far: a limit is an outcome, not an error; with no turn at all,
+    the prompt fails instead). `on_retry` hears of every model-call attempt that is tried again."""
     schemas = [t.schema for t in tools.values()]
     messages = [{"role": "user", "content": prompt}]
     result = AgentResult([], 0, 0, "max_turns", empty_usage())
     try:
         async with asyncio.timeout(timeout) as limit:
             while result.api_calls < max_turns:
-                message, usage, retries = await client.complete(preamble + messages, schemas, log)
+                reply = await client.complete(preamble + messages, schemas, log, on_retry)
+                message = reply.message
                 result.api_calls += 1
-                result.retries += retries
-                add_usage(result.usage, usage)
+                result.retries += reply.retries
+                result.model_reported = result.model_reported or reply.model
+                add_usage(result.usage, reply.usage)
                 reasoning, content = split_reasoning(message)
                 calls = read_tool_calls(message, result.api_calls, max_tool_calls)
-                turn = Turn(content, reasoning, [call for call, _ in calls])
+                turn = Turn(content, reasoning, [call for call, _ in calls], reply.finish_reason)
                 result.turns.append(turn)
                 if log:
                     names = ", ".join(c.name for c in turn.calls) or "none"
                     log(f"turn {result.api_calls} (tool calls: {names})", content or reasoning)
                 if not turn.calls:
-                    result.exit_reason = "completed"
+                    result.exit_reason = reply.finish_reason if reply.finish_reason in CUT_OFF else "completed"
                     break
                 messages.append(_assistant_message(message, turn))
                 messages += await _answer(session, calls, tools, log)

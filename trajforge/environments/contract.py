@@ -56,9 +56,10 @@ class Environment(ABC):
         """Make what the environment needs (a workspace, a container); SetupError when it cannot."""
 
     @abstractmethod
-    async def exec(self, command: str, timeout: float | None = None) -> ExecResult:
-        """Run `command` with sh -c in the working directory, within min(timeout, --command_timeout);
-        at the limit every process the command started is killed."""
+    async def exec(self, command: str, timeout: float | None = None, *, capped: bool = True) -> ExecResult:
+        """Run `command` with sh -c in the working directory, within min(timeout, --command_timeout)
+        (within `timeout` alone when not `capped`: the runner's own commands, such as verification, have
+        their own limit); at the limit every process the command started is killed."""
 
     @abstractmethod
     async def read_file(self, path: str) -> str:

@@ -17,8 +17,8 @@ class Redacted(Environment):
     async def start(self) -> None:
         await self.inner.start()
 
-    async def exec(self, command: str, timeout: float | None = None) -> ExecResult:
-        result = await self.inner.exec(command, timeout)
+    async def exec(self, command: str, timeout: float | None = None, *, capped: bool = True) -> ExecResult:
+        result = await self.inner.exec(command, timeout, capped=capped)
         return replace(result, output=self.redact(result.output))
 
     async def read_file(self, path: str) -> str:

@@ -39,8 +39,9 @@ class CommandEnvironment(Environment):
     ) -> ExecResult:
         """Run argv in the working directory, stderr merged into stdout, output capped at `limit` bytes."""
 
-    async def exec(self, command: str, timeout: float | None = None) -> ExecResult:
-        return await self.run(["sh", "-c", command], self.settings.limit(timeout))
+    async def exec(self, command: str, timeout: float | None = None, *, capped: bool = True) -> ExecResult:
+        limit = self.settings.limit(timeout) if capped or not timeout else timeout
+        return await self.run(["sh", "-c", command], limit)
 
     async def read_file(self, path: str) -> str:
         argv = ["sh", "-c", READ_SCRIPT, "sh", path]

@@ -18,6 +18,7 @@ from collections import deque
 
 from trajforge.events import Claimed, Event
 from trajforge.executors.worker import Batch, WorkerSetup, worker_main
+from trajforge.samples import PassCounts
 
 GRACE = 15.0  # seconds a worker gets to close its environments after SIGTERM
 
@@ -31,16 +32,18 @@ class ProcessPool:
         self.tasks = self.context.Queue()
         self.waiting: deque[Batch] = deque()
         self.workers: list = []
-        self.claims: dict[int, list[int]] = {}  # worker pid -> the prompts it took
+        self.claims: dict[int, list[tuple[int, int]]] = {}  # worker pid -> the samples it took
 
     def start(self, batches: list[Batch]) -> None:
         unit = self.setup.config.concurrency
         self.waiting.extend(
             Batch(b.num, b.entries[i : i + unit]) for b in batches for i in range(0, len(b.entries), unit)
         )
+        size = 1 + max((index for batch in batches for index, _, _ in batch.entries), default=0)
+        passes = PassCounts.shared(self.setup.config.stop_after_passes, self.setup.passes_before, size)
         self.workers = [
             self.context.Process(
-                target=worker_main, args=(self.setup, self.tasks, self.events, os.getpid()), daemon=True
+                target=worker_main, args=(self.setup, self.tasks, self.events, os.getpid(), passes), daemon=True
             )
             for _ in range(min(self.num_workers, len(self.waiting)))
         ]
@@ -70,18 +73,18 @@ class ProcessPool:
                 break
         for event in found:
             if isinstance(event, Claimed):
-                self.claims.setdefault(event.pid, []).extend(event.indices)
+                self.claims.setdefault(event.pid, []).extend(event.units)
                 self._feed()
         return [event for event in found if not isinstance(event, Claimed)]
 
-    def lost(self, outstanding: set[int]) -> dict[int, str]:
-        """Prompts that can no longer finish: those a dead worker (OOM, segfault) had taken, and all
+    def lost(self, outstanding: set[tuple[int, int]]) -> dict[tuple[int, int], str]:
+        """Samples that can no longer finish: those a dead worker (OOM, segfault) had taken, and all
         that remain once no worker is alive."""
-        lost: dict[int, str] = {}
+        lost: dict[tuple[int, int], str] = {}
         for process in self.workers:
             if process.exitcode not in (None, 0) and process.pid in self.claims:
-                for index in set(self.claims.pop(process.pid)) & outstanding:
-                    lost[index] = f"worker process exited with {process.exitcode}"
+                for unit in set(self.claims.pop(process.pid)) & outstanding:
+                    lost[unit] = f"worker process exited with {process.exitcode}"
         if not any(p.is_alive() for p in self.workers):
             lost.update(dict.fromkeys(outstanding - set(lost), "no worker process left"))
         return lost

@@ -20,22 +20,26 @@ from collections import deque
 from trajforge.events import Claimed, Event, PromptDone
 from trajforge.executors.worker import Batch, WorkerSetup, serve
 from trajforge.runfolder.folder import BatchFiles, RunFolder
+from trajforge.samples import PassCounts
 
 TASK_RETRIES = 3  # re-runs of a batch whose worker process or node died
 FLUSH_EVERY = 0.05  # seconds a task's events wait to travel to the driver together
 
 
 class Sink:
-    """Collects the tasks' events for the driver and remembers which prompts finished."""
+    """Collects the tasks' events for the driver and remembers which samples finished and passed."""
 
     def __init__(self):
         self.events: list[Event] = []
-        self.finished: dict[int, set[int]] = {}
+        self.finished: dict[int, set[tuple[int, int]]] = {}
+        self.passes: dict[int, int] = {}  # prompt index -> samples passed in this run
 
     def put(self, event: Event) -> None:
         self.events.append(event)
         if isinstance(event, PromptDone):
-            self.finished.setdefault(event.batch_num, set()).add(event.index)
+            self.finished.setdefault(event.batch_num, set()).add(event.unit)
+            if event.passed:
+                self.passes[event.index] = self.passes.get(event.index, 0) + 1
 
     def put_many(self, events: list[Event]) -> None:
         for event in events:
@@ -45,8 +49,11 @@ class Sink:
         events, self.events = self.events, []
         return events
 
-    def finished_in(self, batch_num: int) -> set[int]:
+    def finished_in(self, batch_num: int) -> set[tuple[int, int]]:
         return self.finished.get(batch_num, set())
+
+    def passes_so_far(self) -> dict[int, int]:
+        return self.passes
 
     def ping(self) -> None:
         """Answered only after every earlier call from the same caller: a task's events are in."""
@@ -79,23 +86,30 @@ class SinkEvents:
 
 
 def run_batch(setup: WorkerSetup, batch: Batch, sink, shared_fs: bool) -> None:
-    """One Ray task: the worker loop over one batch, minus what an earlier attempt finished."""
+    """One Ray task: the worker loop over one batch, minus what an earlier attempt finished. Passes
+    for --stop_after_passes are those the driver knew when the task started, plus the task's own."""
     import ray
 
     done = set(ray.get(sink.finished_in.remote(batch.num)))
+    passes = dict(setup.passes_before)
+    for index, count in ray.get(sink.passes_so_far.remote()).items():
+        passes[index] = passes.get(index, 0) + count
     folder = RunFolder(setup.config.run_dir)
     events = SinkEvents(sink)
     if shared_fs:  # lines an earlier attempt wrote, but died before it could report them
         for _, record in folder.lines_in(folder.batch_file(batch.num), print):
-            if record["prompt_index"] not in done:
-                done.add(record["prompt_index"])
+            index, sample = record["prompt_index"], record["metadata"].get("sample_index", 0)
+            if (index, sample) not in done:
+                done.add((index, sample))
                 outcome = record.get("discarded") or record["metadata"]["exit_reason"]
-                events.put(PromptDone(record["prompt_index"], batch.num, outcome, 0))
-    todo = Batch(batch.num, [(index, entry) for index, entry in batch.entries if index not in done])
+                passed = (record["metadata"].get("verification") or {}).get("passed")
+                events.put(PromptDone(index, batch.num, outcome, 0, None, sample, passed))
+    todo = Batch(batch.num, [work for work in batch.entries if (work[0], work[1]) not in done])
     tasks: queue.Queue = queue.Queue()
     for item in (todo, None) if todo.entries else (None,):
         tasks.put(item)
-    asyncio.run(serve(setup, tasks, events, BatchFiles(folder) if shared_fs else None))
+    counts = PassCounts.local(setup.config.stop_after_passes, passes)
+    asyncio.run(serve(setup, tasks, events, BatchFiles(folder) if shared_fs else None, counts))
     events.flush()
     ray.get(sink.ping.remote())
 
@@ -162,12 +176,12 @@ class RayPool:
             time.sleep(min(timeout, 0.1))
         return [event for event in events if not isinstance(event, Claimed)]  # the driver ignores a done line
 
-    def lost(self, outstanding: set[int]) -> dict[int, str]:
-        lost: dict[int, str] = {}
+    def lost(self, outstanding: set[tuple[int, int]]) -> dict[tuple[int, int], str]:
+        lost: dict[tuple[int, int], str] = {}
         for batch, reason in self.failed:
-            for index, _ in batch.entries:
-                if index in outstanding:
-                    lost[index] = reason
+            for index, sample, _ in batch.entries:
+                if (index, sample) in outstanding:
+                    lost[index, sample] = reason
         self.failed.clear()
         return lost
 

@@ -14,28 +14,39 @@ import signal
 import sys
 import time
 import traceback
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import orjson
 
-from toolset_distributions import prompt_rng, sample_toolsets
-from trajectory import build_record, discard_reason
+from toolset_distributions import sample_rng, sample_toolsets
+from trajectory import build_record, discard_reason, nonzero_exits
 from trajforge.agent.loop import run_agent
 from trajforge.config import RunConfig
 from trajforge.environments import SetupError, backend_for
-from trajforge.events import Claimed, LogLine, PromptDone, PromptError, PromptFailed, RunRefused
+from trajforge.events import (
+    Claimed,
+    LogLine,
+    PromptDone,
+    PromptError,
+    PromptFailed,
+    Retrying,
+    RunRefused,
+    SampleSkipped,
+)
 from trajforge.model.client import ModelClient
 from trajforge.model.retry import ModelCallFailed, RunStopped
 from trajforge.model.usage import add_usage
-from trajforge.runfolder.folder import BatchFiles, RunFolder
+from trajforge.runfolder.folder import BatchFiles, RunFolder, entry_key
+from trajforge.samples import PassCounts
 from trajforge.tools import Tool
 from trajforge.tools.session import ToolServices, ToolSession
+from trajforge.verify import verify_sample
 
 
 @dataclass(frozen=True)
 class Batch:
     num: int
-    entries: list  # [(prompt_index, entry dict)]
+    entries: list  # [(prompt_index, sample_index, entry dict)]: one unit of work each
 
 
 @dataclass(frozen=True)
@@ -44,17 +55,19 @@ class WorkerSetup:
     weights: dict[str, int]  # the distribution, restricted to available toolsets
     toolsets: dict[str, list[Tool]]
     tool_names: list[str]  # every registered tool: the keys of tool_stats
+    passes_before: dict[int, int] = field(default_factory=dict)  # prompt index -> samples passed before this run
 
 
 class Worker:
     """Runs prompts; `files` writes their lines, or, where the driver writes them (Ray without a
     shared filesystem), each line travels in its PromptDone event."""
 
-    def __init__(self, setup: WorkerSetup, events, files: BatchFiles | None):
+    def __init__(self, setup: WorkerSetup, events, files: BatchFiles | None, passes: PassCounts):
         self.setup = setup
         self.config = setup.config
         self.events = events
         self.files = files
+        self.passes = passes  # passed samples per entry: --stop_after_passes
         self.stopped = False  # the endpoint refused us: start nothing more
         self.client = ModelClient(self.config.model)
         self.services = ToolServices(self.config.tools, self.config.model, self.config.secrets)  # closed by serve()
@@ -74,6 +87,12 @@ class Worker:
 
         return log
 
+    def _retry_reporter(self, index: int):
+        def retrying(kind: str, message: str) -> None:
+            self.events.put(Retrying(index, error_type(kind), self.services.redact(message)))
+
+        return retrying
+
     async def run(self, tasks) -> None:
         """Keep every slot busy: take the next batch as soon as a slot frees and the current batch
         has no prompt left to start."""
@@ -91,18 +110,25 @@ class Worker:
                     break
                 if self.files:
                     self.files.start(batch.num, len(batch.entries))
-                self.events.put(Claimed(tuple(index for index, _ in batch.entries), os.getpid()))
-                pending = ((batch.num, index, entry) for index, entry in batch.entries)
+                self.events.put(Claimed(tuple((index, sample) for index, sample, _ in batch.entries), os.getpid()))
+                pending = ((batch.num, *work) for work in batch.entries)
                 item = next(pending)
+            batch_num, index, sample, _ = item
+            if self.passes.reached(index):  # its entry passed often enough meanwhile: not started
+                self.events.put(SampleSkipped(index, batch_num, sample))
+                if self.files:
+                    self.files.finish(batch_num)
+                slots.release()
+                continue
             task = asyncio.create_task(self.run_prompt(*item))
             running.add(task)
             task.add_done_callback(lambda done: (running.discard(done), slots.release()))
         await asyncio.gather(*running)
 
-    async def run_prompt(self, batch_num: int, index: int, entry: dict) -> None:
+    async def run_prompt(self, batch_num: int, index: int, sample: int, entry: dict) -> None:
         setup, config = self.setup, self.config
         started = time.monotonic()
-        toolsets = sample_toolsets(setup.weights, prompt_rng(config.seed, index))
+        toolsets = sample_toolsets(setup.weights, sample_rng(config.seed, entry_key(entry), sample))
         tools = {t.name: t for name in toolsets for t in setup.toolsets[name]}
         env = None
         try:
@@ -117,6 +143,7 @@ class Worker:
                 self._logger(index),
                 max_tool_calls=config.max_tool_calls_per_turn,
                 timeout=config.prompt_timeout,
+                on_retry=self._retry_reporter(index),
             )
             add_usage(result.usage, env.usage)  # the tools' own model calls (vision, images) count too
             # The model may quote the ephemeral prompt, a prefill message or a key a server echoed.
@@ -134,27 +161,46 @@ class Worker:
                 metadata={
                     "batch_num": batch_num,
                     "model": config.model.model,
+                    "model_reported": result.model_reported,
                     "run_name": config.run_name,
                     "duration_seconds": round(time.monotonic() - started, 3),
+                    "sample_index": sample,
                 },
             )
+            # In the same environment, still open; its commands stay out of the conversation and tool_stats.
+            verification = await verify_sample(config.verify, entry, record, result.turns, env.env)
+            for key in ("output", "error"):  # a Python verifier's info and prints may quote a secret too
+                if isinstance(verification[key], str):
+                    verification[key] = env.redact(verification[key])
+            record["metadata"]["verification"] = verification
+            record["metadata"]["reward"] = verification["reward"]
             reason = discard_reason(result.turns, set(tools))
             if reason:
                 record["discarded"] = reason
             if env.redactions:  # for statistics.json; the merge takes it off, as it does `discarded`
                 record["redactions"] = dict(env.redactions)
+            exits = nonzero_exits(result.turns)
+            if exits:  # for the summary's tool table; taken off by the merge too
+                record["nonzero_exits"] = exits
             line = orjson.dumps(record) + b"\n"
             if self.files:
                 await self.files.append(batch_num, line)
+            if verification["passed"]:  # before this slot takes its next sample
+                self.passes.add(index)
             outcome = reason or result.exit_reason
-            self.events.put(PromptDone(index, batch_num, outcome, result.retries, None if self.files else line))
+            called = sum(len(turn.calls) for turn in result.turns)
+            line = None if self.files else line  # travels with the event where the driver writes it
+            passed = verification["passed"]
+            self.events.put(
+                PromptDone(index, batch_num, outcome, result.retries, line, sample, passed, len(tools), called)
+            )
         except RunStopped as exc:
             self.stopped = True
-            self.events.put(RunRefused(index, batch_num, self.services.redact(str(exc))))
+            self.events.put(RunRefused(index, batch_num, self.services.redact(str(exc)), sample))
         except Exception as exc:
             error = _failure(exc)
             error = replace(error, message=self.services.redact(error.message))  # error bodies may echo the request
-            self.events.put(PromptFailed(index, batch_num, error))
+            self.events.put(PromptFailed(index, batch_num, error, sample))
         finally:
             if env is not None:
                 await env.close()
@@ -178,9 +224,15 @@ async def _exit_with_parent(parent: int, task: asyncio.Task) -> None:
     task.cancel()
 
 
+def error_type(kind: str) -> str:
+    """The error type of a model call that failed with this kind (retry.Decision.kind). A context overflow is
+    not the API's fault but the conversation's size, and users look it up as `context_length`."""
+    return kind if kind == "context_length" else f"api_{kind}"
+
+
 def _failure(exc: Exception) -> PromptError:
     if isinstance(exc, ModelCallFailed):
-        kind, attempts = f"api_{exc.kind}", exc.attempts
+        kind, attempts = error_type(exc.kind), exc.attempts
     elif isinstance(exc, SetupError):
         kind, attempts = "environment", 1
     else:
@@ -205,10 +257,10 @@ def _watch_children_with_pidfds() -> None:
     watcher.attach_loop(asyncio.get_running_loop())
 
 
-async def serve(setup: WorkerSetup, tasks, events, files: BatchFiles | None) -> None:
+async def serve(setup: WorkerSetup, tasks, events, files: BatchFiles | None, passes: PassCounts) -> None:
     """Run batches from `tasks` until its None, then release what this process holds."""
     _watch_children_with_pidfds()
-    worker = Worker(setup, events, files)
+    worker = Worker(setup, events, files, passes)
     try:
         await worker.run(tasks)
     finally:
@@ -216,7 +268,7 @@ async def serve(setup: WorkerSetup, tasks, events, files: BatchFiles | None) -> 
         await worker.services.close()  # the worker's browser goes with it
 
 
-def worker_main(setup: WorkerSetup, tasks, events, parent: int) -> None:
+def worker_main(setup: WorkerSetup, tasks, events, parent: int, passes: PassCounts) -> None:
     """Entry point of a worker process. Ctrl-C goes to the parent, which ends us with SIGTERM; we
     then cancel the running prompts so their environments are closed."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -225,7 +277,7 @@ def worker_main(setup: WorkerSetup, tasks, events, parent: int) -> None:
         task = asyncio.current_task()
         asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, task.cancel)
         watchdog = asyncio.create_task(_exit_with_parent(parent, task))
-        await serve(setup, tasks, events, BatchFiles(RunFolder(setup.config.run_dir)))
+        await serve(setup, tasks, events, BatchFiles(RunFolder(setup.config.run_dir)), passes)
         watchdog.cancel()
 
     with contextlib.suppress(asyncio.CancelledError):

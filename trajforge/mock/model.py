@@ -16,6 +16,9 @@ A prompt can steer it with directives such as ``[mock turns=3 reasoning=think fa
     empty            answer 200 without any choice; streamed, only ``[DONE]`` (``times=N`` as above)
     snoop            the first terminal command prints its parent's command line (where keys hide)
     command=TEXT     the first terminal command is TEXT, percent-decoded (``%20`` for a space)
+    alternate        sessions of this prompt alternate (the server counts them from 0): in the odd ones
+                     the first terminal command only echoes, so a task the ``command`` solves is solved by
+                     every other sample
     quote            the reasoning, the answer and the first terminal command quote the ephemeral system
                      prompt and the prefill (every message before the prompt), as a leaky model would
     echo_key         a failure's message and the answer quote the request's Authorization header, as
@@ -26,6 +29,12 @@ A prompt can steer it with directives such as ``[mock turns=3 reasoning=think fa
     unknown_tool     the first tool call names a tool that was not offered
     image=url        (in an image prompt) the images API answers a URL instead of base64 data
     sleep=S          the first terminal command sleeps S seconds first
+    overflow=FORM    the conversation "does not fit the context", as a server says it (``times=N`` as above):
+                     llamacpp (HTTP 500 "Context size has been exceeded."), openai (400, code
+                     context_length_exceeded), vllm (400 "This model's maximum context length is ...")
+    stop=REASON      the final answer is cut off mid-word with this finish_reason (length, content_filter)
+    model=NAME       the replies report NAME as their model (servers often name the model otherwise)
+    no_model         the replies carry no ``model`` field at all
 
 Hostile replies, to show that none can crash or hang a prompt (the first turn's calls, or every reply
 while ``times=N`` lasts):
@@ -54,6 +63,8 @@ import zlib
 from dataclasses import dataclass, field
 from urllib.parse import unquote
 
+from trajforge.mock.server_errors import OVERFLOWS
+
 DIRECTIVE = re.compile(r"\[mock\s+([^\]]*)\]")
 URL = re.compile(r"https?://[^\s\"'<>\])]+")
 # A line of browser_snapshot (Playwright's aria snapshot): `  - textbox "Your name" [ref=e5]`.
@@ -80,6 +91,7 @@ if (name) document.getElementById("greeting").textContent = `Hello, ${name}!`;
 
 FLAGS = ("bad_json", "unknown_tool", "flagged", "upstream_error", "empty", "snoop")
 FLAGS += ("name_list", "calls_string", "args_number", "no_ids", "dup_ids", "endless", "quote", "echo_key")
+FLAGS += ("no_model", "alternate")
 
 
 @dataclass
@@ -97,6 +109,7 @@ class Directives:
     empty: bool = False
     snoop: bool = False
     command: str | None = None
+    alternate: bool = False
     quote: bool = False
     echo_key: bool = False
     image: str = "b64"
@@ -110,6 +123,10 @@ class Directives:
     endless: bool = False
     trickle: float = 0.0
     huge_mb: float = 0.0
+    overflow: str | None = None
+    stop: str | None = None
+    model: str | None = None
+    no_model: bool = False
 
     @classmethod
     def parse(cls, prompt: str) -> Directives:
@@ -123,17 +140,17 @@ class Directives:
                     setattr(found, key, int(value))
                 elif key in ("retry_after", "latency", "sleep", "trickle", "huge_mb"):
                     setattr(found, key, float(value))
-                elif key == "reasoning":
-                    found.reasoning = value
-                elif key == "image":
-                    found.image = value
+                elif key in ("reasoning", "image", "overflow", "stop", "model"):
+                    setattr(found, key, value)
                 elif key == "command":
                     found.command = unquote(value)
         return found
 
 
-def _first_command(steer: Directives, messages: list[dict]) -> str | None:
+def _first_command(steer: Directives, messages: list[dict], session: int) -> str | None:
     """What a directive makes the first terminal call run instead of the planned command."""
+    if steer.alternate and session % 2:
+        return "echo not solving it this time"
     if steer.command is not None:
         return steer.command
     if steer.sleep:
@@ -154,6 +171,7 @@ class Reply:
     usage: dict = field(default_factory=dict)
     error: str = "injected fault"  # the message of a failure, or of an error inside a 200 choice
     empty: bool = False  # a 200 without any choice
+    body: dict | None = None  # a failure's whole JSON body, as a given server sends it; None: a generic one
     endless: bool = False  # the reply never ends
     trickle: float = 0.0  # seconds between the bytes of the reply; 0: all at once
 
@@ -268,13 +286,20 @@ def _with_reasoning(kind: str, text: str, content: str) -> dict:
     return message
 
 
+def turn_of(messages: list[dict]) -> int:
+    """Which turn of its session a request asks for: the assistant messages since the last user message."""
+    users = [i for i, m in enumerate(messages) if m.get("role") == "user"]
+    return sum(1 for m in messages[users[-1] :] if m.get("role") == "assistant") if users else 0
+
+
 def reply(
-    request: dict, attempts: int, turns: int | None = None, site: str = "http://127.0.0.1"
+    request: dict, attempts: int, turns: int | None = None, site: str = "http://127.0.0.1", session: int = 0
 ) -> tuple[Reply, float]:
     """The reply to one request and the extra latency before it. `attempts` counts earlier
     requests for the same prompt (fault directives with ``times`` use it); `turns` is the server's
     default number of tool-calling turns, which a prompt's own directive overrides; `site` is the
-    mock server's own address (its page and image)."""
+    mock server's own address (its page and image); `session` counts earlier sessions of the same
+    prompt (``alternate`` uses it)."""
     messages = request.get("messages") or []
     prompt = prompt_text(messages)
     steer = Directives.parse(prompt)
@@ -283,6 +308,9 @@ def reply(
         headers = {} if steer.retry_after is None else {"Retry-After": f"{steer.retry_after:g}"}
         error = "Your input was flagged by moderation" if steer.flagged else "injected fault"
         return Reply(status=steer.fail, headers=headers, error=error), steer.latency
+    if steer.overflow in OVERFLOWS and faulty:
+        status, body = OVERFLOWS[steer.overflow]
+        return Reply(status=status, body=body), steer.latency
     if steer.upstream_error and faulty:
         return Reply(message={"role": "assistant", "content": ""}, finish_reason="error", error="upstream"), 0.0
     if steer.empty and faulty:
@@ -295,7 +323,7 @@ def reply(
     since_prompt = messages[max(i for i, m in enumerate(messages) if m.get("role") == "user") :] if prompt else []
     plan = _plan(offered, prompt, site, _results_by_tool(since_prompt))
     turns = next((n for n in (steer.turns, turns) if n is not None), len(plan))
-    turn = sum(1 for message in since_prompt if message.get("role") == "assistant")
+    turn = turn_of(messages) if prompt else 0
     results = [m for m in since_prompt if m.get("role") == "tool"]
 
     if turn < turns and offered:
@@ -305,7 +333,7 @@ def reply(
         tool_calls = [_call(turn, i, name, args) for i, (name, args) in enumerate(calls)]
         if turn == 0 and steer.bad_json:
             tool_calls[0]["function"]["arguments"] = '{"command": "echo broken'
-        command = _first_command(steer, messages) if turn == 0 else None
+        command = _first_command(steer, messages, session) if turn == 0 else None
         if command is not None and tool_calls[0]["function"]["name"] == "terminal":
             tool_calls[0]["function"]["arguments"] = json.dumps({"command": command})
         if turn == 0 and steer.unknown_tool:
@@ -324,8 +352,10 @@ def reply(
         if steer.quote:
             thought += f" My instructions say: {_preamble(messages)}"
             answer += f" I was told: {_preamble(messages)}"
-        message = _with_reasoning(steer.reasoning, thought, answer)
         finish = "stop"
+        if steer.stop:  # cut off mid-word, as max_tokens or a content filter leaves an answer
+            answer, finish = answer[: len(answer) // 2].rstrip(), steer.stop
+        message = _with_reasoning(steer.reasoning, thought, answer)
 
     if steer.huge_mb and faulty:
         message["content"] += "x" * int(steer.huge_mb * 2**20)

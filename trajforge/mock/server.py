@@ -23,6 +23,7 @@ from collections import Counter
 from trajforge.mock import model as mock_model
 
 REASONS = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 403: "Forbidden", 404: "Not Found"}
+TLS_HANDSHAKE = 0x16  # the first byte of a TLS ClientHello
 
 
 class MockServer:
@@ -33,6 +34,7 @@ class MockServer:
         self.record = record
         self.requests: list[dict] = []
         self.attempts: Counter[str] = Counter()
+        self.sessions: Counter[str] = Counter()  # first-turn requests per prompt: sessions started
         self.port = 0
         self._ids = itertools.count()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -66,9 +68,10 @@ class MockServer:
         return f"http://{host}:{self.port}/v1"
 
     def stop(self) -> None:
-        if self._loop:
+        if self._loop:  # once: a test may stop the server before its fixture does
             self._loop.call_soon_threadsafe(self._loop.stop)
             self._thread.join(5)
+            self._loop = None
 
     def chat_requests(self) -> list[dict]:
         return [r for r in self.requests if r["path"].endswith("/chat/completions")]
@@ -76,8 +79,14 @@ class MockServer:
     # -- HTTP ----------------------------------------------------------------------------------
     async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
+            first = await reader.readexactly(1)
+            if first[0] == TLS_HANDSHAKE:  # https:// to this plain-HTTP server: answer as HTTP servers do
+                writer.write(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+                await writer.drain()
+                return
             while True:
-                head = await reader.readuntil(b"\r\n\r\n")
+                head = first + await reader.readuntil(b"\r\n\r\n")
+                first = b""
                 request_line, *lines = head.decode("latin-1").split("\r\n")
                 method, target, _ = request_line.split(" ", 2)
                 headers = {}
@@ -117,8 +126,12 @@ class MockServer:
         prompt = mock_model.prompt_text(request.get("messages") or [])
         attempt = self.attempts[prompt]
         self.attempts[prompt] += 1
-        reply, extra_latency = mock_model.reply(request, attempt, self.turns, site)
-        if mock_model.Directives.parse(prompt).echo_key:  # a hostile or careless server
+        if mock_model.turn_of(request.get("messages") or []) == 0:
+            self.sessions[prompt] += 1
+        session = self.sessions[prompt] - 1
+        reply, extra_latency = mock_model.reply(request, attempt, self.turns, site, session)
+        steer = mock_model.Directives.parse(prompt)
+        if steer.echo_key:  # a hostile or careless server
             sent = f" (you sent {headers.get('authorization')})"
             reply.error += sent
             if isinstance(reply.message.get("content"), str):
@@ -133,13 +146,16 @@ class MockServer:
             await _endless(writer, bool(request.get("stream")))
             return False
         if reply.status != 200:
-            return await self._send(writer, reply.status, _error(reply.status, reply.error), reply.headers)
+            body = reply.body if reply.body is not None else _error(reply.status, reply.error)
+            return await self._send(writer, reply.status, body, reply.headers)
         completion = {
             "id": f"chatcmpl-mock-{next(self._ids)}",
             "object": "chat.completion",
             "created": int(time.time()),
-            "model": request.get("model", "mock"),
+            "model": steer.model or request.get("model", "mock"),
         }
+        if steer.no_model:
+            del completion["model"]
         if request.get("stream"):
             await self._stream(writer, completion, reply, (request.get("stream_options") or {}).get("include_usage"))
             return False

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TypeVar
 
 import aiohttp
@@ -15,10 +15,21 @@ import openai
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_random_exponential
 
 from trajforge.model.reply_size import ACCEPT_ENCODING, capper
-from trajforge.model.retry import NOT_OURS, REFUSALS, BadReply, ModelCallFailed, ReplyTimeout, RunStopped, classify
-from trajforge.model.stream import answer, assemble
+from trajforge.model.retry import (
+    NOT_OURS,
+    REFUSALS,
+    BadReply,
+    ModelCallFailed,
+    ReplyTimeout,
+    RunStopped,
+    classify,
+    failure_message,
+)
+from trajforge.model.stream import answer, assemble, finish_reason, reported
 
 T = TypeVar("T")
+PROBE_TIMEOUT = 30.0  # seconds at most for the check that the endpoint answers at all
+OnRetry = Callable[[str, str], None]  # (kind, message) of a failed attempt that will be tried again
 
 
 @dataclass(frozen=True)
@@ -31,6 +42,17 @@ class ModelSettings:
     request_timeout: float = 600.0  # seconds for a whole request: connecting and every byte of the reply
     max_retries: int = 6
     stream: bool = False
+
+
+@dataclass(frozen=True)
+class Completion:
+    """One model call's answer."""
+
+    message: dict  # the assistant message
+    usage: dict
+    retries: int
+    finish_reason: str = ""  # as the server said it: stop, tool_calls, length, content_filter; "" when none
+    model: str = ""  # the model name the server reports in its reply; "" when none
 
 
 class ModelClient:
@@ -56,26 +78,36 @@ class ModelClient:
         asked = classify(state.outcome.exception()).retry_after
         return asked if asked is not None else self._backoff(state)
 
-    async def complete(self, messages: list[dict], tools: list[dict], log=None) -> tuple[dict, dict, int]:
-        """(assistant message, usage, retries) for one model call, retried by our policy."""
+    async def complete(
+        self, messages: list[dict], tools: list[dict], log=None, on_retry: OnRetry | None = None
+    ) -> Completion:
+        """One model call, retried by our policy."""
 
-        async def ask() -> tuple[dict, dict]:
+        async def ask() -> Completion:
             body = self._body(messages, tools)
             data = await (self._stream(body) if self.settings.stream else self.post_json("/chat/completions", body))
             usage = data.get("usage")
-            return answer(data), usage if isinstance(usage, dict) else {}
+            usage = usage if isinstance(usage, dict) else {}
+            return Completion(answer(data), usage, 0, finish_reason(data), reported(data))
 
-        (message, usage), retries = await self.call(ask, log)
-        return message, usage, retries
+        completion, retries = await self.call(ask, log, on_retry)
+        return replace(completion, retries=retries)
 
-    async def call(self, request: Callable[[], Awaitable[T]], log=None) -> tuple[T, int]:
-        """(result, retries) of `request()`, any call on this endpoint, retried by our policy. Raises
-        RunStopped when the endpoint refuses us, ModelCallFailed when the call failed for good."""
+    async def call(
+        self, request: Callable[[], Awaitable[T]], log=None, on_retry: OnRetry | None = None
+    ) -> tuple[T, int]:
+        """(result, retries) of `request()`, any call on this endpoint, retried by our policy; `on_retry`
+        hears of each failed attempt that is tried again. Raises RunStopped when the endpoint refuses
+        us, ModelCallFailed when the call failed for good."""
 
         def before_sleep(state) -> None:
+            exc = state.outcome.exception()
+            kind = classify(exc).kind
+            if on_retry:
+                on_retry(kind, failure_message(exc, kind))
             if log:
                 attempt = f"{state.attempt_number}/{self.settings.max_retries}"
-                log(f"retry {attempt} in {state.upcoming_sleep:.1f}s", str(state.outcome.exception()))
+                log(f"retry {attempt} in {state.upcoming_sleep:.1f}s", failure_message(exc, kind))
 
         retrying = AsyncRetrying(
             stop=stop_after_attempt(self.settings.max_retries + 1),
@@ -96,7 +128,21 @@ class ModelClient:
             if decision.stop_run:  # only ever an HTTP status
                 status = exc.status_code
                 raise RunStopped(f"{REFUSALS[status]} (HTTP {status} from {self.settings.base_url})") from exc
-            raise ModelCallFailed(decision.kind, str(exc), attempt.retry_state.attempt_number) from exc
+            message = failure_message(exc, decision.kind)
+            raise ModelCallFailed(decision.kind, message, attempt.retry_state.attempt_number) from exc
+
+    async def unreachable(self) -> str | None:
+        """None when the endpoint answers HTTP at all (any status: a 404 for GET /models too, since not
+        every server has it); else what kept it from answering, as failure_message says it."""
+        try:
+            async with asyncio.timeout(min(self.settings.request_timeout, PROBE_TIMEOUT)):
+                await self.client.get("/models", cast_to=httpx.Response)
+        except openai.APIStatusError:
+            return None
+        except (openai.APIConnectionError, TimeoutError) as exc:
+            kind = classify(exc).kind if isinstance(exc, openai.APIConnectionError) else "timeout"
+            return failure_message(exc, kind)
+        return None
 
     async def _attempt(self, request: Callable[[], Awaitable[T]]) -> T:
         """One try of `request()`, within --request_timeout from connecting to the reply's last byte
@@ -152,3 +198,16 @@ class ModelClient:
         except json.JSONDecodeError as exc:  # an event whose data is not JSON
             raise BadReply(f"stream carried data that is not JSON: {exc}") from exc
         return assemble(chunks)
+
+
+def endpoint_problem(settings: ModelSettings) -> str | None:
+    """One cheap check, before any prompt is sent, that the endpoint answers at all (see unreachable)."""
+
+    async def probe() -> str | None:
+        client = ModelClient(settings)
+        try:
+            return await client.unreachable()
+        finally:
+            await client.close()
+
+    return asyncio.run(probe())

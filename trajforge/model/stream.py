@@ -23,6 +23,20 @@ def answer(data: dict) -> dict:
     return choice["message"]
 
 
+def finish_reason(data: dict) -> str:
+    """Why the first choice ended (stop, tool_calls, length, content_filter), as the server said; "" when
+    it did not say."""
+    choices = _dicts(data.get("choices"))
+    finish = choices[0].get("finish_reason") if choices else None
+    return finish if isinstance(finish, str) else ""
+
+
+def reported(data: dict) -> str:
+    """The model name the server says answered (it may differ from the name asked for); "" when none."""
+    model = data.get("model")
+    return model if isinstance(model, str) else ""
+
+
 def assemble(chunks: Iterable[object]) -> dict:
     """The chunks of a streamed reply (each a dict as it came) as one non-streamed reply; BadReply when
     none carried a choice (a stream of only ``[DONE]``)."""
@@ -35,6 +49,7 @@ def assemble(chunks: Iterable[object]) -> dict:
         if not isinstance(chunk, dict):
             continue
         data["usage"] = chunk.get("usage") or data.get("usage")
+        data["model"] = reported(chunk) or data.get("model", "")
         for choice in _dicts(chunk.get("choices")):
             answered = True
             data["choices"][0].update({k: choice[k] for k in ("finish_reason", "error") if choice.get(k)})

@@ -16,8 +16,8 @@ class ToolModel:
 
     async def chat(self, messages: list[dict]) -> tuple[dict, dict]:
         """(assistant message, usage) of the chat model's reply to `messages`, offered no tools."""
-        message, usage, _ = await self._client.complete(messages, [])
-        return message, usage
+        completion = await self._client.complete(messages, [])
+        return completion.message, completion.usage
 
     async def generate_image(self, request: dict) -> dict:
         """The images API's answer to `request` (its model, prompt, size ...), as JSON."""

@@ -7,7 +7,7 @@ import fcntl
 import json
 import os
 import re
-import tempfile
+import secrets
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -18,6 +18,7 @@ import orjson
 from trajforge.dataset import UsageError
 
 BATCH_FILE = re.compile(r"batch_(\d+)\.jsonl$")
+FILE_MODE = 0o666  # every file of the run folder: the umask decides, as for any file the user makes
 
 
 def entry_key(entry: dict) -> str:
@@ -27,9 +28,28 @@ def entry_key(entry: dict) -> str:
     )
 
 
+def record_key(record: dict) -> str:
+    """The entry key of a trajectory record, whose `metadata.source` is the entry as JSON text (a dict
+    in records written before that change)."""
+    source = record["metadata"]["source"]
+    return entry_key(json.loads(source) if isinstance(source, str) else source)
+
+
+def sample_key(record: dict) -> tuple[str, int]:
+    """(entry key, sample index) of a record: what --resume matches; records from before samples are 0."""
+    return record_key(record), record["metadata"].get("sample_index", 0)
+
+
+def open_temp(path: Path) -> tuple[int, Path]:
+    """A new temporary file beside `path` for an atomic write, with the folder's file mode."""
+    temp = path.parent / f".{path.name}.{secrets.token_hex(6)}"
+    return os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, FILE_MODE), temp
+
+
 def write_atomic(path: Path, write: Callable) -> None:
-    """Write through a temporary file in the same folder, fsync, then rename over `path`."""
-    fd, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    """Write through a temporary file in the same folder, fsync, then rename over `path`. The temporary
+    file is made like any other file of the folder (tempfile's would be 0600 whatever the umask)."""
+    fd, temp = open_temp(path)
     try:
         with os.fdopen(fd, "wb") as handle:
             write(handle)
@@ -54,12 +74,21 @@ class RunFolder:
         return self.path / "checkpoint.json"
 
     @property
+    def settings(self) -> Path:
+        """run.json: the settings that shape the data, as the run's first invocation had them."""
+        return self.path / "run.json"
+
+    @property
     def statistics(self) -> Path:
         return self.path / "statistics.json"
 
     @property
     def trajectories(self) -> Path:
         return self.path / "trajectories.jsonl"
+
+    @property
+    def preferences(self) -> Path:
+        return self.path / "preferences.jsonl"
 
     @property
     def errors(self) -> Path:
@@ -84,7 +113,7 @@ class RunFolder:
         work and pay for it twice. Workers inherit the lock, and it goes with the process however it
         ends, so a killed run never leaves it taken."""
         self.path.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+        fd = os.open(self.path / ".lock", os.O_RDWR | os.O_CREAT, FILE_MODE)
         try:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -96,9 +125,12 @@ class RunFolder:
 
     def remove_leftovers(self) -> None:
         """Temporary files of an atomic write that a kill interrupted."""
-        for name in ("trajectories.jsonl", "statistics.json", "checkpoint.json"):
+        merged = ("trajectories.jsonl", "statistics.json", "checkpoint.json", "run.json", "preferences.jsonl")
+        for name in (*merged, "README.md", "report.html"):
             for leftover in self.path.glob(f".{name}.*"):
                 leftover.unlink(missing_ok=True)
+        for leftover in self.path.glob("export/.*.*"):  # every file there is written atomically
+            leftover.unlink(missing_ok=True)
 
     def next_batch_num(self) -> int:
         files = self.batch_files()
@@ -125,6 +157,18 @@ class RunFolder:
                     warn(f"{path.name} line {number} is incomplete (cut off by a crash?); ignoring it")
                     continue
                 yield (line if line.endswith(b"\n") else line + b"\n"), record
+
+    def load_settings(self) -> dict | None:
+        """What run.json keeps, or None for a run folder without one (new, or made before it existed)."""
+        try:
+            settings = json.loads(self.settings.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError) as exc:
+            raise UsageError(f"--resume: {self.settings} cannot be read ({exc}); fix or remove it") from None
+        if not isinstance(settings, dict):
+            raise UsageError(f"--resume: {self.settings} must hold a JSON object of settings; fix or remove it")
+        return settings
 
     def load_checkpoint(self) -> dict:
         try:
@@ -184,7 +228,7 @@ class BatchFiles:
         fd = self.open.get(batch_num)
         if fd is None:
             path = self.folder.batch_file(batch_num)
-            fd = self.open[batch_num] = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
+            fd = self.open[batch_num] = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, FILE_MODE)
             size = os.fstat(fd).st_size
             if size and os.pread(fd, 1, size - 1) != b"\n":  # a line torn by a crash (Ray re-runs append here)
                 os.write(fd, b"\n")

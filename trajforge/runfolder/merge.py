@@ -1,7 +1,9 @@
-"""Merge every batch file into trajectories.jsonl, applying the filters, and total up statistics.
+"""Merge every batch file into trajectories.jsonl (and preferences.jsonl), applying the filters and
+--keep, and total up statistics.
 
 A pure filter over batch files: a later run can merge again with other settings without calling the
-model. It streams line by line, so memory stays flat however large the run folder is.
+model. It streams line by line, so memory stays flat however large the run folder is; --keep=best and
+preference pairs read the files a second time, for the lines the first pass chose.
 """
 
 from __future__ import annotations
@@ -13,7 +15,8 @@ from dataclasses import dataclass, field
 import orjson
 
 from trajectory import EMPTY_THINK
-from trajforge.runfolder.folder import RunFolder, entry_key, write_atomic
+from trajforge.runfolder.folder import RunFolder, sample_key, write_atomic
+from trajforge.runfolder.preferences import Candidate, best, pair, preference_line
 from trajforge.secrets import KINDS
 
 
@@ -27,11 +30,19 @@ class Totals:
     tool_statistics: dict = field(default_factory=dict)
     reasoning_statistics: dict = field(default_factory=dict)
     usage: dict = field(default_factory=dict)
-    finished: Counter = field(default_factory=Counter)  # entry keys with a final outcome
+    finished: Counter = field(default_factory=Counter)  # (entry key, sample index) with a final outcome
+    passed: Counter = field(default_factory=Counter)  # the same, for samples whose verification passed
     redactions: dict = field(default_factory=lambda: dict.fromkeys(KINDS, 0))  # secrets masked, by kind
+    verification: dict = field(default_factory=dict)
 
 
-def _rates(stats: dict) -> dict:
+def dropped(reason: str | None, require_reasoning: bool) -> bool:
+    """Whether a sample discarded for `reason` stays out of trajectories.jsonl: the progress line counts
+    discards by the same rule as the merge."""
+    return reason == "hallucinated_tool" or (reason == "no_reasoning" and require_reasoning)
+
+
+def _rates(stats: dict, exits: Counter) -> dict:
     out = {}
     for name, entry in stats.items():
         count = entry["count"]
@@ -39,19 +50,77 @@ def _rates(stats: dict) -> dict:
             **entry,
             "success_rate": round(entry["success"] / count, 4) if count else 0.0,
             "failure_rate": round(entry["failure"] / count, 4) if count else 0.0,
+            "nonzero_exits": exits[name],  # successful calls whose command exited non-zero (terminal, execute_code)
         }
     return out
 
 
-def merge(folder: RunFolder, require_reasoning: bool, tool_names: list[str], warn: Callable[[str], None]) -> Totals:
+class Verified:
+    """Verification counts over every sample with a line, per entry key too (pass@1, pass@k)."""
+
+    def __init__(self):
+        self.samples = self.passed = self.errors = 0
+        self.reward = 0.0
+        self.by_key: dict[str, list[int]] = {}  # key -> [verified, passed]
+
+    def add(self, key: str, verification: dict) -> None:
+        self.samples += 1
+        self.passed += bool(verification["passed"])
+        self.errors += verification.get("error") is not None
+        self.reward += verification.get("reward") or 0.0
+        counts = self.by_key.setdefault(key, [0, 0])
+        counts[0] += 1
+        counts[1] += bool(verification["passed"])
+
+    def summary(self, pairs: int) -> dict:
+        entries = list(self.by_key.values())
+        share = (lambda values: round(sum(values) / len(values), 4)) if entries else (lambda values: None)
+        return {
+            "verified_samples": self.samples,
+            "passed": self.passed,
+            "failed": self.samples - self.passed,
+            "errors": self.errors,
+            "mean_reward": round(self.reward / self.samples, 4) if self.samples else None,
+            "pass_at_1": share([passed / verified for verified, passed in entries]),
+            "pass_at_k": share([passed > 0 for _, passed in entries]),
+            "entries_all_passed": sum(passed == verified for verified, passed in entries),
+            "entries_none_passed": sum(passed == 0 for _, passed in entries),
+            "preference_pairs": pairs,
+            "skipped_after_pass": 0,  # the runner knows it: it needs the dataset
+        }
+
+
+def _clean(line: bytes, record: dict) -> bytes:
+    """The line as trajectories.jsonl has it: without the batch file's own keys."""
+    own = [record.pop(key, None) for key in ("discarded", "redactions", "nonzero_exits")]
+    return line if own == [None, None, None] else orjson.dumps(record) + b"\n"
+
+
+def merge(
+    folder: RunFolder,
+    require_reasoning: bool,
+    tool_names: list[str],
+    warn: Callable[[str], None],
+    keep: str = "all",
+    observe: Callable[[dict, str | None], None] | None = None,
+) -> Totals:
+    """`observe(record, why it was dropped or None)` sees every finished sample (the report's data)."""
     totals = Totals()
     tools = {name: {"count": 0, "success": 0, "failure": 0} for name in tool_names}
     turns = with_reasoning = 0
     usage: dict = {}
+    exits: Counter = Counter()
+    verified = Verified()
+    candidates: dict[str, list[Candidate]] = {}  # verified samples the filters keep, by entry key
 
-    def write(handle) -> None:
+    def count_written(record: dict) -> None:
+        totals.trajectories += 1
+        totals.completed += record["completed"]
+        totals.partial += record["partial"]
+
+    def first_pass(handle) -> None:
         nonlocal turns, with_reasoning
-        for line, record in folder.batch_lines(warn):
+        for position, (line, record) in enumerate(folder.batch_lines(warn)):
             for turn in record["conversations"]:
                 if turn["from"] == "gpt":
                     turns += 1
@@ -62,24 +131,48 @@ def merge(folder: RunFolder, require_reasoning: bool, tool_names: list[str], war
                     known[key] += entry[key]
             for key, value in record["metadata"]["usage"].items():
                 usage[key] = usage.get(key, 0) + value
-            totals.finished[entry_key(record["metadata"]["source"])] += 1
-            reason = record.pop("discarded", None)
-            masked = record.pop("redactions", None)
-            for kind, count in (masked or {}).items():
+            key, sample = sample_key(record)
+            totals.finished[key, sample] += 1
+            verification = record["metadata"].get("verification") or {}
+            passed = verification.get("passed")
+            if passed is not None:
+                verified.add(key, verification)
+                totals.passed[key, sample] += passed
+            reason = record.get("discarded")
+            exits.update(record.get("nonzero_exits") or {})
+            for kind, count in (record.get("redactions") or {}).items():
                 totals.redactions[kind] = totals.redactions.get(kind, 0) + count
             if reason == "hallucinated_tool":
                 totals.discarded_hallucinated_tools += 1
-                continue
-            if reason == "no_reasoning" and require_reasoning:
+            elif reason == "no_reasoning" and require_reasoning:
                 totals.discarded_no_reasoning += 1
+            else:
+                reason = None
+            if observe is not None:
+                observe(record, reason)
+            if reason is not None:
                 continue
-            handle.write(line if reason is None and masked is None else orjson.dumps(record) + b"\n")
-            totals.trajectories += 1
-            totals.completed += record["completed"]
-            totals.partial += record["partial"]
+            if passed is not None:
+                reward = verification.get("reward") or 0.0
+                candidates.setdefault(key, []).append(
+                    Candidate(position, passed, reward, record.get("api_calls", 0), sample)
+                )
+            if handle is not None and (keep == "all" or (keep == "passed" and passed)):
+                handle.write(_clean(line, record))
+                count_written(record)
 
-    write_atomic(folder.trajectories, write)
-    totals.tool_statistics = _rates(tools)
+    if keep == "best":
+        first_pass(None)
+    else:
+        write_atomic(folder.trajectories, first_pass)
+    chosen = {c.position for c in map(best, candidates.values()) if c} if keep == "best" else set()
+    pairs = [found for found in map(pair, candidates.values()) if found]
+    if keep == "best" or pairs:
+        _second_pass(folder, warn, chosen, pairs, count_written, keep == "best")
+    elif verified.samples:
+        write_atomic(folder.preferences, lambda handle: None)  # no pair now: none from an earlier merge
+    totals.verification = verified.summary(len(pairs))
+    totals.tool_statistics = _rates(tools, exits)
     totals.reasoning_statistics = {
         "total_assistant_turns": turns,
         "turns_with_reasoning": with_reasoning,
@@ -88,3 +181,30 @@ def merge(folder: RunFolder, require_reasoning: bool, tool_names: list[str], war
     }
     totals.usage = {key: round(value, 6) if isinstance(value, float) else value for key, value in usage.items()}
     return totals
+
+
+def _second_pass(folder: RunFolder, warn, chosen: set[int], pairs: list, count_written, write_best: bool) -> None:
+    """Write the best samples (when `write_best`) and the preference pairs, reading the lines they are
+    on. A pair is written as soon as both its samples have been read."""
+    wanted = {position: index for index, both in enumerate(pairs) for position in (both[0].position, both[1].position)}
+    halves: dict[int, dict[int, dict]] = {}  # pair index -> position -> record
+
+    def write(trajectories, preferences) -> None:
+        for position, (line, record) in enumerate(folder.batch_lines(warn)):
+            if position in wanted:
+                index = wanted[position]
+                found = halves.setdefault(index, {})
+                found[position] = record
+                if len(found) == 2:
+                    chosen_at, rejected_at = pairs[index][0].position, pairs[index][1].position
+                    line_out = preference_line(found[chosen_at], found[rejected_at])
+                    preferences.write(orjson.dumps(line_out) + b"\n")
+                    del halves[index]
+            if position in chosen and trajectories is not None:
+                trajectories.write(_clean(line, dict(record)))
+                count_written(record)
+
+    if write_best:
+        write_atomic(folder.trajectories, lambda t: write_atomic(folder.preferences, lambda p: write(t, p)))
+    else:
+        write_atomic(folder.preferences, lambda p: write(None, p))

@@ -2,33 +2,48 @@
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import asdict
 from datetime import UTC, datetime
 
-from trajforge.events import PromptDone, PromptEnded, PromptError, PromptFailed, RunRefused
+from trajforge.events import PromptDone, PromptEnded, PromptError, PromptFailed, RunRefused, SampleSkipped
 from trajforge.runfolder.folder import RunFolder, write_json_atomic
 
 
 class RunState:
-    def __init__(self, folder: RunFolder, run_name: str, dataset_file: str, entries: dict[int, dict], done: list[int]):
+    def __init__(
+        self,
+        folder: RunFolder,
+        run_name: str,
+        dataset_file: str,
+        entries: dict[int, dict],
+        done: list[int],
+        started: float | None = None,  # time.monotonic() at this invocation's start; None: now
+    ):
         self.folder = folder
         self.run_name = run_name
         self.dataset_file = dataset_file
         self.entries = entries  # prompt_index -> dataset entry
         self.completed = set(done)
         self.failed: set[int] = set()
-        self.batch_stats: dict = folder.load_checkpoint().get("batch_stats", {})
-        self.ended = 0
+        checkpoint = folder.load_checkpoint()
+        self.batch_stats: dict = checkpoint.get("batch_stats", {})
+        self.started = time.monotonic() if started is None else started
+        earlier = checkpoint.get("duration_seconds")  # the earlier invocations' (absent before it was kept)
+        plausible = isinstance(earlier, (int, float)) and not isinstance(earlier, bool) and 0 <= earlier < math.inf
+        self.earlier = earlier if plausible else 0
         self.stopped: str | None = None
         self.saved_at = 0.0
         self.dirty = True
 
-    def record(self, event: PromptEnded) -> None:
-        """One prompt ended: its outcome counts in its batch's stats; a failure also gets a line in
-        errors.jsonl, and a refusal stops the run."""
-        self.ended += 1
+    def record(self, event: PromptEnded | SampleSkipped) -> None:
+        """One sample ended: its outcome counts in its batch's stats; a failure also gets a line in
+        errors.jsonl, and a refusal stops the run. Until settle(), an entry counts as completed from
+        its first finished sample."""
         self.dirty = True
+        if isinstance(event, SampleSkipped):
+            return
         stats = self.batch_stats.setdefault(str(event.batch_num), {}) if event.batch_num is not None else {}
         match event:
             case PromptDone(outcome=outcome, retries=retries):
@@ -47,6 +62,7 @@ class RunState:
         self.folder.append_error(
             {
                 "prompt_index": event.index,
+                "sample_index": event.sample,
                 "batch_num": event.batch_num,
                 **asdict(error),
                 "time": datetime.now(UTC).isoformat(timespec="seconds"),
@@ -59,6 +75,12 @@ class RunState:
         """Model-call retries of the prompts that ended, in every invocation on this folder
         (batch_stats carry over in the checkpoint); for a failed prompt, those of the call that failed."""
         return sum(stats.get("retries", 0) for stats in self.batch_stats.values())
+
+    @property
+    def duration_seconds(self) -> float:
+        """Wall time of every invocation on this folder, this one so far included (each one's is saved
+        with the checkpoint, so a kill -9 loses only the time since a prompt last ended)."""
+        return round(self.earlier + time.monotonic() - self.started, 3)
 
     def settle(self, done: list[int], failed: list[int]) -> None:
         """The final word, from the batch files and errors.jsonl rather than from events that a kill
@@ -79,6 +101,7 @@ class RunState:
                 "completed_prompts": sorted(self.completed),
                 "failed_prompts": sorted(self.failed),
                 "batch_stats": self.batch_stats,
+                "duration_seconds": self.duration_seconds,
                 "last_updated": datetime.now(UTC).isoformat(timespec="seconds"),
             },
         )

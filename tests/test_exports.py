@@ -1,0 +1,222 @@
+"""--export and the dataset card (trajforge/export): the record parser in-process, then real runs against
+the scripted server whose every export loads with HuggingFace `datasets`."""
+
+from __future__ import annotations
+
+import inspect
+import json
+from collections import Counter
+
+import pytest
+from conftest import API_KEY
+
+from batch_runner import main
+from trajectory import ToolCall, Turn, build_record
+from trajforge.config import build_config
+from trajforge.export import llamafactory
+from trajforge.export.publish import publish
+from trajforge.export.record import parse, split_assistant
+from trajforge.export.report import ReportData
+from trajforge.runfolder.folder import RunFolder
+
+TOOLS = ["--distribution=terminal_only"]
+EVERY_FORMAT = "--export=openai,llamafactory,atif,parquet"
+SCHEMAS = [{"type": "function", "function": {"name": n, "description": n, "parameters": {}}} for n in ("a", "b")]
+
+
+def record(turns: list[Turn], exit_reason: str = "completed") -> dict:
+    return build_record(
+        prompt_index=3,
+        entry={"prompt": "do it\nsecond line"},
+        turns=turns,
+        tool_schemas=SCHEMAS,
+        toolsets=["t"],
+        tool_names=["a", "b"],
+        api_calls=len(turns),
+        exit_reason=exit_reason,
+        usage={"prompt_tokens": 5, "completion_tokens": 2, "total_tokens": 7, "reasoning_tokens": 1, "cost": None},
+        metadata={"batch_num": 0, "model": "m", "run_name": "r", "duration_seconds": 1.5},
+    )
+
+
+def parallel() -> list[Turn]:
+    """Two calls in one turn (results answer by id), then an answer."""
+    calls = [ToolCall("c1", "a", '{"x": 1}', {"out": "one"}), ToolCall("c2", "b", "{}", {"error": "bad"})]
+    return [Turn("calling both", "think first", calls), Turn("done", "think again")]
+
+
+def test_parse_matches_results_to_calls_by_id_and_splits_reasoning_from_content():
+    conversation = parse(record(parallel()))
+    assert conversation.prompt == "do it\nsecond line"
+    assert [tool["name"] for tool in conversation.tools] == ["a", "b"]
+    first, last = conversation.steps
+    assert (first.reasoning, first.content, last.reasoning, last.content) == (
+        "think first",
+        "calling both",
+        "think again",
+        "done",
+    )
+    found = [(c.id, c.result, c.ok) for c in first.calls]
+    assert found == [("c1", {"out": "one"}, True), ("c2", {"error": "bad"}, False)]
+
+
+def test_parse_takes_the_uniform_turn_shape_and_records_without_optional_keys():
+    shaped = record(parallel())
+    for turn in shaped["conversations"]:  # every turn with the same keys, tool_calls as JSON text
+        turn["finish_reason"] = (
+            "tool_calls" if turn["tool_calls"] != "[]" else ("stop" if turn["from"] == "gpt" else "")
+        )
+    del shaped["metadata"]["usage"]
+    conversation = parse(shaped)
+    assert [step.finish_reason for step in conversation.steps] == ["tool_calls", "stop"]
+    assert len(conversation.steps[0].calls) == 2 and conversation.steps[1].calls == []
+
+
+@pytest.mark.parametrize(
+    "content",
+    ["plain", "", "quotes <tool_call>\n{} and \n<tool_call>\n in it", "a\n</think>\nstray tag", "<think>x</think>"],
+)
+def test_content_that_imitates_the_markup_comes_back_whole(content):
+    calls = [ToolCall("c1", "a", '{"x": "\\n<tool_call>\\n"}', {})]
+    value = next(t for t in record([Turn(content, "why", calls)])["conversations"] if t["from"] == "gpt")["value"]
+    assert split_assistant(value, 1) == ("why", content.strip())
+
+
+def test_llamafactory_positions_hold_with_parallel_calls_and_a_run_cut_after_a_tool_result():
+    for turns, exit_reason in ((parallel(), "completed"), (parallel()[:1], "max_turns")):
+        row = llamafactory.row(parse(record(turns, exit_reason)), {})
+        roles = [turn["from"] for turn in row["conversations"]]
+        # LLaMA-Factory's rule, 1-based: human/observation at odd positions, gpt/function_call at even ones.
+        assert all(role in ("human", "observation") for role in roles[0::2])
+        assert all(role in ("gpt", "function_call") for role in roles[1::2])
+        assert len(roles) % 2 == 0
+        calls = json.loads(row["conversations"][1]["value"].split("</think>\n\n", 1)[1])
+        assert [call["name"] for call in calls] == ["a", "b"] and calls[0]["arguments"] == {"x": 1}
+
+
+@pytest.fixture
+def exported(run_here):
+    """A run whose trajectories hold parallel calls, broken arguments and a failing tool, plus two
+    samples the merge drops; every format exported."""
+    prompts = ["plain", "[mock calls=3]", "[mock bad_json]", "[mock reasoning=none]", "[mock unknown_tool]"]
+    result = run_here([{"prompt": p} for p in prompts], *TOOLS, EVERY_FORMAT)
+    assert result.code == 0, result.stdout + result.stderr
+    return result
+
+
+def load(path, tmp_path):
+    """`datasets.load_dataset` as a user calls it, offline, its cache in the test's folder."""
+    datasets = pytest.importorskip("datasets")
+    builder = "parquet" if path.suffix == ".parquet" else "json"
+    return datasets.load_dataset(builder, data_files=str(path), split="train", cache_dir=str(tmp_path / "hf"))
+
+
+def test_every_export_loads_with_datasets_and_holds_the_trajectories(exported, tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    kept = exported.trajectories
+    assert len(kept) == 3  # reasoning=none and unknown_tool were dropped
+    export = exported.run_dir / "export"
+    for name in ("openai.jsonl", "llamafactory.json", "atif.jsonl", "trajectories.parquet"):
+        assert len(load(export / name, tmp_path)) == len(kept), name
+    parquet = load(export / "trajectories.parquet", tmp_path)
+    assert [row["prompt_index"] for row in parquet] == [r["prompt_index"] for r in kept]
+    assert parquet[0]["metadata"]["source"] == kept[0]["metadata"]["source"]  # the entry as JSON text
+    assert parquet[0]["conversations"][2]["tool_calls"] == json.loads(kept[0]["conversations"][2]["tool_calls"])
+    info = json.loads((export / "dataset_info.json").read_text())
+    assert info["run"]["file_name"] == "llamafactory.json" and info["run"]["formatting"] == "sharegpt"
+
+
+def test_openai_rows_answer_earlier_calls_and_keep_reasoning_apart(exported):
+    rows = [json.loads(line) for line in (exported.run_dir / "export" / "openai.jsonl").read_text().splitlines()]
+    assert [row["prompt_index"] for row in rows] == [r["prompt_index"] for r in exported.trajectories]
+    parallel_seen = broken_seen = False
+    for row in rows:
+        assert [m["role"] for m in row["messages"][:2]] == ["system", "user"]
+        assert {tool["function"]["name"] for tool in json.loads(row["tools"])} >= {"terminal", "read_file"}
+        called: set[str] = set()
+        for message in row["messages"]:
+            if message["role"] == "assistant":
+                assert message["reasoning_content"] and "<think>" not in message["content"]
+                for call in message.get("tool_calls", []):
+                    json.loads(call["function"]["arguments"])  # always JSON, broken ones as a JSON string
+                    broken_seen |= call["function"]["arguments"].startswith('"')
+                    called.add(call["id"])
+                parallel_seen |= len(message.get("tool_calls", [])) >= 3
+            if message["role"] == "tool":
+                assert message["tool_call_id"] in called  # answers an earlier call of this conversation
+        assert row["model"] == "test-model" and row["run_name"] == "run"
+    assert parallel_seen and broken_seen
+
+
+def test_atif_rows_follow_the_schema(exported):
+    for line in (exported.run_dir / "export" / "atif.jsonl").read_text().splitlines():
+        row = json.loads(line)
+        assert row["schema_version"] == "ATIF-v1.4" and row["agent"]["name"] == "batch-runner"
+        assert [step["step_id"] for step in row["steps"]] == list(range(1, len(row["steps"]) + 1))
+        assert [step["source"] for step in row["steps"][:2]] == ["system", "user"]
+        for step in row["steps"][2:]:
+            assert step["source"] == "agent" and step["reasoning_content"]
+            ids = [call["tool_call_id"] for call in step.get("tool_calls", [])]
+            assert all(isinstance(call["arguments"], dict) for call in step.get("tool_calls", []))
+            assert [r["source_call_id"] for r in step.get("observation", {}).get("results", [])] == ids
+        assert row["final_metrics"]["total_prompt_tokens"] > 0
+
+
+def test_the_card_names_every_file_and_what_shaped_the_data(exported, server):
+    card = (exported.run_dir / "README.md").read_text()
+    header = card.split("---\n")[1]
+    for path in ("trajectories.jsonl", "export/openai.jsonl", "export/atif.jsonl", "export/trajectories.parquet"):
+        assert f'path: "{path}"' in header
+    host = server.base_url.split("//")[1].split("/")[0]
+    assert f"at {host}," in card and "/v1" not in card
+    assert "| `--distribution` | terminal\\_only |" in card and "| `--max_turns` | 10 |" in card
+    assert "dropped" in card and "terminal" in card and "Reasoning coverage" in card
+
+
+def test_no_file_of_the_run_folder_holds_the_api_key(exported):
+    for path in exported.run_dir.rglob("*"):
+        if path.is_file():
+            assert API_KEY.encode() not in path.read_bytes(), path
+
+
+def test_resume_of_a_finished_run_exports_without_a_model_call(run_here, server):
+    first = run_here([{"prompt": "plain"}, {"prompt": "other"}], *TOOLS)
+    assert first.code == 0 and not (first.run_dir / "export").exists()
+    asked = len(server.requests)
+    again = run_here([{"prompt": "plain"}, {"prompt": "other"}], *TOOLS, "--resume", "--export=openai,atif")
+    assert again.code == 0, again.stderr
+    assert len(server.requests) == asked
+    assert sorted(p.name for p in (again.run_dir / "export").iterdir()) == ["atif.jsonl", "openai.jsonl"]
+    # Once exported, a format stays in step with trajectories.jsonl at every later merge.
+    (again.run_dir / "export" / "openai.jsonl").write_text("stale\n")
+    third = run_here([{"prompt": "plain"}, {"prompt": "other"}], *TOOLS, "--resume")
+    assert third.code == 0 and len(server.requests) == asked
+    assert len((third.run_dir / "export" / "openai.jsonl").read_text().splitlines()) == 2
+
+
+@pytest.mark.parametrize(
+    ("flag", "message"),
+    [
+        ("--export=openai,sharegpt", "--export: unknown format 'sharegpt'; choose from openai, llamafactory, atif"),
+        ("--export=", "--export needs at least one name"),
+        ("--report_max_trajectories=-1", "--report_max_trajectories must be at least 0"),
+        ("--report=maybe", "--report must be true or false"),
+    ],
+)
+def test_bad_export_and_report_flags_exit_2_without_requests(run_here, server, flag, message):
+    result = run_here([{"prompt": "plain"}], *TOOLS, flag)
+    assert result.code == 2 and message in result.stderr
+    assert server.requests == []
+
+
+def test_publishing_never_alters_the_trajectories_or_the_statistics(exported):
+    folder = RunFolder(exported.run_dir)
+    before = {path: path.read_bytes() for path in (folder.trajectories, folder.statistics)}
+    flags = {name: parameter.default for name, parameter in inspect.signature(main).parameters.items()}
+    flags.update(dataset_file="x.jsonl", batch_size=1, run_name="run", model="mock", export=EVERY_FORMAT.split("=")[1])
+    collected = ReportData(10)
+    for _, line in folder.batch_lines(print):
+        collected.observe(line, line.get("discarded"))
+    publish(folder, json.loads(folder.statistics.read_text()), build_config(flags), collected, Counter())
+    assert (folder.path / "report.html").exists() and (folder.path / "export" / "atif.jsonl").exists()
+    assert {path: path.read_bytes() for path in before} == before

@@ -1,0 +1,75 @@
+"""export/llamafactory.json and export/dataset_info.json: LLaMA-Factory's `sharegpt` formatting with
+the roles human, gpt, function_call and observation, a `system` and a `tools` column.
+
+LLaMA-Factory's converter (src/llamafactory/data/converter.py, SharegptDatasetConverter) drops a row
+unless human and observation turns sit at odd positions and gpt and function_call turns at even ones
+(1-based), and the count is even (the last turn is the model's). So one assistant turn with several
+calls is ONE function_call turn holding a JSON list of {name, arguments} (its FunctionFormatter takes a
+list), and their results ONE observation turn, joined with `</tool_response>` / `<tool_response>` as
+its own OpenAI converter joins several results. Reasoning goes in front as `<think>...</think>`, which
+its formatters lift out as the thought. Text that came with tool calls has no place in a function_call
+turn (the value must parse as JSON) and is left out; a trajectory that stops after a tool result (a
+limit) ends at its last function_call.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+from trajforge.export import FILES
+from trajforge.export.record import Conversation, Step, dumps, offered_tools
+
+FILE = FILES["llamafactory"]
+INFO_FILE = "dataset_info.json"
+RESULT_JOIN = "\n</tool_response>\n<tool_response>\n"
+
+
+def _thought(step: Step) -> str:
+    return f"<think>\n{step.reasoning}\n</think>\n\n" if step.reasoning else ""
+
+
+def turns(conversation: Conversation) -> list[dict]:
+    out = [{"from": "human", "value": conversation.prompt}]
+    for step in conversation.steps:
+        if not step.calls:
+            out.append({"from": "gpt", "value": _thought(step) + step.content})
+            continue
+        calls = [{"name": call.name, "arguments": call.arguments_value()} for call in step.calls]
+        out.append({"from": "function_call", "value": _thought(step) + dumps(calls)})
+        out.append({"from": "observation", "value": RESULT_JOIN.join(call.result_text() for call in step.calls)})
+    if out[-1]["from"] == "observation":
+        out.pop()
+    return out
+
+
+@lru_cache(maxsize=64)
+def _tools(system: str) -> str:
+    return dumps(list(offered_tools(system)))
+
+
+def row(conversation: Conversation, record: dict) -> dict:
+    return {
+        "conversations": turns(conversation),
+        "system": conversation.system,
+        "tools": _tools(conversation.system),
+    }
+
+
+def dataset_info(name: str) -> dict:
+    """The entry LLaMA-Factory's data/dataset_info.json needs for llamafactory.json."""
+    return {
+        name: {
+            "file_name": FILE,
+            "formatting": "sharegpt",
+            "columns": {"messages": "conversations", "system": "system", "tools": "tools"},
+            "tags": {
+                "role_tag": "from",
+                "content_tag": "value",
+                "user_tag": "human",
+                "assistant_tag": "gpt",
+                "observation_tag": "observation",
+                "function_tag": "function_call",
+                "system_tag": "system",
+            },
+        }
+    }

@@ -1,0 +1,95 @@
+"""Samples: every dataset entry runs `--n_samples` times. What is left to run, matched by content and
+sample index with multiplicity, and how workers learn that an entry has its `--stop_after_passes`.
+
+A unit of work is one sample of one entry, `(prompt_index, sample_index)`. Samples go out sample-major
+(sample 0 of every entry, then sample 1, ...), so an entry's early samples finish, and may pass, before
+its later ones start: that is what lets --stop_after_passes save the later ones.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+from collections import Counter
+from dataclasses import dataclass, field
+
+from trajforge.dataset import Entry
+from trajforge.runfolder.folder import entry_key
+
+Unit = tuple[int, int]  # (prompt_index, sample_index)
+
+
+@dataclass
+class Plan:
+    pending: list[tuple[Entry, int]]  # (entry, sample index) still to run, sample-major
+    done: list[int]  # prompt indices every sample of which has a final outcome (or was skipped)
+    unfinished: list[Entry]  # entries with a sample still to run
+    skipped: int = 0  # samples not run: their entry had --stop_after_passes passes
+    passes: dict[int, int] = field(default_factory=dict)  # prompt index -> passed samples, for unfinished ones
+
+
+def plan_samples(
+    entries: list[Entry], finished: Counter, passed: Counter, n_samples: int = 1, stop_after: int | None = None
+) -> Plan:
+    """Subtract the finished samples (`finished`: (entry key, sample index) -> batch lines, `passed`: the
+    same for lines whose verification passed) from the dataset. A key that appears twice in the dataset
+    has two copies of each sample: copy j of a sample is finished when there are more than j lines for
+    it, and passed when more than j of them passed (passing lines go to the first copies)."""
+    copies: Counter = Counter()
+    plan = Plan([], [], [])
+    for entry in entries:
+        key = entry_key(entry.data)
+        copy = copies[key]
+        copies[key] += 1
+        todo = [sample for sample in range(n_samples) if finished[(key, sample)] <= copy]
+        passes = sum(passed[(key, sample)] > copy for sample in range(n_samples))
+        if stop_after is not None and passes >= stop_after:
+            plan.skipped += len(todo)
+            todo = []
+        if todo:
+            plan.unfinished.append(entry)
+            plan.pending += [(entry, sample) for sample in todo]
+            if passes:
+                plan.passes[entry.index] = passes
+        else:
+            plan.done.append(entry.index)
+    plan.pending.sort(key=lambda item: item[1])  # stable: dataset order within each sample index
+    return plan
+
+
+class PassCounts:
+    """Passed samples per prompt index, so that no worker starts a sample of an entry that already has
+    `limit` passes. A worker counts its own passes before it takes its next sample, so one worker's
+    order is exact; samples other workers already started finish anyway (and count).
+
+    `shared` counts live in memory the forked workers of this machine share; `local` ones in one
+    process (a Ray task, which starts from what the driver knew)."""
+
+    def __init__(self, limit: int | None, counts, lock=None):
+        self.limit = limit
+        self.counts = counts
+        self.lock = lock
+
+    @classmethod
+    def shared(cls, limit: int | None, initial: dict[int, int], size: int) -> PassCounts:
+        if limit is None:
+            return cls(None, None)
+        array = multiprocessing.get_context("fork").Array("i", max(size, 1))
+        for index, count in initial.items():
+            array[index] = count
+        return cls(limit, array, array.get_lock())
+
+    @classmethod
+    def local(cls, limit: int | None, initial: dict[int, int]) -> PassCounts:
+        return cls(limit, Counter(initial) if limit is not None else None)
+
+    def reached(self, index: int) -> bool:
+        return self.limit is not None and self.counts[index] >= self.limit
+
+    def add(self, index: int) -> None:
+        if self.limit is None:
+            return
+        if self.lock is None:
+            self.counts[index] += 1
+            return
+        with self.lock:
+            self.counts[index] += 1

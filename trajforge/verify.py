@@ -1,0 +1,160 @@
+"""Verification of a finished sample, in its own still-open environment, after the agent's last turn.
+
+What checks a sample: `--verifier=file.py:function` when given, else the entry's `verify` field: a shell
+command (its last output line, when a number, is the reward; else exit 0 is 1.0), or an object of checks
+(`command`, `final_contains`, `final_excludes`, `tools_called`). Nothing of it enters the conversation
+or tool_stats. A verifier that fails in any way (raises, times out, answers garbage) gives a sample that
+did not pass, with the error recorded: the sample is saved all the same.
+
+The result is always the same dict, `{passed, reward, output, duration_seconds, error}`, all null for
+an unverified sample, so every record has the same keys and types.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from dataclasses import dataclass
+
+from trajectory import Turn
+from trajforge.environments import Environment
+
+OUTPUT_CAP = 2000  # characters of a verifier's output kept in the record
+CHECKS = ("command", "final_contains", "final_excludes", "tools_called")
+KEYS = ("passed", "reward", "output", "duration_seconds", "error")
+
+
+@dataclass(frozen=True)
+class VerifySettings:
+    timeout: float = 300.0  # seconds for one sample's whole verification
+    threshold: float = 0.5  # reward a sample needs to pass
+    verifier: str | None = None  # "/abs/path/file.py:function" or "module:function"; wins over `verify`
+
+
+def unverified() -> dict:
+    return dict.fromkeys(KEYS)
+
+
+def spec_problem(spec) -> str | None:
+    """Why a dataset entry's `verify` value cannot be used, or None."""
+    if isinstance(spec, str):
+        return None if spec.strip() else '"verify" must be a non-empty command'
+    if not isinstance(spec, dict):
+        return f'"verify" must be a command (string) or an object of checks, got {type(spec).__name__}'
+    unknown = sorted(set(spec) - set(CHECKS))
+    if unknown:
+        return f'"verify" has unknown check(s) {", ".join(map(repr, unknown))}; known: {", ".join(CHECKS)}'
+    if not spec:
+        return f'"verify" needs at least one of {", ".join(CHECKS)}'
+    if "command" in spec and not (isinstance(spec["command"], str) and spec["command"].strip()):
+        return '"verify.command" must be a non-empty string'
+    for name in CHECKS[1:]:
+        value = spec.get(name, [])
+        if not isinstance(value, list) or not all(isinstance(item, str) and item for item in value):
+            return f'"verify.{name}" must be a list of non-empty strings'
+    return None
+
+
+def number(text: str) -> float | None:
+    """A finite number written alone on a line, else None."""
+    try:
+        value = float(text.strip())
+    except ValueError:
+        return None
+    return value if math.isfinite(value) else None
+
+
+def command_reward(output: str, exit_code: int) -> float:
+    """The last non-empty line of the output when it is a number; else 1.0 for exit 0, 0.0 otherwise."""
+    lines = [line for line in output.splitlines() if line.strip()]
+    found = number(lines[-1]) if lines else None
+    if found is not None:
+        return found
+    return 1.0 if exit_code == 0 else 0.0
+
+
+def final_answer(turns: list[Turn]) -> str:
+    return turns[-1].content if turns else ""
+
+
+def check_failures(spec: dict, turns: list[Turn]) -> list[str]:
+    """The checks of an object spec (other than its command) that do not hold, each said in words."""
+    final = final_answer(turns)
+    called = {call.name for turn in turns for call in turn.calls}
+    failures = [f"final answer lacks {text!r}" for text in spec.get("final_contains", []) if text not in final]
+    failures += [f"final answer contains {text!r}" for text in spec.get("final_excludes", []) if text in final]
+    failures += [f"tool {name!r} was not called" for name in spec.get("tools_called", []) if name not in called]
+    return failures
+
+
+CUT = "\n[... output cut ...]"
+
+
+def capped(text: str) -> str:
+    return text if len(text) <= OUTPUT_CAP else text[: OUTPUT_CAP - len(CUT)] + CUT
+
+
+def result(passed: bool, reward: float, output: str, started: float, error: str | None = None) -> dict:
+    return {
+        "passed": passed,
+        "reward": float(reward),
+        "output": capped(output),
+        "duration_seconds": round(time.monotonic() - started, 3),
+        "error": error,
+    }
+
+
+def reading(value, threshold: float) -> tuple[float, bool, str]:
+    """(reward, passed, output) from what a Python verifier returned: a number, or a dict with a number
+    `reward`, optionally a bool `passed` (default: reward >= threshold) and `info` (kept as output).
+    ValueError for anything else."""
+    if isinstance(value, dict):
+        reward, passed, info = value.get("reward"), value.get("passed"), value.get("info")
+        if passed is not None and not isinstance(passed, bool):
+            raise ValueError(f"'passed' must be true or false, got {passed!r}"[:300])
+        output = info if isinstance(info, str) else "" if info is None else json.dumps(info, default=str)
+    else:
+        reward, passed, output = value, None, ""
+    if isinstance(reward, bool) or not isinstance(reward, int | float) or not math.isfinite(reward):
+        raise ValueError(
+            f"returned {value!r}"[:300] + "; return a finite number (the reward) or a dict {reward, passed, info}"
+        )
+    return float(reward), reward >= threshold if passed is None else passed, output
+
+
+async def run_command(env: Environment, command: str, timeout: float, threshold: float, started: float) -> dict:
+    done = await env.exec(command, timeout, capped=False)
+    if done.timed_out:
+        return result(False, 0.0, done.output, started, f"verify command timed out after {timeout:g}s")
+    reward = command_reward(done.output, done.exit_code)
+    return result(done.exit_code == 0 and reward >= threshold, reward, done.output, started)
+
+
+async def verify_sample(settings: VerifySettings, entry: dict, record: dict, turns: list[Turn], env) -> dict:
+    """The verification of one finished sample (unverified() when nothing checks it). `env` is the
+    sample's environment, still open. Never raises: a verification that breaks is a sample that did
+    not pass, with the error recorded."""
+    started = time.monotonic()
+    try:
+        return await _verify(settings, entry, record, turns, env, started)
+    except Exception as exc:  # e.g. the container vanished under the verify command
+        return result(False, 0.0, "", started, f"verification failed: {type(exc).__name__}: {exc}")
+
+
+async def _verify(settings: VerifySettings, entry: dict, record: dict, turns: list[Turn], env, started: float) -> dict:
+    if settings.verifier:
+        from trajforge.verifier import call_verifier  # forks: loaded only by runs that have one
+
+        return await call_verifier(settings, record, env, started)
+    spec = entry.get("verify")
+    if spec is None:
+        return unverified()
+    if isinstance(spec, str):
+        return await run_command(env, spec, settings.timeout, settings.threshold, started)
+    failures = check_failures(spec, turns)
+    if failures:
+        return result(False, 0.0, "\n".join(failures), started)
+    if "command" in spec:
+        return await run_command(env, spec["command"], settings.timeout, settings.threshold, started)
+    return result(settings.threshold <= 1.0, 1.0, "every check holds", started)
