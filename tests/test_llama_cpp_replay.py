@@ -2,10 +2,7 @@
 llama-server (CPU build, SmolLM2-135M-Instruct) answered to the runner's own requests, recorded by
 bench/record_llama.py through trajforge/mock/recorder.py; trajforge/mock/replay.py serves those bytes
 again. The real batch_runner.py runs against the replay, so these tests see the server's own tool-call
-ids, stream deltas, error bodies and finish reasons, not the scripted mock's.
-
-Tests marked xfail need the endpoint behaviours of issue 17 items 1, 2, 5 and 8 (branch h17a, and the
-turn shape of h17b), which this branch does not have yet."""
+ids, stream deltas, error bodies and finish reasons, not the scripted mock's."""
 
 from __future__ import annotations
 
@@ -17,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from conftest import InProcessRunner, Result
+from conftest import InProcessRunner, Result, calls
 
 from trajforge.mock.recorder import RecordingProxy
 from trajforge.mock.replay import TOOL_RESULT, UNMATCHED, ReplayServer, load_fixture, normalized, runner_flags
@@ -32,7 +29,6 @@ SCENARIOS = [
     "context_overflow",
     "no_tools_template",
 ]
-NEEDS_H17A = pytest.mark.xfail(reason="needs issue 17 items 1/2/5 (branch h17a)", strict=True)
 
 
 @dataclass
@@ -123,7 +119,7 @@ def recorded_calls(fixture: dict) -> list[dict]:
 
 
 def saved_calls(result: Result) -> list[dict]:
-    return [c for r in result.batch_lines for t in r["conversations"] for c in t.get("tool_calls") or []]
+    return [c for r in result.batch_lines for c in saved_calls_of(r)]
 
 
 # -- the replay server itself ---------------------------------------------------------------------
@@ -283,7 +279,7 @@ def test_tool_calls_are_recorded_as_the_server_sent_them(replayed, name):
 
 
 def saved_calls_of(record: dict) -> list[dict]:
-    return [c for t in record["conversations"] for c in t.get("tool_calls") or []]
+    return [c for t in record["conversations"] for c in calls(t)]
 
 
 def test_think_in_the_content_becomes_the_reasoning(replayed):
@@ -306,7 +302,6 @@ def test_a_cut_answer_is_saved_as_the_server_cut_it(replayed):
     assert answers == sorted(f"<think>\n\n</think>\n{m['content'].strip()}" for m in messages)
 
 
-@NEEDS_H17A
 def test_a_cut_answer_ends_the_session_partial_with_exit_reason_length(replayed):
     run = replayed("length_stop")
     records = run.result.batch_lines
@@ -325,11 +320,10 @@ def test_the_context_overflow_is_recorded_in_llama_cpp_s_own_words(replayed):
     assert run.result.code == 1 and len(run.result.jsonl("errors.jsonl")) == 1
 
 
-@NEEDS_H17A
 def test_the_context_overflow_fails_the_prompt_at_once(replayed):
     run = replayed("context_overflow", "--max_retries=3", drop=("--max_retries",))
     [error] = run.result.jsonl("errors.jsonl")
-    assert (error["error_type"], error["attempts"]) == ("api_context_length", 1)
+    assert (error["error_type"], error["attempts"]) == ("context_length", 1)
     assert "--max_turns" in error["message"]
     failing = [s for s in run.replay.served() if s.status >= 400]
     assert len(failing) == 1  # not retried: the server was asked once
@@ -344,7 +338,6 @@ def test_without_a_tools_template_the_model_calls_no_tool(replayed):
     assert run.result.trajectories == []
 
 
-@NEEDS_H17A
 def test_without_a_tools_template_the_run_says_tools_may_not_be_supported(replayed):
     run = replayed("no_tools_template", "--require_reasoning=True")
     said = " ".join((run.result.stdout + run.result.stderr).split())
@@ -352,7 +345,6 @@ def test_without_a_tools_template_the_run_says_tools_may_not_be_supported(replay
     assert "--require_reasoning=False" in said
 
 
-@NEEDS_H17A
 def test_the_model_name_the_server_reports_is_kept(replayed):
     run = replayed("plain_tool_calls")
     reported = {json.loads(b)["model"] for s, b in chat_replies(run.fixture) if s == 200}
