@@ -66,6 +66,15 @@ def main(
     executor: str = "pool",
     ray_address: str | None = None,
     ray_shared_fs: bool = False,
+    price_input: float | None = None,
+    price_output: float | None = None,
+    price_cached_input: float | None = None,
+    max_cost: float | None = None,
+    max_cost_per_prompt: float | None = None,
+    max_tokens_per_prompt: int | None = None,
+    max_requests_per_minute: float | None = None,
+    max_tokens_per_minute: float | None = None,
+    no_cache: bool = False,
 ) -> None:
     """Run the agent over every prompt of --dataset_file; outputs go to <output_dir>/<run_name>/.
 

@@ -13,6 +13,8 @@ from toolset_distributions import DISTRIBUTIONS
 from trajforge.dataset import UsageError
 from trajforge.environments import KINDS, EnvironmentSettings
 from trajforge.model.client import ModelSettings
+from trajforge.money.pricing import Prices
+from trajforge.money.spending import MoneySettings
 from trajforge.secrets import Secrets
 from trajforge.tools.settings import ToolSettings
 
@@ -51,6 +53,7 @@ class RunConfig:
     executor: str = "pool"  # "pool" (local processes) or "ray"
     ray_address: str | None = None  # None: a private local Ray instance
     ray_shared_fs: bool = False  # Ray tasks write batch files themselves (the run folder is on every node)
+    money: MoneySettings = field(default_factory=MoneySettings)  # cache, budget, per-prompt and rate limits
 
     @property
     def preamble(self) -> list[dict]:
@@ -108,6 +111,55 @@ def as_seconds(value, flag: str) -> float:
     if number <= 0:
         raise UsageError(f"--{flag} must be more than 0 seconds")
     return number
+
+
+def as_amount(value, flag: str, what: str = "an amount in USD", positive: bool = True) -> float | None:
+    """A finite number (more than 0, or at least 0 for a price), or None when the flag was not given."""
+    if value is None:
+        return None
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        number = math.nan
+    if isinstance(value, bool) or not math.isfinite(number):
+        raise UsageError(f"--{flag} must be {what}, got {value!r}")
+    if number < 0 or (positive and number == 0):
+        raise UsageError(f"--{flag} must be {'more than' if positive else 'at least'} 0, got {value!r}")
+    return number
+
+
+def _prices(flags: dict) -> Prices | None:
+    """USD per million tokens; input and output go together (half a price would be a wrong cost)."""
+    per_million = "a price in USD per million tokens"
+    found = {f: as_amount(flags[f], f, per_million, positive=False) for f in ("price_input", "price_output")}
+    cached = as_amount(flags["price_cached_input"], "price_cached_input", per_million, positive=False)
+    if None in found.values():
+        if any(value is not None for value in (*found.values(), cached)):
+            raise UsageError("--price_input and --price_output go together (USD per million tokens); pass both")
+        return None
+    return Prices(found["price_input"], found["price_output"], cached)
+
+
+def _money(flags: dict, run_dir: Path, max_retries: int, request_timeout: float) -> MoneySettings:
+    money = MoneySettings(
+        folder=str(run_dir.resolve()),
+        max_cost=as_amount(flags["max_cost"], "max_cost"),
+        max_cost_per_prompt=as_amount(flags["max_cost_per_prompt"], "max_cost_per_prompt"),
+        max_tokens_per_prompt=as_int(flags["max_tokens_per_prompt"], "max_tokens_per_prompt", 1, optional=True),
+        max_requests_per_minute=as_amount(flags["max_requests_per_minute"], "max_requests_per_minute", "a number"),
+        max_tokens_per_minute=as_amount(flags["max_tokens_per_minute"], "max_tokens_per_minute", "a number"),
+        cache=not as_bool(flags["no_cache"], "no_cache"),
+        # No call can hold its reservation longer than all its attempts and the waits between them.
+        reservation_ttl=request_timeout * (max_retries + 1) + 60.0 * max_retries + 60.0,
+    )
+    shared = money.max_cost or money.max_requests_per_minute or money.max_tokens_per_minute
+    remote = flags["executor"] == "ray" and flags["ray_address"] is not None
+    if shared and remote and not as_bool(flags["ray_shared_fs"], "ray_shared_fs"):
+        raise UsageError(
+            "--max_cost and the rate limits are shared through the run folder, which Ray nodes see only with "
+            "--ray_shared_fs; pass it (the run folder mounted on every node) or leave --ray_address out"
+        )
+    return money
 
 
 def choice(value, flag: str, allowed) -> str | None:
@@ -220,6 +272,7 @@ def build_config(flags: dict) -> RunConfig:
         request_timeout=as_seconds(flags["request_timeout"], "request_timeout"),
         max_retries=as_int(flags["max_retries"], "max_retries", 0),
         stream=as_bool(flags["stream"], "stream"),
+        prices=_prices(flags),
     )
     return RunConfig(
         dataset_file=Path(str(flags["dataset_file"])),
@@ -256,4 +309,5 @@ def build_config(flags: dict) -> RunConfig:
         executor=_executor(flags),
         ray_address=None if flags["ray_address"] is None else str(flags["ray_address"]),
         ray_shared_fs=as_bool(flags["ray_shared_fs"], "ray_shared_fs"),
+        money=_money(flags, run_dir, model.max_retries, model.request_timeout),
     )

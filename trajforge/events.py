@@ -61,6 +61,18 @@ class RunRefused:
 
 
 @dataclass(frozen=True)
+class PromptStopped:
+    """A prompt stopped before its next model call because the run may make no more (`reason`:
+    "budget" for --max_cost, "cost_unknown" when a cost limit meets a reply without a cost). Not
+    finished and not failed: no line anywhere, and `--resume` runs it again."""
+
+    index: int
+    batch_num: int
+    reason: str
+    message: str = ""
+
+
+@dataclass(frozen=True)
 class LogLine:
     """A --verbose line to print as is."""
 
@@ -68,4 +80,4 @@ class LogLine:
 
 
 PromptEnded = PromptDone | PromptFailed | RunRefused
-Event = Claimed | PromptEnded | LogLine
+Event = Claimed | PromptEnded | PromptStopped | LogLine

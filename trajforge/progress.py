@@ -9,14 +9,18 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from trajforge.events import PromptDone, PromptEnded
+from trajforge.money.report import PRICE_HINT, continue_command, next_budget, projected, spent
+from trajforge.money.store import Totals
 
 PLAIN_EVERY = 10.0  # seconds between progress lines when stdout is not a terminal
 
 
 class ProgressView:
-    def __init__(self, console: Console, total: int):
+    def __init__(self, console: Console, total: int, money: Totals):
         self.console = console
         self.total = total
+        self.spent_before = money.spent  # what earlier invocations paid: the projection is about this one
+        self.totals = money
         self.done = self.failed = self.discarded = 0
         self.started = self.last_line = time.monotonic()
         self.bar = None
@@ -28,9 +32,10 @@ class ProgressView:
                 TextColumn("failed [red]{task.fields[failed]}[/] discarded [yellow]{task.fields[discarded]}[/]"),
                 TextColumn("{task.fields[rate]}/s"),
                 TimeRemainingColumn(),
+                TextColumn("{task.fields[money]}"),
                 console=console,
             )
-            self.task = self.bar.add_task("prompts", total=total, failed=0, discarded=0, rate="0.0")
+            self.task = self.bar.add_task("prompts", total=total, failed=0, discarded=0, rate="0.0", money="")
 
     def __enter__(self) -> ProgressView:
         if self.bar:
@@ -56,11 +61,27 @@ class ProgressView:
                 self.failed += 1
         self.tick()
 
+    def money(self, totals: Totals) -> None:
+        self.totals = totals
+
+    def _money_text(self) -> str:
+        """Spent so far in the run folder and the projected total, e.g. `$0.42 spent, ~$1.30 total`."""
+        paid = spent(self.totals)
+        if paid is None:
+            return "cost unknown"
+        guess = projected(self.spent_before, paid, self.done, self.total)
+        return f"${paid:.4f} spent" + (f", ~${guess:.4f} total" if guess is not None else "")
+
     def tick(self) -> None:
         rate = self.done / max(time.monotonic() - self.started, 1e-9)
         if self.bar:
             self.bar.update(
-                self.task, completed=self.done, failed=self.failed, discarded=self.discarded, rate=f"{rate:.1f}"
+                self.task,
+                completed=self.done,
+                failed=self.failed,
+                discarded=self.discarded,
+                rate=f"{rate:.1f}",
+                money=self._money_text(),
             )
         elif time.monotonic() - self.last_line >= PLAIN_EVERY:
             self._line()
@@ -71,7 +92,7 @@ class ProgressView:
         eta = (self.total - self.done) / rate if rate else float("nan")
         self.log(
             f"[{time.strftime('%H:%M:%S')}] {self.done}/{self.total} prompts ended, {self.failed} failed, "
-            f"{self.discarded} discarded, {rate:.1f}/s, ETA {eta:.0f}s"
+            f"{self.discarded} discarded, {rate:.1f}/s, ETA {eta:.0f}s, {self._money_text()}"
         )
 
 
@@ -105,10 +126,14 @@ def print_summary(console: Console, stats: dict, run_counts: dict, paths: dict) 
     usage = stats["usage"]
     if usage.get("total_tokens"):
         line = (
-            f"Tokens: {usage.get('prompt_tokens', 0):,} prompt, {usage.get('completion_tokens', 0):,} completion "
-            f"({usage.get('reasoning_tokens', 0):,} reasoning), {usage['total_tokens']:,} total"
+            f"Tokens: {usage.get('prompt_tokens', 0):,} prompt ({usage.get('cached_tokens', 0):,} cached), "
+            f"{usage.get('completion_tokens', 0):,} completion ({usage.get('reasoning_tokens', 0):,} reasoning), "
+            f"{usage['total_tokens']:,} total"
         )
-        console.print(line + (f"; cost ${usage['cost']:.4f}" if usage.get("cost") else ""))
+        known = stats.get("cost_known", True) and usage.get("cost") is not None
+        cost = f"cost ${usage['cost']:.4f}" if known else f"cost unknown (the endpoint reported none): {PRICE_HINT}"
+        console.print(f"{line}; {cost}")
+    _print_money(console, stats)
     masked = {kind: count for kind, count in stats.get("redactions", {}).items() if count}
     if masked:  # the model quoted what it must not, or a command found a key: worth a look
         console.print(
@@ -121,3 +146,28 @@ def print_summary(console: Console, stats: dict, run_counts: dict, paths: dict) 
             f"[red]{stats['failed']} prompt(s) failed[/] (see errors.jsonl); rerun the same command with --resume "
             "to retry them."
         )
+
+
+def _print_money(console: Console, stats: dict) -> None:
+    cache, budget = stats.get("cache") or {}, stats.get("budget") or {}
+    if cache.get("hits"):
+        console.print(
+            f"Response cache: {cache['hits']} calls answered from it (saving ${cache['saved_cost']:.4f}), "
+            f"{cache['misses']} paid"
+        )
+    if budget.get("max_cost") is not None and budget.get("spent") is not None:
+        console.print(f"Budget: ${budget['spent']:.4f} spent of ${budget['max_cost']:.2f} (--max_cost)")
+
+
+def print_budget_stop(console: Console, stats: dict, totals: Totals, spent_before: float, argv: list[str]) -> None:
+    """The run stopped at its budget: what was spent of what, what remains and how to go on."""
+    paid, budget = spent(totals) or 0.0, stats["budget"]["max_cost"]
+    finished = stats["total_prompts"] - stats["remaining"]
+    more = next_budget(paid, budget, finished, stats["total_prompts"])
+    console.print(
+        f"[yellow]Budget reached:[/] ${paid:.4f} spent of ${budget:.2f} (--max_cost), this invocation "
+        f"${paid - spent_before:.4f}; {stats['remaining']} of {stats['total_prompts']} dataset entries remain. "
+        "Prompts stopped on the way are not saved; their paid calls are answered from the response cache. "
+        "To continue:"
+    )
+    console.print(continue_command(argv, more), markup=False, highlight=False)

@@ -20,11 +20,13 @@ from toolset_distributions import DISTRIBUTIONS, usable
 from trajforge.config import RunConfig
 from trajforge.dataset import Entry, UsageError, load_dataset
 from trajforge.environments import SetupError, choose, prepare_run, remove_leftovers
-from trajforge.events import LogLine, PromptDone, PromptEnded, PromptError, PromptFailed, RunRefused
+from trajforge.events import LogLine, PromptDone, PromptEnded, PromptError, PromptFailed, PromptStopped, RunRefused
 from trajforge.executors.pool import ProcessPool
 from trajforge.executors.ray_pool import RayPool
 from trajforge.executors.worker import Batch, WorkerSetup
-from trajforge.progress import ProgressView, print_summary
+from trajforge.money.report import money_statistics
+from trajforge.money.store import Store
+from trajforge.progress import ProgressView, print_budget_stop, print_summary
 from trajforge.runfolder.folder import RunFolder, entry_key, write_json_atomic
 from trajforge.runfolder.merge import merge
 from trajforge.runfolder.state import RunState
@@ -54,7 +56,7 @@ def mock_endpoint(config: RunConfig):
         url = line.split("=", 1)[1]
         # The mock model sends its tools to its own pages: the one loopback origin URL checks let through.
         tools = replace(config.tools, trusted_origins=frozenset({urlsplit(url).netloc}))
-        yield replace(config, model=replace(config.model, base_url=url), tools=tools)
+        yield replace(config, model=replace(config.model, base_url=url, cache_as="mock"), tools=tools)
     finally:
         server.kill()
         server.wait()
@@ -92,6 +94,7 @@ class BatchRunner:
         self.config = config
         self.console = console
         self.folder = RunFolder(config.run_dir)
+        self.money = Store(config.run_dir)  # the response cache, the ledger and the budget: money/store.py
         self.warned: set[str] = set()
 
     def warn(self, text: str) -> None:
@@ -133,7 +136,10 @@ class BatchRunner:
                 f"({', '.join(DISTRIBUTIONS[config.distribution])}); try --distribution=terminal_only"
             )
         with self.folder.locked():
-            return self._run_locked(entries, weights, toolsets, started)
+            try:
+                return self._run_locked(entries, weights, toolsets, started)
+            finally:
+                self.money.close()
 
     def _run_locked(self, entries: list[Entry], weights: dict, toolsets: dict, started: float) -> int:
         config = self.config
@@ -151,15 +157,19 @@ class BatchRunner:
         by_index = {e.index: e.data for e in entries}
         state = RunState(self.folder, config.run_name, str(config.dataset_file), by_index, done)
         interrupted = False
+        self.money.begin()
+        spent_before = self.money.totals().spent
+        self.money.close()  # no connection of ours may cross the fork into the workers
         if batches:
             prepare_run(config.environment, config.resume)
             with browser_for_workers(config, "browser" in weights) as shared, mock_endpoint(shared) as live:
-                setup = WorkerSetup(live, weights, toolsets, tool_names)
+                setup = WorkerSetup(live, weights, toolsets, tool_names, occurrences(entries))
                 interrupted = self.execute(setup, batches, state)
         totals = merge(self.folder, config.require_reasoning, tool_names, self.warn)
         # The batch files, not the events that raced a kill or Ctrl-C, say what is done.
         remaining, done = match(entries, totals.finished)
         error_counts, failed_before = self.folder.error_summary()
+        money = self.money.totals()
         state.settle(done, [e.index for e in remaining if entry_key(e.data) in failed_before])
         stats = {
             "run_name": config.run_name,
@@ -183,6 +193,7 @@ class BatchRunner:
             "tool_statistics": totals.tool_statistics,
             "reasoning_statistics": totals.reasoning_statistics,
             "usage": totals.usage,
+            **money_statistics(money, totals.cost_known, config.money.max_cost, state.halted == "budget"),
             "errors": error_counts,
             "redactions": totals.redactions,
         }
@@ -198,6 +209,15 @@ class BatchRunner:
                 f"[red]Stopped:[/] {escape(state.stopped)}. Fix the key or account, then rerun with --resume."
             )
             return 1
+        if state.halted == "cost_unknown":
+            self.console.print(
+                f"[red]Stopped:[/] --max_cost needs the cost of every call, but {escape(state.halt_message)}. "
+                "Set --price_input and --price_output (USD per million tokens), then rerun with --resume."
+            )
+            return 2
+        if state.halted == "budget":
+            print_budget_stop(self.console, stats, money, spent_before, sys.argv)
+            return 3
         return 1 if remaining else 0
 
     def execute(self, setup: WorkerSetup, batches: list[Batch], state: RunState) -> bool:
@@ -211,24 +231,32 @@ class BatchRunner:
         previous = signal.signal(signal.SIGTERM, _interrupt)
         try:
             executor.start(batches)
-            with ProgressView(self.console, len(outstanding)) as view:
+            with ProgressView(self.console, len(outstanding), self.money.totals()) as view:
 
                 def ended(event: PromptEnded) -> None:
                     outstanding.discard(event.index)
                     state.record(event)
                     view.update(event)
 
-                while outstanding and not state.stopped:
+                while outstanding and not state.stopped and not (state.halted and not executor.busy()):
                     events = executor.poll(0.5)
                     for event in events:
                         match event:
                             case LogLine(text=text):
                                 view.log(text)
+                            case PromptStopped(index=index, reason=reason, message=message):
+                                outstanding.discard(index)
+                                state.halt(reason, message)
                             case PromptDone() | PromptFailed() | RunRefused():
                                 ended(event)
-                    if not events:
+                    money = self.money.totals()
+                    if money.stopped:  # the budget is spent: no prompt starts, those in flight stop at their next call
+                        state.halt(money.stopped)
+                        executor.halt()
+                    elif not events:
                         for index, reason in sorted(executor.lost(outstanding).items()):
                             ended(PromptFailed(index, None, PromptError("worker_died", reason, 1)))
+                    view.money(money)
                     view.tick()
                     state.save_every(CHECKPOINT_EVERY)
             return False
@@ -241,6 +269,20 @@ class BatchRunner:
             executor.stop(finished=not outstanding)
             with contextlib.suppress(SetupError):  # a worker killed after its grace period leaves containers
                 remove_leftovers(self.config.environment)
+
+
+def occurrences(entries: list[Entry]) -> dict[int, int]:
+    """prompt_index -> which identical copy of its entry it is, for the second copy on: two copies are
+    two samples, never answered from each other's cache. Counted in dataset order, as --resume
+    matches finished prompts, so a copy keeps its number on every invocation."""
+    seen: Counter = Counter()
+    found = {}
+    for entry in entries:
+        key = entry_key(entry.data)
+        if seen[key]:
+            found[entry.index] = seen[key]
+        seen[key] += 1
+    return found
 
 
 def _interrupt(signum, frame) -> None:

@@ -11,7 +11,7 @@ from trajectory import Turn, split_reasoning
 from trajforge.agent.calls import read_tool_calls
 from trajforge.model.client import ModelClient
 from trajforge.model.retry import ModelCallFailed
-from trajforge.model.usage import add_usage, empty_usage
+from trajforge.model.usage import add_usage, empty_usage, usage_total
 from trajforge.tools import Tool, call_tool
 from trajforge.tools.session import ToolSession
 
@@ -23,8 +23,24 @@ class AgentResult:
     turns: list[Turn]
     api_calls: int
     retries: int
-    exit_reason: str  # "completed" | "max_turns" | "timeout"
+    exit_reason: str  # "completed" | "max_turns" | "timeout" | "cost_limit" | "token_limit"
     usage: dict
+
+
+@dataclass(frozen=True)
+class PromptLimits:
+    """--max_cost_per_prompt and --max_tokens_per_prompt: the session ends partial once it reaches one."""
+
+    max_cost: float | None = None
+    max_tokens: int | None = None
+
+    def reached(self, usage: dict) -> str | None:
+        """The exit reason for a prompt that has used `usage` (its calls and its tools'), or None."""
+        if self.max_tokens is not None and usage["total_tokens"] >= self.max_tokens:
+            return "token_limit"
+        if self.max_cost is not None and usage["cost"] is not None and usage["cost"] >= self.max_cost:
+            return "cost_limit"
+        return None
 
 
 async def run_agent(
@@ -38,18 +54,25 @@ async def run_agent(
     *,
     max_tool_calls: int = 32,
     timeout: float | None = None,
+    limits: PromptLimits = PromptLimits(),
+    scope: str = "",
 ) -> AgentResult:
     """Send messages and tools; run the tool calls (the first `max_tool_calls` of a reply) and send the
-    results back; stop on a reply without tool calls (completed), after `max_turns` model calls or
-    after `timeout` seconds (partial, with the turns so far: a limit is an outcome, not an error; with no
-    turn at all, the prompt fails instead)."""
+    results back; stop on a reply without tool calls (completed), after `max_turns` model calls, after
+    `timeout` seconds or before a call once the prompt's usage (its tools' included) reaches a limit
+    (partial, with the turns so far: a limit is an outcome, not an error; with no turn at all, the
+    prompt fails instead). `scope` names the sample for the response cache."""
     schemas = [t.schema for t in tools.values()]
     messages = [{"role": "user", "content": prompt}]
     result = AgentResult([], 0, 0, "max_turns", empty_usage())
     try:
         async with asyncio.timeout(timeout) as limit:
             while result.api_calls < max_turns:
-                message, usage, retries = await client.complete(preamble + messages, schemas, log)
+                reached = limits.reached(usage_total(result.usage, session.usage))
+                if reached:
+                    result.exit_reason = reached
+                    break
+                message, usage, retries = await client.complete(preamble + messages, schemas, log, scope)
                 result.api_calls += 1
                 result.retries += retries
                 add_usage(result.usage, usage)

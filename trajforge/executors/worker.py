@@ -14,20 +14,22 @@ import signal
 import sys
 import time
 import traceback
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import orjson
 
 from toolset_distributions import prompt_rng, sample_toolsets
 from trajectory import build_record, discard_reason
-from trajforge.agent.loop import run_agent
+from trajforge.agent.loop import PromptLimits, run_agent
 from trajforge.config import RunConfig
 from trajforge.environments import SetupError, backend_for
-from trajforge.events import Claimed, LogLine, PromptDone, PromptError, PromptFailed, RunRefused
+from trajforge.events import Claimed, LogLine, PromptDone, PromptError, PromptFailed, PromptStopped, RunRefused
 from trajforge.model.client import ModelClient
 from trajforge.model.retry import ModelCallFailed, RunStopped
 from trajforge.model.usage import add_usage
-from trajforge.runfolder.folder import BatchFiles, RunFolder
+from trajforge.money.errors import SpendStop
+from trajforge.money.spending import Spending, sample_scope
+from trajforge.runfolder.folder import BatchFiles, RunFolder, entry_key
 from trajforge.tools import Tool
 from trajforge.tools.session import ToolServices, ToolSession
 
@@ -44,6 +46,8 @@ class WorkerSetup:
     weights: dict[str, int]  # the distribution, restricted to available toolsets
     toolsets: dict[str, list[Tool]]
     tool_names: list[str]  # every registered tool: the keys of tool_stats
+    # prompt_index -> which identical copy of its entry it is (1, 2 ...), for entries the dataset repeats
+    occurrences: dict[int, int] = field(default_factory=dict)
 
 
 class Worker:
@@ -55,9 +59,14 @@ class Worker:
         self.config = setup.config
         self.events = events
         self.files = files
-        self.stopped = False  # the endpoint refused us: start nothing more
-        self.client = ModelClient(self.config.model)
-        self.services = ToolServices(self.config.tools, self.config.model, self.config.secrets)  # closed by serve()
+        self.stopped = False  # the endpoint refused us, or the budget is spent: start nothing more
+        money = self.config.money
+        # The response cache, budget and rate limits, shared through the run folder (None where it is not
+        # on this machine: a Ray node without --ray_shared_fs; config.py refuses limits there).
+        self.spending = Spending(money, self.config.secrets.redact) if os.path.isdir(money.folder) else None
+        self.client = ModelClient(self.config.model, self.spending)
+        self.services = ToolServices(self.config.tools, self.config.model, self.config.secrets, self.spending)
+        self.limits = PromptLimits(money.max_cost_per_prompt, money.max_tokens_per_prompt)
         self.environments = backend_for(self.config.environment)  # shared by this process's prompts
 
     def _logger(self, index: int):
@@ -104,9 +113,13 @@ class Worker:
         started = time.monotonic()
         toolsets = sample_toolsets(setup.weights, prompt_rng(config.seed, index))
         tools = {t.name: t for name in toolsets for t in setup.toolsets[name]}
+        scope = sample_scope(entry_key(entry), setup.occurrences.get(index, 0), 0)
         env = None
         try:
-            env = ToolSession(await self.environments.open(entry), self.services)
+            if self.spending is not None and await self.spending.stopped():  # the budget is spent: start nothing
+                self.stopped = True
+                return
+            env = ToolSession(await self.environments.open(entry, scope), self.services, scope)
             result = await run_agent(
                 self.client,
                 env,
@@ -117,6 +130,8 @@ class Worker:
                 self._logger(index),
                 max_tool_calls=config.max_tool_calls_per_turn,
                 timeout=config.prompt_timeout,
+                limits=self.limits,
+                scope=scope,
             )
             add_usage(result.usage, env.usage)  # the tools' own model calls (vision, images) count too
             # The model may quote the ephemeral prompt, a prefill message or a key a server echoed.
@@ -151,6 +166,9 @@ class Worker:
         except RunStopped as exc:
             self.stopped = True
             self.events.put(RunRefused(index, batch_num, self.services.redact(str(exc))))
+        except SpendStop as exc:  # not finished, not failed: --resume runs it again, its paid calls from the cache
+            self.stopped = True
+            self.events.put(PromptStopped(index, batch_num, exc.reason, self.services.redact(str(exc))))
         except Exception as exc:
             error = _failure(exc)
             error = replace(error, message=self.services.redact(error.message))  # error bodies may echo the request
@@ -214,6 +232,8 @@ async def serve(setup: WorkerSetup, tasks, events, files: BatchFiles | None) -> 
     finally:
         await worker.client.close()
         await worker.services.close()  # the worker's browser goes with it
+        if worker.spending is not None:
+            await worker.spending.close()
 
 
 def worker_main(setup: WorkerSetup, tasks, events, parent: int) -> None:

@@ -26,11 +26,20 @@ REASONS = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 403: "Forbidden",
 
 
 class MockServer:
-    def __init__(self, latency: float = 0.0, turns: int | None = None, api_key: str | None = None, record: bool = True):
+    def __init__(
+        self,
+        latency: float = 0.0,
+        turns: int | None = None,
+        api_key: str | None = None,
+        record: bool = True,
+        cost=mock_model.BY_TOKENS,
+    ):
         self.latency = latency
         self.turns = turns
         self.api_key = api_key
         self.record = record
+        self.cost = cost  # what every reply reports as usage.cost: BY_TOKENS, a USD amount, or None (none)
+        self.held: asyncio.Event | None = None  # while cleared, chat requests wait before their answer
         self.requests: list[dict] = []
         self.attempts: Counter[str] = Counter()
         self.port = 0
@@ -73,6 +82,17 @@ class MockServer:
     def chat_requests(self) -> list[dict]:
         return [r for r in self.requests if r["path"].endswith("/chat/completions")]
 
+    def hold(self) -> None:
+        """Answer no chat request until release(): what is in flight stays unanswered (a test kills
+        the client meanwhile, knowing which requests were answered)."""
+        self._loop.call_soon_threadsafe(self._hold)
+
+    def _hold(self) -> None:
+        self.held = asyncio.Event()
+
+    def release(self) -> None:
+        self._loop.call_soon_threadsafe(lambda: self.held and self.held.set())
+
     # -- HTTP ----------------------------------------------------------------------------------
     async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
@@ -109,15 +129,16 @@ class MockServer:
             return await self._chat(json.loads(body or b"{}"), path, headers, writer, site)
         if method == "POST" and path.endswith("/images/generations"):
             request = json.loads(body or b"{}")
-            self._log(path, request, 200, str(request.get("prompt") or ""))
-            return await self._send(writer, 200, mock_model.image_reply(request, site))
+            self._log(path, request, 200, str(request.get("prompt") or ""), time.time())
+            return await self._send(writer, 200, mock_model.image_reply(request, site, self.cost))
         return await self._send(writer, 404, _error(404, f"no route for {method} {path}"))
 
     async def _chat(self, request: dict, path: str, headers: dict, writer, site: str) -> bool:
+        arrived = time.time()
         prompt = mock_model.prompt_text(request.get("messages") or [])
         attempt = self.attempts[prompt]
         self.attempts[prompt] += 1
-        reply, extra_latency = mock_model.reply(request, attempt, self.turns, site)
+        reply, extra_latency = mock_model.reply(request, attempt, self.turns, site, self.cost)
         if mock_model.Directives.parse(prompt).echo_key:  # a hostile or careless server
             sent = f" (you sent {headers.get('authorization')})"
             reply.error += sent
@@ -126,7 +147,9 @@ class MockServer:
         delay = self.latency + extra_latency
         if delay:
             await asyncio.sleep(delay)
-        self._log(path, request, reply.status, prompt)
+        while self.held is not None and not self.held.is_set():
+            await self.held.wait()
+        self._log(path, request, reply.status, prompt, arrived)
         if reply.trickle:
             writer = Trickle(writer, reply.trickle)
         if reply.endless:
@@ -151,9 +174,10 @@ class MockServer:
         completion["usage"] = reply.usage
         return await self._send(writer, 200, completion)
 
-    def _log(self, path: str, request: dict, status: int, prompt: str = "") -> None:
+    def _log(self, path: str, request: dict, status: int, prompt: str = "", arrived: float = 0.0) -> None:
+        """One answered request (`arrived`: when it came in, as time.time())."""
         if self.record:
-            self.requests.append({"path": path, "prompt": prompt, "status": status, "body": request})
+            self.requests.append({"path": path, "prompt": prompt, "status": status, "body": request, "at": arrived})
 
     async def _send(self, writer, status: int, payload, headers: dict | None = None) -> bool:
         return await self._send_bytes(writer, status, json.dumps(payload).encode(), "application/json", headers)
@@ -257,6 +281,13 @@ def _error(status: int, message: str) -> dict:
     return {"error": {"message": message, "type": "mock_error", "code": status}}
 
 
+def _cost(text: str):
+    """--cost: `tokens` (a made-up price per token), an amount in USD, or `none` (no cost reported)."""
+    if text in (mock_model.BY_TOKENS, "none"):
+        return None if text == "none" else text
+    return float(text)
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--host", default="127.0.0.1")
@@ -266,8 +297,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--api_key", default=None, help="require this bearer token")
     parser.add_argument("--record", action="store_true", help="keep a request log at /_mock/requests")
     parser.add_argument("--exit_with_stdin", action="store_true", help="exit when standard input closes")
+    parser.add_argument("--cost", type=_cost, default=mock_model.BY_TOKENS, help="usage.cost: tokens, USD or none")
     args = parser.parse_args(argv)
-    server = MockServer(args.latency, args.turns, args.api_key, args.record)
+    server = MockServer(args.latency, args.turns, args.api_key, args.record, args.cost)
 
     async def serve() -> None:
         listening = await server.listen(args.host, args.port)

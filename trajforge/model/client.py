@@ -8,6 +8,7 @@ import json
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TypeVar
+from urllib.parse import urlsplit
 
 import aiohttp
 import httpx
@@ -17,6 +18,10 @@ from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait
 from trajforge.model.reply_size import ACCEPT_ENCODING, capper
 from trajforge.model.retry import NOT_OURS, REFUSALS, BadReply, ModelCallFailed, ReplyTimeout, RunStopped, classify
 from trajforge.model.stream import answer, assemble
+from trajforge.money.errors import CostUnknown
+from trajforge.money.pricing import Prices, priced, tokens
+from trajforge.money.spending import Spending, cache_key
+from trajforge.money.store import Call
 
 T = TypeVar("T")
 
@@ -31,11 +36,21 @@ class ModelSettings:
     request_timeout: float = 600.0  # seconds for a whole request: connecting and every byte of the reply
     max_retries: int = 6
     stream: bool = False
+    prices: Prices | None = None  # --price_input/--price_output/--price_cached_input, for this model's calls
+    cache_as: str = ""  # the endpoint as the response cache names it, when not base_url (the mock's changing port)
+
+    @property
+    def openrouter(self) -> bool:
+        return urlsplit(self.base_url).hostname == "openrouter.ai"
 
 
 class ModelClient:
-    def __init__(self, settings: ModelSettings):
+    """Model calls through the response cache, the budget and the rate limits of `spending` (None: straight
+    to the endpoint, as unit tests of the loop want)."""
+
+    def __init__(self, settings: ModelSettings, spending: Spending | None = None):
         self.settings = settings
+        self.spending = spending
         self.client = openai.AsyncOpenAI(
             base_url=settings.base_url,
             api_key=settings.api_key,
@@ -56,23 +71,64 @@ class ModelClient:
         asked = classify(state.outcome.exception()).retry_after
         return asked if asked is not None else self._backoff(state)
 
-    async def complete(self, messages: list[dict], tools: list[dict], log=None) -> tuple[dict, dict, int]:
-        """(assistant message, usage, retries) for one model call, retried by our policy."""
+    async def complete(
+        self, messages: list[dict], tools: list[dict], log=None, scope: str = ""
+    ) -> tuple[dict, dict, int]:
+        """(assistant message, usage with its cost, retries) for one model call of the sample `scope`,
+        retried by our policy."""
+        wire = {"usage": {"include": True}} if self.settings.openrouter else {}  # OpenRouter reports cost when asked
 
-        async def ask() -> tuple[dict, dict]:
-            body = self._body(messages, tools)
+        async def post(body: dict) -> dict:
+            body = body | wire
             data = await (self._stream(body) if self.settings.stream else self.post_json("/chat/completions", body))
-            usage = data.get("usage")
-            return answer(data), usage if isinstance(usage, dict) else {}
+            answer(data)  # a 200 without an answer is retried, never cached
+            return data
 
-        (message, usage), retries = await self.call(ask, log)
-        return message, usage, retries
+        body = self._body(messages, tools)
+        data, cost, retries = await self.paid("/chat/completions", body, scope, post, self.settings.prices, log)
+        return answer(data), reply_usage(data) | {"cost": cost}, retries
 
-    async def call(self, request: Callable[[], Awaitable[T]], log=None) -> tuple[T, int]:
-        """(result, retries) of `request()`, any call on this endpoint, retried by our policy. Raises
-        RunStopped when the endpoint refuses us, ModelCallFailed when the call failed for good."""
+    async def paid(
+        self, path: str, body: dict, scope: str, post: Callable[[dict], Awaitable[dict]], prices, log=None
+    ) -> tuple[dict, float | None, int]:
+        """(reply, its cost, retries) of the request `body` to `path`: from the response cache when it
+        was paid for before (retries 0), else sent by `post` within the budget and the rate limits,
+        and stored before it is used. CostUnknown when a cost limit is set and nobody knows its cost."""
+        spending = self.spending
+        if spending is None:
+            data, retries = await self.call(lambda: post(body), log)
+            return data, priced(reply_usage(data), prices)["cost"], retries
+        key = cache_key(self.settings.cache_as or self.settings.base_url, path, body, scope)
+        hit = await spending.cached(key)
+        if hit is not None:
+            return hit[0], hit[1], 0
+        size = len(json.dumps(body)) // 4  # a request's tokens, roughly: enough to reserve and to pace
+        max_tokens = body.get("max_tokens") if isinstance(body.get("max_tokens"), int) else None
+        charged = size + (max_tokens or 0)
+        reservation = await spending.reserve(Call(size, max_tokens, prices))
+        try:
+            data, retries = await self.call(lambda: post(body), log, before=lambda: spending.admit(charged))
+            cost = priced(reply_usage(data), prices)["cost"]
+            await spending.settle(key, data, cost, tokens(reply_usage(data))["total_tokens"], reservation, charged)
+            reservation = None
+        finally:
+            await spending.release(reservation)
+        if cost is None and spending.settings.needs_cost:
+            await spending.stop_unknown_cost()
+            raise CostUnknown(f"{body.get('model')} at {self.settings.base_url} reported no cost")
+        return data, cost, retries
+
+    async def call(
+        self, request: Callable[[], Awaitable[T]], log=None, before: Callable[[], Awaitable[None]] | None = None
+    ) -> tuple[T, int]:
+        """(result, retries) of `request()`, any call on this endpoint, retried by our policy; `before()`
+        is awaited before each attempt (the rate limits). Raises RunStopped when the endpoint refuses
+        us, ModelCallFailed when the call failed for good."""
 
         def before_sleep(state) -> None:
+            decision = classify(state.outcome.exception())
+            if self.spending and decision.kind == "http_429":  # every session of the run backs off
+                self.spending.rate_limited(decision.retry_after)
             if log:
                 attempt = f"{state.attempt_number}/{self.settings.max_retries}"
                 log(f"retry {attempt} in {state.upcoming_sleep:.1f}s", str(state.outcome.exception()))
@@ -87,6 +143,8 @@ class ModelClient:
         try:
             async for attempt in retrying:
                 with attempt:
+                    if before:
+                        await before()
                     result = await self._attempt(request)
             return result, attempt.retry_state.attempt_number - 1
         except Exception as exc:
@@ -140,7 +198,7 @@ class ModelClient:
 
     async def _stream(self, body: dict) -> dict:
         """A streamed reply, in the shape of a non-streamed one."""
-        body |= {"stream": True, "stream_options": {"include_usage": True}}
+        body = body | {"stream": True, "stream_options": {"include_usage": True}}
         stream = await self.client.post(
             "/chat/completions", body=body, cast_to=object, stream=True, stream_cls=openai.AsyncStream[object]
         )
@@ -152,3 +210,8 @@ class ModelClient:
         except json.JSONDecodeError as exc:  # an event whose data is not JSON
             raise BadReply(f"stream carried data that is not JSON: {exc}") from exc
         return assemble(chunks)
+
+
+def reply_usage(data: dict) -> dict:
+    usage = data.get("usage")
+    return usage if isinstance(usage, dict) else {}

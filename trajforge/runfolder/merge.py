@@ -27,6 +27,7 @@ class Totals:
     tool_statistics: dict = field(default_factory=dict)
     reasoning_statistics: dict = field(default_factory=dict)
     usage: dict = field(default_factory=dict)
+    cost_known: bool = True  # every trajectory's cost is known (a null cost makes the total null)
     finished: Counter = field(default_factory=Counter)  # entry keys with a final outcome
     redactions: dict = field(default_factory=lambda: dict.fromkeys(KINDS, 0))  # secrets masked, by kind
 
@@ -61,7 +62,11 @@ def merge(folder: RunFolder, require_reasoning: bool, tool_names: list[str], war
                 for key in known:
                     known[key] += entry[key]
             for key, value in record["metadata"]["usage"].items():
-                usage[key] = usage.get(key, 0) + value
+                if key == "cost" and (value is None or usage.get(key, 0) is None):
+                    totals.cost_known = False
+                    usage[key] = None  # unknown: never a sum that leaves a prompt out
+                else:
+                    usage[key] = usage.get(key, 0) + value
             totals.finished[entry_key(record["metadata"]["source"])] += 1
             reason = record.pop("discarded", None)
             masked = record.pop("redactions", None)

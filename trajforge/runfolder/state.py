@@ -21,6 +21,8 @@ class RunState:
         self.batch_stats: dict = folder.load_checkpoint().get("batch_stats", {})
         self.ended = 0
         self.stopped: str | None = None
+        self.halted: str | None = None  # no more model calls: "budget" or "cost_unknown" (money/errors.py)
+        self.halt_message = ""
         self.saved_at = 0.0
         self.dirty = True
 
@@ -53,6 +55,11 @@ class RunState:
                 "source": self.entries[event.index],  # what --resume matches on
             }
         )
+
+    def halt(self, reason: str, message: str = "") -> None:
+        """The run makes no more model calls; the first reason and the first message that says why stay."""
+        self.halted = self.halted or reason
+        self.halt_message = self.halt_message or message
 
     @property
     def retries(self) -> int:
