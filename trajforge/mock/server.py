@@ -40,6 +40,7 @@ class MockServer:
         self.record = record
         self.cost = cost  # what every reply reports as usage.cost: BY_TOKENS, a USD amount, or None (none)
         self.held: asyncio.Event | None = None  # while cleared, chat requests wait before their answer
+        self.dropping = False
         self.requests: list[dict] = []
         self.attempts: Counter[str] = Counter()
         self.port = 0
@@ -88,9 +89,12 @@ class MockServer:
         self._loop.call_soon_threadsafe(self._hold)
 
     def _hold(self) -> None:
-        self.held = asyncio.Event()
+        self.held, self.dropping = asyncio.Event(), False
 
-    def release(self) -> None:
+    def release(self, answer: bool = True) -> None:
+        """Let held requests go on: answered, or (answer=False) dropped unanswered and unlogged, as a
+        server does whose client has gone."""
+        self.dropping = not answer
         self._loop.call_soon_threadsafe(lambda: self.held and self.held.set())
 
     # -- HTTP ----------------------------------------------------------------------------------
@@ -147,8 +151,10 @@ class MockServer:
         delay = self.latency + extra_latency
         if delay:
             await asyncio.sleep(delay)
-        while self.held is not None and not self.held.is_set():
+        if self.held is not None and not self.held.is_set():
             await self.held.wait()
+            if self.dropping:
+                return False
         self._log(path, request, reply.status, prompt, arrived)
         if reply.trickle:
             writer = Trickle(writer, reply.trickle)

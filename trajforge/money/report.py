@@ -54,7 +54,8 @@ def continue_command(argv: list[str], budget: float) -> str:
             kept.append(f"--{name}=<as before>")
         elif name not in DROPPED and not (name.startswith("no") and name[2:] in DROPPED):
             kept.extend(written)
-    return shlex.join([*program, *kept, "--resume", f"--max_cost={budget:.2f}"]).replace("'<as before>'", "<as before>")
+    parts = [*program, *kept, "--resume", f"--max_cost={budget:.2f}"]
+    return " ".join(part if part.endswith("=<as before>") else shlex.quote(part) for part in parts)
 
 
 def _flags(arguments: list[str]) -> Iterable[tuple[str, list[str]]]:

@@ -159,31 +159,30 @@ class Store:
         """A reservation for one call, or None when it must wait for calls in flight to settle. Its
         estimate is the largest call so far or its prompt and max_tokens at the prices (pricing.py);
         with neither, one call at a time finds out. Raises BudgetReached when the call cannot fit even
-        with nothing in flight, which stops every worker's next call; CostUnknown when that was found."""
+        once the calls in flight have settled (they only add to what is spent), which stops every
+        worker's next call; CostUnknown when that stop was found."""
         with self._write() as db:
             stopped = self._state(db, "stopped")
-            if stopped:
-                raise CostUnknown() if stopped == CostUnknown.reason else BudgetReached()
-            self._expire(db, ttl)
-            spent, largest = db.execute("SELECT spent, largest FROM totals").fetchone()
-            estimate = pricing.estimate(call.prompt_tokens, call.max_tokens, call.prices, largest)
-            count, reserved = db.execute("SELECT count(*), total(amount) FROM reservations").fetchone()
-            if estimate is None:  # nothing known yet: one call at a time finds out what a call costs
-                if count:
+            if not stopped:
+                self._expire(db, ttl)
+                spent, largest = db.execute("SELECT spent, largest FROM totals").fetchone()
+                estimate = pricing.estimate(call.prompt_tokens, call.max_tokens, call.prices, largest)
+                count, reserved = db.execute("SELECT count(*), total(amount) FROM reservations").fetchone()
+                if estimate is None:  # unknown: one call at a time finds out what a call costs
+                    room, go = spent < max_cost - EPSILON, not count
+                else:  # it fits once the calls in flight have settled / it fits now
+                    room = spent + estimate <= max_cost + EPSILON
+                    go = spent + reserved + estimate <= max_cost + EPSILON
+                if room and go:
+                    return db.execute(
+                        "INSERT INTO reservations (pid, amount, at) VALUES (?, ?, ?)",
+                        (os.getpid(), estimate or 0.0, time.time()),
+                    ).lastrowid
+                if room:  # the calls in flight may cost less than they hold: wait for them to settle
                     return None
-                if spent >= max_cost - EPSILON:
-                    self._set(db, "stopped", BudgetReached.reason)
-                    raise BudgetReached()
-                estimate = 0.0
-            elif spent + reserved + estimate > max_cost + EPSILON:
-                if count:
-                    return None
-                self._set(db, "stopped", BudgetReached.reason)
-                raise BudgetReached()
-            cursor = db.execute(
-                "INSERT INTO reservations (pid, amount, at) VALUES (?, ?, ?)", (os.getpid(), estimate, time.time())
-            )
-            return cursor.lastrowid
+                stopped = BudgetReached.reason
+                self._set(db, "stopped", stopped)  # committed before it is raised: every worker stops
+        raise CostUnknown() if stopped == CostUnknown.reason else BudgetReached()
 
     def release(self, reservation: int) -> None:
         with self._write() as db:
