@@ -18,14 +18,14 @@ PRICE_HINT = "set --price_input and --price_output (USD per million tokens)"
 def spent(totals: Totals) -> float | None:
     """USD paid for every call in the run folder (unfinished prompts' included); None when a paid
     call's cost is unknown: a sum that leaves it out would be a made-up figure."""
-    return None if totals.unknown_calls else round(totals.spent, 6)
+    return None if totals.unknown_calls else round(totals.spent, 8)
 
 
 def money_statistics(totals: Totals, records_cost_known: bool, max_cost: float | None, stopped: bool) -> dict:
     """statistics.json's `cost_known`, `cache` and `budget`."""
     return {
         "cost_known": records_cost_known and not totals.unknown_calls,
-        "cache": {"hits": totals.hits, "misses": totals.paid_calls, "saved_cost": round(totals.saved, 6)},
+        "cache": {"hits": totals.hits, "misses": totals.paid_calls, "saved_cost": round(totals.saved, 8)},
         "budget": {"max_cost": max_cost, "spent": spent(totals), "stopped": stopped},
     }
 

@@ -91,5 +91,5 @@ def merge(folder: RunFolder, require_reasoning: bool, tool_names: list[str], war
         "turns_without_reasoning": turns - with_reasoning,
         "coverage": round(with_reasoning / turns, 4) if turns else 0.0,
     }
-    totals.usage = {key: round(value, 6) if isinstance(value, float) else value for key, value in usage.items()}
+    totals.usage = {key: round(value, 8) if isinstance(value, float) else value for key, value in usage.items()}
     return totals
