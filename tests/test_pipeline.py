@@ -65,7 +65,14 @@ def test_record_format_summary_and_huggingface_loading(run_here):
     assert meta["batch_num"] == 0 and meta["model"] == "test-model" and meta["run_name"] == "run"
     assert re.match(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\+00:00$", meta["timestamp"])
     assert meta["exit_reason"] == "completed" and meta["duration_seconds"] > 0
-    assert set(meta["usage"]) == {"prompt_tokens", "completion_tokens", "total_tokens", "reasoning_tokens", "cost"}
+    assert set(meta["usage"]) == {
+        "prompt_tokens",
+        "completion_tokens",
+        "total_tokens",
+        "reasoning_tokens",
+        "cached_tokens",
+        "cost",
+    }
     assert meta["usage"]["total_tokens"] > 0 and meta["usage"]["cost"] > 0
     assert meta["source"] == {"prompt": "inspect the workspace", "id": "task-7"}
     assert set(record["tool_stats"]) == set(record["tool_error_counts"])
