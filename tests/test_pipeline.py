@@ -134,10 +134,10 @@ def test_flags_reach_the_request(run_here, server, tmp_path):
         "terminal",
     ]
     # Neither the ephemeral prompt, the prefill nor the key reaches any output file.
-    for path in result.run_dir.iterdir():
-        text = path.read_text()
+    for path in result.run_dir.iterdir():  # the response cache (a database) included
+        data = path.read_bytes()
         for secret in ("EPHEMERAL-SYS", "PREFILL-Q", API_KEY):
-            assert secret not in text, f"{secret} leaked into {path.name}"
+            assert secret.encode() not in data, f"{secret} leaked into {path.name}"
 
 
 def test_commands_cannot_leak_the_key_into_trajectories(run):

@@ -211,8 +211,9 @@ class BatchRunner:
             return 1
         if state.halted == "cost_unknown":
             self.console.print(
-                f"[red]Stopped:[/] --max_cost needs the cost of every call, but {escape(state.halt_message)}. "
-                "Set --price_input and --price_output (USD per million tokens), then rerun with --resume."
+                "[red]Stopped:[/] a cost limit (--max_cost, --max_cost_per_prompt) needs the cost of every call, but "
+                f"{escape(state.halt_message or 'a reply came without one')}. Set --price_input and --price_output "
+                "(USD per million tokens), then rerun with --resume: the paid replies are answered from the cache."
             )
             return 2
         if state.halted == "budget":
@@ -238,7 +239,8 @@ class BatchRunner:
                     state.record(event)
                     view.update(event)
 
-                while outstanding and not state.stopped and not (state.halted and not executor.busy()):
+                while outstanding and not state.stopped:
+                    busy = executor.busy()  # asked first: what an idle executor sent is all in the next poll
                     events = executor.poll(0.5)
                     for event in events:
                         match event:
@@ -259,6 +261,8 @@ class BatchRunner:
                     view.money(money)
                     view.tick()
                     state.save_every(CHECKPOINT_EVERY)
+                    if state.halted and not busy:  # its prompts in flight have stopped or finished
+                        break
             return False
         except KeyboardInterrupt:
             # Finishing up (stopping workers, merging, statistics) must not be cut short by a second one.

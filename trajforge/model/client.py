@@ -13,6 +13,7 @@ from urllib.parse import urlsplit
 import aiohttp
 import httpx
 import openai
+import orjson
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_random_exponential
 
 from trajforge.model.reply_size import ACCEPT_ENCODING, capper
@@ -102,7 +103,7 @@ class ModelClient:
         hit = await spending.cached(key)
         if hit is not None:
             return hit[0], hit[1], 0
-        size = len(json.dumps(body)) // 4  # a request's tokens, roughly: enough to reserve and to pace
+        size = len(orjson.dumps(body)) // 4  # a request's tokens, roughly: enough to reserve and to pace
         max_tokens = body.get("max_tokens") if isinstance(body.get("max_tokens"), int) else None
         charged = size + (max_tokens or 0)
         reservation = await spending.reserve(Call(size, max_tokens, prices))
