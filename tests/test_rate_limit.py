@@ -20,13 +20,13 @@ def test_the_request_rate_holds_across_two_workers(run_here, server):
     # Request k can go no sooner than the bucket's content plus k-capacity refills after the first:
     # with one bucket per worker the two would send twice as fast.
     # Seconds: a request's trip from its admission to the server varies on a busy machine. A bucket per
-    # worker would send the 36 in about 0.8 s, far outside it.
-    slack = 0.3
+    # worker would send the 36 in about 0.8 s instead of 2.6, far outside it.
+    slack = 0.5
     for k, at in enumerate(arrivals):
         assert at - arrivals[0] >= (k + 1 - bucket.capacity) / bucket.rate - slack, (k, at - arrivals[0])
     per_second = max(sum(1 for t in arrivals if start <= t < start + 1) for start in arrivals)
     # The first second's burst is what the bucket holds plus a second of refill (and both window edges).
-    assert per_second <= bucket.capacity + bucket.rate + 2
+    assert per_second <= bucket.capacity + bucket.rate + 5  # (a bucket per worker: about 36)
     print(f"\n36 requests in {arrivals[-1] - arrivals[0]:.2f}s, at most {per_second} in one second")
 
 

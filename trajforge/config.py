@@ -6,6 +6,7 @@ import importlib.util
 import json
 import math
 import os
+import socket
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -143,6 +144,7 @@ def _prices(flags: dict) -> Prices | None:
 def _money(flags: dict, run_dir: Path, max_retries: int, request_timeout: float) -> MoneySettings:
     money = MoneySettings(
         folder=str(run_dir.resolve()),
+        host=socket.gethostname(),
         max_cost=as_amount(flags["max_cost"], "max_cost"),
         max_cost_per_prompt=as_amount(flags["max_cost_per_prompt"], "max_cost_per_prompt"),
         max_tokens_per_prompt=as_int(flags["max_tokens_per_prompt"], "max_tokens_per_prompt", 1, optional=True),
@@ -153,11 +155,11 @@ def _money(flags: dict, run_dir: Path, max_retries: int, request_timeout: float)
         reservation_ttl=request_timeout * (max_retries + 1) + 60.0 * max_retries + 60.0,
     )
     shared = money.max_cost or money.max_requests_per_minute or money.max_tokens_per_minute
-    remote = flags["executor"] == "ray" and flags["ray_address"] is not None
-    if shared and remote and not as_bool(flags["ray_shared_fs"], "ray_shared_fs"):
+    if shared and flags["executor"] == "ray" and flags["ray_address"] is not None:
         raise UsageError(
-            "--max_cost and the rate limits are shared through the run folder, which Ray nodes see only with "
-            "--ray_shared_fs; pass it (the run folder mounted on every node) or leave --ray_address out"
+            "--max_cost and the rate limits hold for the processes of the machine that starts the run (they share "
+            "a database in the run folder); with --ray_address, tasks on other nodes would not count. Leave "
+            "--ray_address out (a local Ray instance) or use --executor=pool"
         )
     return money
 

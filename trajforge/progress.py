@@ -9,7 +9,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from trajforge.events import PromptDone, PromptEnded
-from trajforge.money.report import PRICE_HINT, continue_command, next_budget, projected, spent
+from trajforge.money.report import PRICE_HINT, continue_command, next_budget, projected, spent, usd
 from trajforge.money.store import Totals
 
 PLAIN_EVERY = 10.0  # seconds between progress lines when stdout is not a terminal
@@ -156,7 +156,7 @@ def _print_money(console: Console, stats: dict) -> None:
             f"{cache['misses']} paid"
         )
     if budget.get("max_cost") is not None and budget.get("spent") is not None:
-        console.print(f"Budget: ${budget['spent']:.4f} spent of ${budget['max_cost']:.2f} (--max_cost)")
+        console.print(f"Budget: {usd(budget['spent'])} spent of {usd(budget['max_cost'])} (--max_cost)")
 
 
 def print_budget_stop(console: Console, stats: dict, totals: Totals, spent_before: float, argv: list[str]) -> None:
@@ -165,8 +165,8 @@ def print_budget_stop(console: Console, stats: dict, totals: Totals, spent_befor
     finished = stats["total_prompts"] - stats["remaining"]
     more = next_budget(paid, budget, finished, stats["total_prompts"])
     console.print(
-        f"[yellow]Budget reached:[/] ${paid:.4f} spent of ${budget:.2f} (--max_cost), this invocation "
-        f"${paid - spent_before:.4f}; {stats['remaining']} of {stats['total_prompts']} dataset entries remain. "
+        f"[yellow]Budget reached:[/] {usd(paid)} spent of {usd(budget)} (--max_cost), this invocation "
+        f"{usd(paid - spent_before)}; {stats['remaining']} of {stats['total_prompts']} dataset entries remain. "
         "Prompts stopped on the way are not saved; their paid calls are answered from the response cache. "
         "To continue:"
     )

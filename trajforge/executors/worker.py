@@ -11,6 +11,7 @@ import contextlib
 import os
 import queue
 import signal
+import socket
 import sys
 import time
 import traceback
@@ -61,9 +62,11 @@ class Worker:
         self.files = files
         self.stopped = False  # the endpoint refused us, or the budget is spent: start nothing more
         money = self.config.money
-        # The response cache, budget and rate limits, shared through the run folder (None where it is not
-        # on this machine: a Ray node without --ray_shared_fs; config.py refuses limits there).
-        self.spending = Spending(money, self.config.secrets.redact) if os.path.isdir(money.folder) else None
+        # The response cache, budget and rate limits, shared through the run folder's database by the processes
+        # of the machine that started the run; a Ray task on another node goes without (config.py refuses
+        # --max_cost and rate limits with a cluster).
+        here = socket.gethostname() == money.host and os.path.isdir(money.folder)
+        self.spending = Spending(money, self.config.secrets.redact) if here else None
         self.client = ModelClient(self.config.model, self.spending)
         self.services = ToolServices(self.config.tools, self.config.model, self.config.secrets, self.spending)
         self.limits = PromptLimits(money.max_cost_per_prompt, money.max_tokens_per_prompt)

@@ -109,14 +109,14 @@ class MockServer:
                     name, _, value = line.partition(":")
                     headers[name.strip().lower()] = value.strip()
                 body = await reader.readexactly(int(headers.get("content-length") or 0))
-                if not await self._route(method, target.split("?")[0], headers, body, writer):
+                if not await self._route(method, target.split("?")[0], headers, body, writer, reader):
                     break
         except (asyncio.IncompleteReadError, ConnectionError, asyncio.LimitOverrunError):
             pass
         finally:
             writer.close()
 
-    async def _route(self, method: str, path: str, headers: dict, body: bytes, writer) -> bool:
+    async def _route(self, method: str, path: str, headers: dict, body: bytes, writer, reader=None) -> bool:
         site = f"http://{headers.get('host') or f'127.0.0.1:{self.port}'}"
         if path == "/_mock/requests":
             return await self._send(writer, 200, self.requests)
@@ -130,14 +130,14 @@ class MockServer:
         if path.endswith("/models"):
             return await self._send(writer, 200, {"object": "list", "data": [{"id": "mock", "object": "model"}]})
         if method == "POST" and path.endswith("/chat/completions"):
-            return await self._chat(json.loads(body or b"{}"), path, headers, writer, site)
+            return await self._chat(json.loads(body or b"{}"), path, headers, writer, site, reader)
         if method == "POST" and path.endswith("/images/generations"):
             request = json.loads(body or b"{}")
             self._log(path, request, 200, str(request.get("prompt") or ""), time.time())
             return await self._send(writer, 200, mock_model.image_reply(request, site, self.cost))
         return await self._send(writer, 404, _error(404, f"no route for {method} {path}"))
 
-    async def _chat(self, request: dict, path: str, headers: dict, writer, site: str) -> bool:
+    async def _chat(self, request: dict, path: str, headers: dict, writer, site: str, reader=None) -> bool:
         arrived = time.time()
         prompt = mock_model.prompt_text(request.get("messages") or [])
         attempt = self.attempts[prompt]
@@ -155,6 +155,8 @@ class MockServer:
             await self.held.wait()
             if self.dropping:
                 return False
+        if reader is not None and reader.at_eof():  # the client hung up (killed): nobody receives an answer
+            return False
         self._log(path, request, reply.status, prompt, arrived)
         if reply.trickle:
             writer = Trickle(writer, reply.trickle)

@@ -15,6 +15,11 @@ DROPPED = ("resume", "max_cost")  # the command to continue sets these itself
 PRICE_HINT = "set --price_input and --price_output (USD per million tokens)"
 
 
+def usd(amount: float) -> str:
+    """An amount for people: cents from a dollar up, else four decimals (a test budget of $0.0005)."""
+    return f"${amount:,.2f}" if amount >= 1 else f"${amount:.4f}"
+
+
 def spent(totals: Totals) -> float | None:
     """USD paid for every call in the run folder (unfinished prompts' included); None when a paid
     call's cost is unknown: a sum that leaves it out would be a made-up figure."""

@@ -26,6 +26,8 @@ SETTLE_POLL = 0.1  # seconds between looks when a call waits for the calls in fl
 @dataclass(frozen=True)
 class MoneySettings:
     folder: str = ""  # the run folder, absolute: where the database lives
+    host: str = ""  # the machine that started the run: only its processes use the database (SQLite over a
+    # network filesystem, between machines, is not safe)
     max_cost: float | None = None  # USD for the whole run folder, every invocation together
     max_cost_per_prompt: float | None = None
     max_tokens_per_prompt: int | None = None
