@@ -22,6 +22,7 @@ from collections import Counter
 
 from trajforge.mock import model as mock_model
 
+CLIENT_GONE = 499  # logged for a request whose client hung up before its answer (nginx's "client closed request")
 REASONS = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 403: "Forbidden", 404: "Not Found"}
 
 
@@ -92,8 +93,8 @@ class MockServer:
         self.held, self.dropping = asyncio.Event(), False
 
     def release(self, answer: bool = True) -> None:
-        """Let held requests go on: answered, or (answer=False) dropped unanswered and unlogged, as a
-        server does whose client has gone."""
+        """Let held requests go on: answered, or (answer=False) dropped unanswered (logged with status
+        CLIENT_GONE), as a server does whose client has gone."""
         self.dropping = not answer
         self._loop.call_soon_threadsafe(lambda: self.held and self.held.set())
 
@@ -151,11 +152,11 @@ class MockServer:
         delay = self.latency + extra_latency
         if delay:
             await asyncio.sleep(delay)
-        if self.held is not None and not self.held.is_set():
+        held = self.held is not None and not self.held.is_set()
+        if held:
             await self.held.wait()
-            if self.dropping:
-                return False
-        if reader is not None and reader.at_eof():  # the client hung up (killed): nobody receives an answer
+        if (held and self.dropping) or (reader is not None and reader.at_eof()):  # the client hung up: no answer
+            self._log(path, request, CLIENT_GONE, prompt, arrived)
             return False
         self._log(path, request, reply.status, prompt, arrived)
         if reply.trickle:
