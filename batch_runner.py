@@ -75,6 +75,15 @@ def main(
     export: str | None = None,
     report: bool = True,
     report_max_trajectories: int = 2000,
+    price_input: float | None = None,
+    price_output: float | None = None,
+    price_cached_input: float | None = None,
+    max_cost: float | None = None,
+    max_cost_per_prompt: float | None = None,
+    max_tokens_per_prompt: int | None = None,
+    max_requests_per_minute: float | None = None,
+    max_tokens_per_minute: float | None = None,
+    no_cache: bool = False,
 ) -> None:
     """Run the agent over every prompt of --dataset_file; outputs go to <output_dir>/<run_name>/.
 

@@ -23,7 +23,11 @@ FLAGS = inspect.signature(batch_runner.main).parameters
         ["--resume", "true", "--stream", "False"],  # a boolean with its value
         ["--seed", "-1"],  # a negative number is a value, not a flag
         ["--run_name=--odd"],  # a value with dashes after =
-        ["-o", "out", "-i=gpt-image-1"],  # a unique first letter, as Fire accepts (-n: num_workers or n_samples)
+        [
+            "-o",
+            "out",
+            "-i=gpt-image-1",
+        ],  # a unique first letter, as Fire accepts (not -n: three flags)
         ["--help"],
         ["-h"],
         ["--run_name=x", "--", "--trace"],  # Fire's own flags after a lone --
@@ -36,9 +40,9 @@ def test_every_spelling_fire_accepts_passes(argv):
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["--max_cots=5"], "unknown flag --max_cots; did you mean --max_turns?"),
+        (["--max_tursn=5"], "unknown flag --max_tursn; did you mean --max_turns?"),
         (["--run_name=x", "--n_sample=3"], "unknown flag --n_sample; did you mean --n_samples?"),
-        (["--max-cots", "5"], "unknown flag --max-cots; did you mean --max_turns?"),
+        (["--max-tursn", "5"], "unknown flag --max-tursn; did you mean --max_turns?"),
         (["--concurency", "4"], "unknown flag --concurency; did you mean --concurrency?"),
         (["--noresme"], "unknown flag --noresme; did you mean --resume?"),
         (["--noresume=true"], "unknown flag --noresume; did you mean --resume?"),  # --noflag takes no value
@@ -63,8 +67,8 @@ def test_the_first_unknown_argument_is_named(argv, message):
 
 
 def test_a_misspelled_flag_exits_2_before_any_request(run, server):
-    result = run([{"prompt": "hello"}], "--distribution=terminal_only", "--max_cots=5")
+    result = run([{"prompt": "hello"}], "--distribution=terminal_only", "--max_tursn=5")
     assert result.code == 2
-    assert result.stderr == "error: unknown flag --max_cots; did you mean --max_turns?\n"
+    assert result.stderr == "error: unknown flag --max_tursn; did you mean --max_turns?\n"
     assert server.requests == []
     assert not result.run_dir.exists()

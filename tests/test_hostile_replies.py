@@ -178,11 +178,21 @@ def test_split_reasoning_takes_any_message(message):
     assert isinstance(reasoning, str) and isinstance(content, str)
 
 
-def test_add_usage_counts_what_is_not_a_plausible_number_as_nothing():
+def test_add_usage_counts_what_is_not_a_plausible_number_as_nothing_and_such_a_cost_as_unknown():
     total = empty_usage()
-    add_usage(total, {"prompt_tokens": "12", "completion_tokens": 10**30, "total_tokens": float("inf"), "cost": []})
     add_usage(total, {"prompt_tokens": 3, "completion_tokens_details": ["x"], "cost": 0.5})
-    assert total == {"prompt_tokens": 3, "completion_tokens": 0, "total_tokens": 0, "reasoning_tokens": 0, "cost": 0.5}
+    assert total["cost"] == 0.5
+    add_usage(total, {"prompt_tokens": "12", "completion_tokens": 10**30, "total_tokens": float("inf"), "cost": []})
+    add_usage(total, {"prompt_tokens": 1, "prompt_tokens_details": {"cached_tokens": 9}, "cost": 0.5})
+    # The total counts 3 + 1 prompt tokens (at most all of them cached); a cost that is no amount makes it unknown.
+    assert total == {
+        "prompt_tokens": 4,
+        "completion_tokens": 0,
+        "total_tokens": 4,
+        "reasoning_tokens": 0,
+        "cached_tokens": 1,
+        "cost": None,
+    }
 
 
 def test_assemble_takes_pieces_whose_index_is_not_a_number():

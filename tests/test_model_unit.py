@@ -295,10 +295,11 @@ def test_add_usage_sums_tokens_reasoning_details_and_cost():
     add_usage(total, {"prompt_tokens": 10, "completion_tokens": 4, "total_tokens": 14, "cost": 0.5})
     add_usage(total, {"prompt_tokens": 1, "completion_tokens_details": {"reasoning_tokens": 3}, "cost": None})
     add_usage(total, {})
-    assert total == {
+    assert total == {  # a call whose cost nobody knows makes the prompt's cost unknown, never a smaller sum
         "prompt_tokens": 11,
         "completion_tokens": 4,
-        "total_tokens": 14,
+        "total_tokens": 15,  # the second reply's own total (1), taken from its parts
         "reasoning_tokens": 3,
-        "cost": 0.5,
+        "cached_tokens": 0,
+        "cost": None,
     }

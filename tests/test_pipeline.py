@@ -65,7 +65,14 @@ def test_record_format_summary_and_huggingface_loading(run_here):
     assert meta["batch_num"] == 0 and meta["model"] == "test-model" and meta["run_name"] == "run"
     assert re.match(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\+00:00$", meta["timestamp"])
     assert meta["exit_reason"] == "completed" and meta["duration_seconds"] > 0
-    assert set(meta["usage"]) == {"prompt_tokens", "completion_tokens", "total_tokens", "reasoning_tokens", "cost"}
+    assert set(meta["usage"]) == {
+        "prompt_tokens",
+        "completion_tokens",
+        "total_tokens",
+        "reasoning_tokens",
+        "cached_tokens",
+        "cost",
+    }
     assert meta["usage"]["total_tokens"] > 0 and meta["usage"]["cost"] > 0
     assert source(record) == {"prompt": "inspect the workspace", "id": "task-7"}
     assert set(record["tool_stats"]) == set(record["tool_error_counts"])
@@ -127,10 +134,10 @@ def test_flags_reach_the_request(run_here, server, tmp_path):
         "terminal",
     ]
     # Neither the ephemeral prompt, the prefill nor the key reaches any output file.
-    for path in result.run_dir.iterdir():
-        text = path.read_text()
+    for path in result.run_dir.iterdir():  # the response cache (a database) included
+        data = path.read_bytes()
         for secret in ("EPHEMERAL-SYS", "PREFILL-Q", API_KEY):
-            assert secret not in text, f"{secret} leaked into {path.name}"
+            assert secret.encode() not in data, f"{secret} leaked into {path.name}"
 
 
 def test_commands_cannot_leak_the_key_into_trajectories(run):

@@ -90,3 +90,17 @@ def test_ray_executor_without_ray_says_how_to_install(run, server, tmp_path):
     proc = subprocess.run([command[0], "-c", hide_ray], capture_output=True, text=True, cwd=tmp_path)
     assert proc.returncode == 2 and "pip install -e '.[ray]'" in proc.stderr, proc.stderr
     assert server.requests == []
+
+
+def test_a_budget_holds_across_ray_tasks_and_resume_pays_for_nothing_twice(run, server):
+    """Ray tasks on this machine share the run folder's ledger: the budget stops them all (exit 3)."""
+    server.cost = 0.01
+    entries = [{"prompt": f"ray budget {i}"} for i in range(6)]  # 18 calls
+    first = run(entries, *TOOLS, "--executor=ray", "--max_cost=0.08", batch_size=2)
+    assert first.code == 3, first.stdout + first.stderr
+    spent = first.statistics["budget"]["spent"]
+    assert spent == pytest.approx(0.01 * len(server.chat_requests())) and spent <= 0.08 + 4 * 0.01 + 1e-9
+    again = run(entries, *TOOLS, "--executor=ray", "--resume", "--max_cost=1", batch_size=2)
+    assert again.code == 0 and len(again.trajectories) == 6, again.stdout
+    steps = Counter(repr(sorted(r["body"].items())) for r in server.chat_requests())
+    assert max(steps.values()) == 1  # no conversation step answered twice

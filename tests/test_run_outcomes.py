@@ -213,7 +213,8 @@ def test_every_file_of_the_run_folder_has_the_mode_the_umask_gives(run):
         if path.is_file() and path.name != ".lock"
     }
     expected = {"batch_0.jsonl", "trajectories.jsonl", "statistics.json", "checkpoint.json", "errors.jsonl", "run.json"}
-    expected |= {"README.md", "report.html"} | {f"export/{name}" for name in ("openai.jsonl", "llamafactory.json")}
+    expected |= {"README.md", "report.html", "responses.sqlite"}
+    expected |= {f"export/{name}" for name in ("openai.jsonl", "llamafactory.json")}
     expected |= {"export/dataset_info.json", "export/trajectories.parquet"}
     assert set(made) == expected
     assert made == dict.fromkeys(expected, 0o640)

@@ -41,9 +41,7 @@ def replayed_usage(server) -> dict:
         if request["path"].endswith("/chat/completions"):
             add_usage(total, mock_model.reply(request["body"], 0, None, site)[0].usage)
         else:
-            used = mock_model.image_reply(request["body"], site)["usage"]
-            add_usage(total, {"prompt_tokens": used["input_tokens"], "completion_tokens": used["output_tokens"]})
-            total["total_tokens"] += used["total_tokens"]
+            add_usage(total, mock_model.image_reply(request["body"], site)["usage"])  # input_tokens, output_tokens
     return total
 
 

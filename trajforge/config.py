@@ -8,6 +8,7 @@ import math
 import operator
 import os
 import random
+import socket
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,6 +18,8 @@ from trajforge.dataset import UsageError
 from trajforge.environments import KINDS, EnvironmentSettings
 from trajforge.export import FORMATS
 from trajforge.model.client import ModelSettings
+from trajforge.money.pricing import Prices
+from trajforge.money.spending import MoneySettings
 from trajforge.run_settings import Remembered, digest, remembered, settle_flags
 from trajforge.runfolder.folder import RunFolder
 from trajforge.secrets import Secrets
@@ -67,6 +70,7 @@ class RunConfig:
     exports: tuple[str, ...] = ()  # --export: formats written under export/ at every merge
     report: bool = True  # report.html at every merge
     report_max_trajectories: int = 2000  # trajectories the report's browser embeds
+    money: MoneySettings = field(default_factory=MoneySettings)  # cache, budget, per-prompt and rate limits
 
     @property
     def preamble(self) -> list[dict]:
@@ -126,13 +130,23 @@ def as_seconds(value, flag: str) -> float:
     return number
 
 
-def as_number(value, flag: str) -> float:
+def as_number(value, flag: str, what: str = "a number") -> float:
     try:
         number = float(value)
     except (TypeError, ValueError):
         number = math.nan
     if isinstance(value, bool) or not math.isfinite(number):
-        raise UsageError(f"--{flag} must be a number, got {value!r}")
+        raise UsageError(f"--{flag} must be {what}, got {value!r}")
+    return number
+
+
+def as_amount(value, flag: str, what: str = "an amount in USD", positive: bool = True) -> float | None:
+    """A finite number (more than 0, or at least 0 for a price), or None when the flag was not given."""
+    if value is None:
+        return None
+    number = as_number(value, flag, what)
+    if number < 0 or (positive and number == 0):
+        raise UsageError(f"--{flag} must be {'more than' if positive else 'at least'} 0, got {value!r}")
     return number
 
 
@@ -148,6 +162,41 @@ def _verifier(value) -> str | None:
     spec = normalize(str(value))
     load_verifier(spec)
     return spec
+
+
+def _prices(flags: dict) -> Prices | None:
+    """USD per million tokens; input and output go together (half a price would be a wrong cost)."""
+    per_million = "a price in USD per million tokens"
+    found = {f: as_amount(flags[f], f, per_million, positive=False) for f in ("price_input", "price_output")}
+    cached = as_amount(flags["price_cached_input"], "price_cached_input", per_million, positive=False)
+    if None in found.values():
+        if any(value is not None for value in (*found.values(), cached)):
+            raise UsageError("--price_input and --price_output go together (USD per million tokens); pass both")
+        return None
+    return Prices(found["price_input"], found["price_output"], cached)
+
+
+def _money(flags: dict, run_dir: Path, max_retries: int, request_timeout: float) -> MoneySettings:
+    money = MoneySettings(
+        folder=str(run_dir.resolve()),
+        host=socket.gethostname(),
+        max_cost=as_amount(flags["max_cost"], "max_cost"),
+        max_cost_per_prompt=as_amount(flags["max_cost_per_prompt"], "max_cost_per_prompt"),
+        max_tokens_per_prompt=as_int(flags["max_tokens_per_prompt"], "max_tokens_per_prompt", 1, optional=True),
+        max_requests_per_minute=as_amount(flags["max_requests_per_minute"], "max_requests_per_minute", "a number"),
+        max_tokens_per_minute=as_amount(flags["max_tokens_per_minute"], "max_tokens_per_minute", "a number"),
+        cache=not as_bool(flags["no_cache"], "no_cache"),
+        # No call can hold its reservation longer than all its attempts and the waits between them.
+        reservation_ttl=request_timeout * (max_retries + 1) + 60.0 * max_retries + 60.0,
+    )
+    shared = money.max_cost or money.max_requests_per_minute or money.max_tokens_per_minute
+    if shared and flags["executor"] == "ray" and flags["ray_address"] is not None:
+        raise UsageError(
+            "--max_cost and the rate limits hold for the processes of the machine that starts the run (they share "
+            "a database in the run folder); with --ray_address, tasks on other nodes would not count. Leave "
+            "--ray_address out (a local Ray instance) or use --executor=pool"
+        )
+    return money
 
 
 def choice(value, flag: str, allowed) -> str | None:
@@ -363,6 +412,7 @@ def build_config(flags: dict) -> RunConfig:
         request_timeout=as_seconds(flags["request_timeout"], "request_timeout"),
         max_retries=as_int(flags["max_retries"], "max_retries", 0),
         stream=as_bool(flags["stream"], "stream"),
+        prices=_prices(flags),
     )
     return RunConfig(
         dataset_file=Path(str(flags["dataset_file"])),
@@ -411,4 +461,5 @@ def build_config(flags: dict) -> RunConfig:
         exports=export_formats(flags["export"]),
         report=as_bool(flags["report"], "report"),
         report_max_trajectories=as_int(flags["report_max_trajectories"], "report_max_trajectories", 0),
+        money=_money(flags, run_dir, model.max_retries, model.request_timeout),
     )

@@ -102,6 +102,23 @@ class SampleSkipped:
 
 
 @dataclass(frozen=True)
+class PromptStopped:
+    """A prompt stopped before its next model call because the run may make no more (`reason`:
+    "budget" for --max_cost, "cost_unknown" when a cost limit meets a reply without a cost). Not
+    finished and not failed: no line anywhere, and `--resume` runs it again."""
+
+    index: int
+    batch_num: int
+    reason: str
+    message: str = ""
+    sample: int = 0
+
+    @property
+    def unit(self) -> tuple[int, int]:
+        return self.index, self.sample
+
+
+@dataclass(frozen=True)
 class LogLine:
     """A --verbose line to print as is."""
 
@@ -109,4 +126,4 @@ class LogLine:
 
 
 PromptEnded = PromptDone | PromptFailed | RunRefused
-Event = Claimed | PromptEnded | Retrying | SampleSkipped | LogLine
+Event = Claimed | PromptEnded | Retrying | SampleSkipped | PromptStopped | LogLine

@@ -11,6 +11,8 @@ from rich.table import Table
 
 from trajectory import EXIT_CODE_TOOLS
 from trajforge.events import PromptDone, PromptEnded, PromptFailed, Retrying, RunRefused, SampleSkipped
+from trajforge.money.report import PRICE_HINT, continue_command, next_budget, projected, spent, usd
+from trajforge.money.store import Totals
 from trajforge.runfolder.merge import dropped
 
 PLAIN_EVERY = 10.0  # seconds between progress lines when stdout is not a terminal
@@ -41,11 +43,13 @@ class Tally:
 
 
 class ProgressView:
-    def __init__(self, console: Console, tally: Tally, require_reasoning: bool):
+    def __init__(self, console: Console, tally: Tally, require_reasoning: bool, money: Totals):
         self.console = console
         self.tally = tally
         self.require_reasoning = require_reasoning
         self.shown: set[str] = set()  # error types whose first message was printed
+        self.spent_before = money.spent  # what earlier invocations paid: the projection is about this one
+        self.totals = money
         self.started = self.last_line = time.monotonic()
         self.bar = None
         if console.is_terminal:
@@ -60,9 +64,10 @@ class ProgressView:
                 TextColumn("{task.fields[verified]}"),
                 TextColumn("{task.fields[rate]}/s"),
                 TimeRemainingColumn(),
+                TextColumn("{task.fields[money]}"),
                 console=console,
             )
-            fields = {"failed": 0, "discarded": 0, "retries": 0, "verified": "", "rate": "0.0"}
+            fields = {"failed": 0, "discarded": 0, "retries": 0, "verified": "", "rate": "0.0", "money": ""}
             self.task = self.bar.add_task(tally.unit, total=tally.planned, **fields)
 
     def __enter__(self) -> ProgressView:
@@ -112,6 +117,17 @@ class ProgressView:
             cut = text[:FIRST_MESSAGE_CHARS] + ("…" if len(text) > FIRST_MESSAGE_CHARS else "")
             self.log(f"{error_type}: {cut}")
 
+    def money(self, totals: Totals) -> None:
+        self.totals = totals
+
+    def _money_text(self) -> str:
+        """Spent so far in the run folder and the projected total, e.g. `$0.42 spent, ~$1.30 total`."""
+        paid = spent(self.totals)
+        if paid is None:
+            return "cost unknown"
+        guess = projected(self.spent_before, paid, self.tally.ended, self.tally.planned)
+        return f"${paid:.4f} spent" + (f", ~${guess:.4f} total" if guess is not None else "")
+
     def tick(self) -> None:
         tally = self.tally
         rate = tally.ended / max(time.monotonic() - self.started, 1e-9)
@@ -124,24 +140,29 @@ class ProgressView:
                 retries=tally.retries,
                 verified=tally.verification(),
                 rate=f"{rate:.1f}",
+                money=self._money_text(),
             )
         elif time.monotonic() - self.last_line >= PLAIN_EVERY:
             self._line()
 
     def _line(self) -> None:
         self.last_line = time.monotonic()
-        self.log(f"[{time.strftime('%H:%M:%S')}] {progress_line(self.tally, self.last_line - self.started)}")
+        line = progress_line(self.tally, self.last_line - self.started, self._money_text())
+        self.log(f"[{time.strftime('%H:%M:%S')}] {line}")
 
 
-def progress_line(tally: Tally, elapsed: float) -> str:
-    """`3/10 prompts ended, 1 failed, 0 discarded, 2 retries, passed 2/3 (67%), 0.5/s, ETA 14s`; the
-    ETA is `unknown` until a prompt has ended (never a nan)."""
+def progress_line(tally: Tally, elapsed: float, money: str = "") -> str:
+    """`3/10 prompts ended, 1 failed, 0 discarded, 2 retries, passed 2/3 (67%), 0.5/s, ETA 14s, $0.42
+    spent, ~$1.30 total`; the ETA is `unknown` until a prompt has ended (never a nan)."""
     rate = tally.ended / elapsed if elapsed > 0 else 0.0
     eta = f"{(tally.planned - tally.ended) / rate:.0f}s" if rate > 0 else "unknown"
     verification = tally.verification()
     return (
         f"{tally.ended}/{tally.planned} {tally.unit} ended, {tally.failed} failed, {tally.discarded} discarded, "
-        f"{tally.retries} retries, " + (f"{verification}, " if verification else "") + f"{rate:.1f}/s, ETA {eta}"
+        f"{tally.retries} retries, "
+        + (f"{verification}, " if verification else "")
+        + f"{rate:.1f}/s, ETA {eta}"
+        + (f", {money}" if money else "")
     )
 
 
@@ -186,10 +207,14 @@ def print_summary(console: Console, stats: dict, tally: Tally, paths: dict) -> N
     usage = stats["usage"]
     if usage.get("total_tokens"):
         line = (
-            f"Tokens: {usage.get('prompt_tokens', 0):,} prompt, {usage.get('completion_tokens', 0):,} completion "
-            f"({usage.get('reasoning_tokens', 0):,} reasoning), {usage['total_tokens']:,} total"
+            f"Tokens: {usage.get('prompt_tokens', 0):,} prompt ({usage.get('cached_tokens', 0):,} cached), "
+            f"{usage.get('completion_tokens', 0):,} completion ({usage.get('reasoning_tokens', 0):,} reasoning), "
+            f"{usage['total_tokens']:,} total"
         )
-        console.print(line + (f"; cost ${usage['cost']:.4f}" if usage.get("cost") else ""))
+        known = stats.get("cost_known", True) and usage.get("cost") is not None
+        cost = f"cost ${usage['cost']:.4f}" if known else f"cost unknown (the endpoint reported none): {PRICE_HINT}"
+        console.print(f"{line}; {cost}")
+    _print_money(console, stats)
     masked = {kind: count for kind, count in stats.get("redactions", {}).items() if count}
     if masked:  # the model quoted what it must not, or a command found a key: worth a look
         console.print(
@@ -207,3 +232,28 @@ def print_summary(console: Console, stats: dict, tally: Tally, paths: dict) -> N
             f"[red]{stats['failed']} prompt(s) failed[/] (see errors.jsonl); rerun the same command with --resume "
             "to retry them."
         )
+
+
+def _print_money(console: Console, stats: dict) -> None:
+    cache, budget = stats.get("cache") or {}, stats.get("budget") or {}
+    if cache.get("hits"):
+        console.print(
+            f"Response cache: {cache['hits']} calls answered from it (saving ${cache['saved_cost']:.4f}), "
+            f"{cache['misses']} paid"
+        )
+    if budget.get("max_cost") is not None and budget.get("spent") is not None:
+        console.print(f"Budget: {usd(budget['spent'])} spent of {usd(budget['max_cost'])} (--max_cost)")
+
+
+def print_budget_stop(console: Console, stats: dict, totals: Totals, spent_before: float, argv: list[str]) -> None:
+    """The run stopped at its budget: what was spent of what, what remains and how to go on."""
+    paid, budget = spent(totals) or 0.0, stats["budget"]["max_cost"]
+    finished = stats["total_prompts"] - stats["remaining"]
+    more = next_budget(paid, budget, finished, stats["total_prompts"])
+    console.print(
+        f"[yellow]Budget reached:[/] {usd(paid)} spent of {usd(budget)} (--max_cost), this invocation "
+        f"{usd(paid - spent_before)}; {stats['remaining']} of {stats['total_prompts']} dataset entries remain. "
+        "Prompts stopped on the way are not saved; their paid calls are answered from the response cache. "
+        "To continue:"
+    )
+    console.print(continue_command(argv, more), markup=False, highlight=False)

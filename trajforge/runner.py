@@ -27,6 +27,7 @@ from trajforge.events import (
     PromptEnded,
     PromptError,
     PromptFailed,
+    PromptStopped,
     Retrying,
     RunRefused,
     SampleSkipped,
@@ -37,7 +38,9 @@ from trajforge.executors.worker import Batch, WorkerSetup
 from trajforge.export.publish import publish
 from trajforge.export.report import ReportData
 from trajforge.model.client import endpoint_problem
-from trajforge.progress import ProgressView, Tally, print_summary
+from trajforge.money.report import money_statistics
+from trajforge.money.store import Store
+from trajforge.progress import ProgressView, Tally, print_budget_stop, print_summary
 from trajforge.runfolder.folder import RunFolder, entry_key, sample_key, write_json_atomic
 from trajforge.runfolder.merge import merge
 from trajforge.runfolder.state import RunState
@@ -68,7 +71,7 @@ def mock_endpoint(config: RunConfig):
         url = line.split("=", 1)[1]
         # The mock model sends its tools to its own pages: the one loopback origin URL checks let through.
         tools = replace(config.tools, trusted_origins=frozenset({urlsplit(url).netloc}))
-        yield replace(config, model=replace(config.model, base_url=url), tools=tools)
+        yield replace(config, model=replace(config.model, base_url=url, cache_as="mock"), tools=tools)
     finally:
         server.kill()
         server.wait()
@@ -92,6 +95,7 @@ class BatchRunner:
         self.config = config
         self.console = console
         self.folder = RunFolder(config.run_dir)
+        self.money = Store(config.run_dir)  # the response cache, the ledger and the budget: money/store.py
         self.warned: set[str] = set()
 
     def warn(self, text: str) -> None:
@@ -140,7 +144,10 @@ class BatchRunner:
                 f"({', '.join(DISTRIBUTIONS[config.distribution])}); try --distribution=terminal_only"
             )
         with self.folder.locked():
-            return self._run_locked(entries, weights, toolsets, started)
+            try:
+                return self._run_locked(entries, weights, toolsets, started)
+            finally:
+                self.money.close()
 
     def _run_locked(self, entries: list[Entry], weights: dict, toolsets: dict, started: float) -> int:
         config = self.config
@@ -167,11 +174,14 @@ class BatchRunner:
         state = RunState(self.folder, config.run_name, str(config.dataset_file), by_index, plan.done, started)
         interrupted = False
         tally = Tally(planned=len(pending), unit="samples" if config.n_samples > 1 else "prompts")
+        self.money.begin()
+        spent_before = self.money.totals().spent
+        self.money.close()  # no connection of ours may cross the fork into the workers
         if batches:
             prepare_run(config.environment, config.resume)
             with browser_for_workers(config, "browser" in weights) as shared, mock_endpoint(shared) as live:
                 check_endpoint(live)
-                setup = WorkerSetup(live, weights, toolsets, tool_names, plan.passes)
+                setup = WorkerSetup(live, weights, toolsets, tool_names, plan.passes, occurrences(entries))
                 interrupted = self.execute(setup, batches, state, tally)
         collected = ReportData(config.report_max_trajectories) if config.report else None
         observe = collected.observe if collected else None
@@ -180,6 +190,7 @@ class BatchRunner:
         final = self.matched(entries, totals.finished, totals.passed)
         remaining = final.unfinished
         error_counts, failed_before = self.folder.error_summary()
+        money = self.money.totals()
         state.settle(final.done, [e.index for e in remaining if entry_key(e.data) in failed_before])
         stats = {
             "run_name": config.run_name,
@@ -204,6 +215,7 @@ class BatchRunner:
             "tool_statistics": totals.tool_statistics,
             "reasoning_statistics": totals.reasoning_statistics,
             "usage": totals.usage,
+            **money_statistics(money, totals.cost_known, config.money.max_cost, state.halted == "budget"),
             "errors": error_counts,
             "redactions": totals.redactions,
             "verification": totals.verification | {"skipped_after_pass": final.skipped},
@@ -222,6 +234,16 @@ class BatchRunner:
                 f"[red]Stopped:[/] {escape(state.stopped)}. Fix the key or account, then rerun with --resume."
             )
             return 1
+        if state.halted == "cost_unknown":
+            self.console.print(
+                "[red]Stopped:[/] a cost limit (--max_cost, --max_cost_per_prompt) needs the cost of every call, but "
+                f"{escape(state.halt_message or 'a reply came without one')}. Set --price_input and --price_output "
+                "(USD per million tokens), then rerun with --resume: the paid replies are answered from the cache."
+            )
+            return 2
+        if state.halted == "budget":
+            print_budget_stop(self.console, stats, money, spent_before, sys.argv)
+            return 3
         return 1 if remaining else 0
 
     def execute(self, setup: WorkerSetup, batches: list[Batch], state: RunState, tally: Tally) -> bool:
@@ -237,7 +259,7 @@ class BatchRunner:
         previous = signal.signal(signal.SIGTERM, _interrupt)
         try:
             executor.start(batches)
-            with ProgressView(self.console, tally, config.require_reasoning) as view:
+            with ProgressView(self.console, tally, config.require_reasoning, self.money.totals()) as view:
 
                 def ended(event: PromptEnded | SampleSkipped) -> None:
                     outstanding.discard(event.unit)
@@ -247,6 +269,7 @@ class BatchRunner:
                         self.warn(warning)
 
                 while outstanding and not state.stopped:
+                    busy = executor.busy()  # asked first: what an idle executor sent is all in the next poll
                     events = executor.poll(0.5)
                     for event in events:
                         match event:
@@ -254,13 +277,23 @@ class BatchRunner:
                                 view.log(text)
                             case Retrying():
                                 view.retrying(event)
+                            case PromptStopped(reason=reason, message=message):
+                                outstanding.discard(event.unit)
+                                state.halt(reason, message)
                             case PromptDone() | PromptFailed() | RunRefused() | SampleSkipped():
                                 ended(event)
-                    if not events:
+                    money = self.money.totals()
+                    if money.stopped:  # the budget is spent: no prompt starts, those in flight stop at their next call
+                        state.halt(money.stopped)
+                        executor.halt()
+                    elif not events:
                         for (index, sample), reason in sorted(executor.lost(outstanding).items()):
                             ended(PromptFailed(index, None, PromptError("worker_died", reason, 1), sample))
+                    view.money(money)
                     view.tick()
                     state.save_every(CHECKPOINT_EVERY)
+                    if state.halted and not busy:  # its prompts in flight have stopped or finished
+                        break
                 for warning in advice.judge():  # a run of fewer samples than the window
                     self.warn(warning)
             return False
@@ -284,6 +317,20 @@ def check_endpoint(config: RunConfig) -> None:
             f"--base_url {config.model.base_url} cannot be reached: {problem}. No prompt was sent; check that "
             "the server runs and the URL is right, then run the same command again."
         )
+
+
+def occurrences(entries: list[Entry]) -> dict[int, int]:
+    """prompt_index -> which identical copy of its entry it is, for the second copy on: two copies are
+    two samples, never answered from each other's cache. Counted in dataset order, as --resume
+    matches finished prompts, so a copy keeps its number on every invocation."""
+    seen: Counter = Counter()
+    found = {}
+    for entry in entries:
+        key = entry_key(entry.data)
+        if seen[key]:
+            found[entry.index] = seen[key]
+        seen[key] += 1
+    return found
 
 
 def _interrupt(signum, frame) -> None:

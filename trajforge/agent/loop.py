@@ -11,7 +11,7 @@ from trajectory import Turn, split_reasoning
 from trajforge.agent.calls import read_tool_calls
 from trajforge.model.client import ModelClient, OnRetry
 from trajforge.model.retry import ModelCallFailed
-from trajforge.model.usage import add_usage, empty_usage
+from trajforge.model.usage import add_usage, empty_usage, usage_total
 from trajforge.tools import Tool, call_tool
 from trajforge.tools.session import ToolSession
 
@@ -23,7 +23,7 @@ class AgentResult:
     turns: list[Turn]
     api_calls: int
     retries: int
-    exit_reason: str  # "completed" | "max_turns" | "timeout" | "length" | "content_filter"
+    exit_reason: str  # completed, max_turns, timeout, length, content_filter, cost_limit, token_limit
     usage: dict
     model_reported: str = ""  # the model name the endpoint reported in its first reply that named one
 
@@ -31,6 +31,22 @@ class AgentResult:
 # A final answer that ended for one of these reasons is cut off (max_tokens) or withheld by the
 # provider's filter: the session is partial, with the reason as its exit_reason.
 CUT_OFF = ("length", "content_filter")
+
+
+@dataclass(frozen=True)
+class PromptLimits:
+    """--max_cost_per_prompt and --max_tokens_per_prompt: the session ends partial once it reaches one."""
+
+    max_cost: float | None = None
+    max_tokens: int | None = None
+
+    def reached(self, usage: dict) -> str | None:
+        """The exit reason for a prompt that has used `usage` (its calls and its tools'), or None."""
+        if self.max_tokens is not None and usage["total_tokens"] >= self.max_tokens:
+            return "token_limit"
+        if self.max_cost is not None and usage["cost"] is not None and usage["cost"] >= self.max_cost:
+            return "cost_limit"
+        return None
 
 
 async def run_agent(
@@ -45,19 +61,27 @@ async def run_agent(
     max_tool_calls: int = 32,
     timeout: float | None = None,
     on_retry: OnRetry | None = None,
+    limits: PromptLimits = PromptLimits(),
+    scope: str = "",
 ) -> AgentResult:
     """Send messages and tools; run the tool calls (the first `max_tool_calls` of a reply) and send the
     results back; stop on a reply without tool calls (completed, or partial when the server cut it off
-    with finish_reason `length` or `content_filter`), after `max_turns` model calls or after `timeout`
-    seconds (partial, with the turns so far: a limit is an outcome, not an error; with no turn at all,
-    the prompt fails instead). `on_retry` hears of every model-call attempt that is tried again."""
+    with finish_reason `length` or `content_filter`), after `max_turns` model calls, after `timeout`
+    seconds or before a call once the prompt's usage (its tools' included) reaches a limit (partial,
+    with the turns so far: a limit is an outcome, not an error; with no turn at all, the prompt fails
+    instead). `on_retry` hears of every model-call attempt that is tried again; `scope` names the
+    sample for the response cache."""
     schemas = [t.schema for t in tools.values()]
     messages = [{"role": "user", "content": prompt}]
     result = AgentResult([], 0, 0, "max_turns", empty_usage())
     try:
         async with asyncio.timeout(timeout) as limit:
             while result.api_calls < max_turns:
-                reply = await client.complete(preamble + messages, schemas, log, on_retry)
+                reached = limits.reached(usage_total(result.usage, session.usage))
+                if reached:
+                    result.exit_reason = reached
+                    break
+                reply = await client.complete(preamble + messages, schemas, log, on_retry, scope)
                 message = reply.message
                 result.api_calls += 1
                 result.retries += reply.retries

@@ -50,13 +50,13 @@ class BwrapEnvironment(LocalEnvironment):
 
     absolute_cwd = False  # only the workspace is there inside the sandbox: an absolute cwd must lie in it
 
-    def __init__(self, cwd: str | None, settings: EnvironmentSettings):
-        super().__init__(cwd, settings)
+    def __init__(self, cwd: str | None, settings: EnvironmentSettings, sample: str = ""):
+        super().__init__(cwd, settings, sample)
         self.tmp = ""  # made by start()
 
     async def _tmpdir(self) -> str:
         # /tmp is per prompt, kept between its commands and removed with it; the host's /tmp stays hidden.
-        self.tmp = await asyncio.to_thread(make_workspace, self.settings, "tmp-")
+        self.tmp = await asyncio.to_thread(make_workspace, self.settings, "tmp-", self.sample)
         return SANDBOX_TMP
 
     async def run(
@@ -73,8 +73,8 @@ class BwrapEnvironment(LocalEnvironment):
 
 
 class BwrapBackend(LocalBackend):  # the same workspaces, so the same leftovers
-    async def environment(self, entry: dict) -> BwrapEnvironment:
-        return BwrapEnvironment(entry.get("cwd"), self.settings)
+    async def environment(self, entry: dict, sample: str = "") -> BwrapEnvironment:
+        return BwrapEnvironment(entry.get("cwd"), self.settings, sample)
 
     @classmethod
     def check(cls, settings: EnvironmentSettings) -> None:

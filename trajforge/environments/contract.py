@@ -108,13 +108,14 @@ class Backend(ABC):
         """Remove what a killed run of settings.run_dir left behind (workspaces, containers, sandboxes)."""
 
     @abstractmethod
-    async def environment(self, entry: dict) -> Environment:
-        """A new, not yet started environment for one dataset entry."""
+    async def environment(self, entry: dict, sample: str = "") -> Environment:
+        """A new, not yet started environment for one dataset entry; `sample` names the sample, the same
+        on every invocation, so a workspace path the model sees can be the same on a re-run."""
 
-    async def open(self, entry: dict) -> Environment:
+    async def open(self, entry: dict, sample: str = "") -> Environment:
         """A started environment for one dataset entry; SetupError fails only that prompt. Closed again
         when starting fails or is cancelled, so a half-made container never outlives its prompt."""
-        env = await self.environment(entry)
+        env = await self.environment(entry, sample)
         try:
             await env.start()
         except BaseException:

@@ -175,7 +175,7 @@ class DockerBackend(Backend):
             self.shared[key] = asyncio.get_running_loop().run_in_executor(self.pool, function, *args)
         return await asyncio.shield(self.shared[key])  # a cancelled prompt must not cancel it for the others
 
-    async def environment(self, entry: dict) -> DockerEnvironment:
+    async def environment(self, entry: dict, sample: str = "") -> DockerEnvironment:
         client = await self._once("client", connect)
         image = image_of(entry, self.settings)
         workdir = await self._once(f"image:{image}", image_workdir, client, image)

@@ -9,6 +9,7 @@ import os
 import secrets
 import shutil
 import signal
+import stat
 import tempfile
 import time
 
@@ -91,8 +92,28 @@ def workspace_prefix(settings: EnvironmentSettings) -> str:
     return f"batch-runner-{settings.run_tag}-"
 
 
-def make_workspace(settings: EnvironmentSettings, kind: str = "") -> str:
-    return tempfile.mkdtemp(prefix=workspace_prefix(settings) + kind)
+def make_workspace(settings: EnvironmentSettings, kind: str = "", name: str = "") -> str:
+    """A new private folder for one prompt. Named `name` (the sample's) when given, so a re-run of the
+    sample shows the model the same paths and its calls are answered from the response cache; what a
+    killed attempt left there is removed first (kept with --keep_workspaces: a random name then)."""
+    prefix = workspace_prefix(settings) + kind
+    if name:
+        path = os.path.join(tempfile.gettempdir(), prefix + name)
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(path, 0o700)
+            return path
+        if not settings.keep_workspaces and _own_directory(path):
+            shutil.rmtree(path, ignore_errors=True)
+            with contextlib.suppress(FileExistsError):
+                os.mkdir(path, 0o700)
+                return path
+    return tempfile.mkdtemp(prefix=prefix)
+
+
+def _own_directory(path: str) -> bool:
+    """A real directory of ours, not a symlink or someone else's folder planted in a shared /tmp."""
+    info = os.lstat(path)
+    return stat.S_ISDIR(info.st_mode) and info.st_uid == os.getuid()
 
 
 def command_env(home: str, tmpdir: str) -> dict:
@@ -118,15 +139,16 @@ class LocalEnvironment(CommandEnvironment):
 
     absolute_cwd = True  # an absolute `cwd` is taken as it is: commands see the host's folders
 
-    def __init__(self, cwd: str | None, settings: EnvironmentSettings):
+    def __init__(self, cwd: str | None, settings: EnvironmentSettings, sample: str = ""):
         self.settings = settings
+        self.sample = sample  # names the workspace
         self.asked_cwd = cwd
         self.workspace = self.cwd = ""  # made by start()
         self.env: dict = {}
         self.token = secrets.token_hex(16)  # marks every process of this prompt (orphans.py)
 
     async def start(self) -> None:
-        self.workspace = await asyncio.to_thread(make_workspace, self.settings)
+        self.workspace = await asyncio.to_thread(make_workspace, self.settings, "", self.sample)
         self.cwd = await asyncio.to_thread(workspace_cwd, self.workspace, self.asked_cwd, self.absolute_cwd)
         await asyncio.to_thread(os.makedirs, self.cwd, exist_ok=True)
         self.env = {**command_env(self.workspace, await self._tmpdir()), PROMPT_MARKER: self.token}
@@ -158,8 +180,8 @@ class LocalBackend(Backend):
     def check(cls, settings: EnvironmentSettings) -> None:
         """A temporary folder and `sh` are all it needs: it works wherever this program runs."""
 
-    async def environment(self, entry: dict) -> LocalEnvironment:
-        return LocalEnvironment(entry.get("cwd"), self.settings)
+    async def environment(self, entry: dict, sample: str = "") -> LocalEnvironment:
+        return LocalEnvironment(entry.get("cwd"), self.settings, sample)
 
     @classmethod
     def remove_leftovers(cls, settings: EnvironmentSettings) -> None:

@@ -85,7 +85,7 @@ class ModalBackend(Backend):
         super().__init__(settings)
         self.app = None
 
-    async def environment(self, entry: dict) -> ModalEnvironment:
+    async def environment(self, entry: dict, sample: str = "") -> ModalEnvironment:
         import modal
         from modal.exception import Error
 

@@ -89,7 +89,7 @@ class SingularityEnvironment(CommandEnvironment):
 
 
 class SingularityBackend(Backend):
-    async def environment(self, entry: dict) -> SingularityEnvironment:
+    async def environment(self, entry: dict, sample: str = "") -> SingularityEnvironment:
         binary = find_binary()
         if binary is None:
             raise SetupError(_MISSING)

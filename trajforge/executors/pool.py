@@ -5,7 +5,8 @@ worker has a free slot, so no worker idles while another holds prompts it has no
 sharing a batch append to its file with O_APPEND, which never interleaves two lines.
 
 An executor starts the batches, hands the driver the workers' events, tells it which prompts were
-lost with a dead worker, and stops. The Ray executor (`ray_pool.py`) offers the same four calls.
+lost with a dead worker, starts nothing more once halted (the budget) and says while it is still busy,
+and stops. The Ray executor (`ray_pool.py`) offers the same calls.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ class ProcessPool:
         self.waiting: deque[Batch] = deque()
         self.workers: list = []
         self.claims: dict[int, list[tuple[int, int]]] = {}  # worker pid -> the samples it took
+        self.halted = False
 
     def start(self, batches: list[Batch]) -> None:
         unit = self.setup.config.concurrency
@@ -88,6 +90,17 @@ class ProcessPool:
         if not any(p.is_alive() for p in self.workers):
             lost.update(dict.fromkeys(outstanding - set(lost), "no worker process left"))
         return lost
+
+    def halt(self) -> None:
+        """Start nothing more (the budget is spent): workers end their prompts in flight, then exit."""
+        if not self.halted:
+            self.waiting.clear()
+            for _ in self.workers:
+                self.tasks.put(None)
+            self.halted = True
+
+    def busy(self) -> bool:
+        return any(process.is_alive() for process in self.workers)
 
     def stop(self, finished: bool) -> None:
         """Finished workers exit by themselves once they have released what they hold; others get

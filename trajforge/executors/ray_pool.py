@@ -185,6 +185,13 @@ class RayPool:
         self.failed.clear()
         return lost
 
+    def halt(self) -> None:
+        """Submit no more batches; the running tasks stop by themselves (their workers see the budget)."""
+        self.waiting.clear()
+
+    def busy(self) -> bool:
+        return bool(self.running)
+
     def stop(self, finished: bool) -> None:
         ray = self.ray
         for ref in self.running:  # none left when finished

@@ -11,6 +11,7 @@ import contextlib
 import os
 import queue
 import signal
+import socket
 import sys
 import time
 import traceback
@@ -20,7 +21,7 @@ import orjson
 
 from toolset_distributions import sample_rng, sample_toolsets
 from trajectory import build_record, discard_reason, nonzero_exits
-from trajforge.agent.loop import run_agent
+from trajforge.agent.loop import PromptLimits, run_agent
 from trajforge.config import RunConfig
 from trajforge.environments import SetupError, backend_for
 from trajforge.events import (
@@ -29,6 +30,7 @@ from trajforge.events import (
     PromptDone,
     PromptError,
     PromptFailed,
+    PromptStopped,
     Retrying,
     RunRefused,
     SampleSkipped,
@@ -36,6 +38,8 @@ from trajforge.events import (
 from trajforge.model.client import ModelClient
 from trajforge.model.retry import ModelCallFailed, RunStopped
 from trajforge.model.usage import add_usage
+from trajforge.money.errors import SpendStop
+from trajforge.money.spending import Spending, sample_scope
 from trajforge.runfolder.folder import BatchFiles, RunFolder, entry_key
 from trajforge.samples import PassCounts
 from trajforge.tools import Tool
@@ -56,6 +60,8 @@ class WorkerSetup:
     toolsets: dict[str, list[Tool]]
     tool_names: list[str]  # every registered tool: the keys of tool_stats
     passes_before: dict[int, int] = field(default_factory=dict)  # prompt index -> samples passed before this run
+    # prompt_index -> which identical copy of its entry it is (1, 2 ...), for entries the dataset repeats
+    occurrences: dict[int, int] = field(default_factory=dict)
 
 
 class Worker:
@@ -68,9 +74,16 @@ class Worker:
         self.events = events
         self.files = files
         self.passes = passes  # passed samples per entry: --stop_after_passes
-        self.stopped = False  # the endpoint refused us: start nothing more
-        self.client = ModelClient(self.config.model)
-        self.services = ToolServices(self.config.tools, self.config.model, self.config.secrets)  # closed by serve()
+        self.stopped = False  # the endpoint refused us, or the budget is spent: start nothing more
+        money = self.config.money
+        # The response cache, budget and rate limits, shared through the run folder's database by the processes
+        # of the machine that started the run; a Ray task on another node goes without (config.py refuses
+        # --max_cost and rate limits with a cluster).
+        here = socket.gethostname() == money.host and os.path.isdir(money.folder)
+        self.spending = Spending(money, self.config.secrets.redact) if here else None
+        self.client = ModelClient(self.config.model, self.spending)
+        self.services = ToolServices(self.config.tools, self.config.model, self.config.secrets, self.spending)
+        self.limits = PromptLimits(money.max_cost_per_prompt, money.max_tokens_per_prompt)
         self.environments = backend_for(self.config.environment)  # shared by this process's prompts
 
     def _logger(self, index: int):
@@ -130,9 +143,13 @@ class Worker:
         started = time.monotonic()
         toolsets = sample_toolsets(setup.weights, sample_rng(config.seed, entry_key(entry), sample))
         tools = {t.name: t for name in toolsets for t in setup.toolsets[name]}
+        scope = sample_scope(entry_key(entry), setup.occurrences.get(index, 0), sample)
         env = None
         try:
-            env = ToolSession(await self.environments.open(entry), self.services)
+            if self.spending is not None and await self.spending.stopped():  # the budget is spent: start nothing
+                self.stopped = True
+                return
+            env = ToolSession(await self.environments.open(entry, scope), self.services, scope)
             result = await run_agent(
                 self.client,
                 env,
@@ -144,6 +161,8 @@ class Worker:
                 max_tool_calls=config.max_tool_calls_per_turn,
                 timeout=config.prompt_timeout,
                 on_retry=self._retry_reporter(index),
+                limits=self.limits,
+                scope=scope,
             )
             add_usage(result.usage, env.usage)  # the tools' own model calls (vision, images) count too
             # The model may quote the ephemeral prompt, a prefill message or a key a server echoed.
@@ -197,6 +216,9 @@ class Worker:
         except RunStopped as exc:
             self.stopped = True
             self.events.put(RunRefused(index, batch_num, self.services.redact(str(exc)), sample))
+        except SpendStop as exc:  # not finished, not failed: --resume runs it again, its paid calls from the cache
+            self.stopped = True
+            self.events.put(PromptStopped(index, batch_num, exc.reason, self.services.redact(str(exc)), sample))
         except Exception as exc:
             error = _failure(exc)
             error = replace(error, message=self.services.redact(error.message))  # error bodies may echo the request
@@ -266,6 +288,8 @@ async def serve(setup: WorkerSetup, tasks, events, files: BatchFiles | None, pas
     finally:
         await worker.client.close()
         await worker.services.close()  # the worker's browser goes with it
+        if worker.spending is not None:
+            await worker.spending.close()
 
 
 def worker_main(setup: WorkerSetup, tasks, events, parent: int, passes: PassCounts) -> None:

@@ -35,6 +35,10 @@ A prompt can steer it with directives such as ``[mock turns=3 reasoning=think fa
     stop=REASON      the final answer is cut off mid-word with this finish_reason (length, content_filter)
     model=NAME       the replies report NAME as their model (servers often name the model otherwise)
     no_model         the replies carry no ``model`` field at all
+    cost=USD         every reply reports this `usage.cost` (the server's own setting otherwise: by default
+                     a cost from the tokens, or a fixed one, or none: MockServer(cost=...))
+    no_cost          the replies report no cost at all, as vLLM or llama.cpp do
+    cached=N         N of the prompt tokens were cached (`usage.prompt_tokens_details.cached_tokens`)
 
 Hostile replies, to show that none can crash or hang a prompt (the first turn's calls, or every reply
 while ``times=N`` lasts):
@@ -91,7 +95,8 @@ if (name) document.getElementById("greeting").textContent = `Hello, ${name}!`;
 
 FLAGS = ("bad_json", "unknown_tool", "flagged", "upstream_error", "empty", "snoop")
 FLAGS += ("name_list", "calls_string", "args_number", "no_ids", "dup_ids", "endless", "quote", "echo_key")
-FLAGS += ("no_model", "alternate")
+FLAGS += ("no_model", "alternate", "no_cost")
+BY_TOKENS = "tokens"  # the server's default cost: a made-up price per token
 
 
 @dataclass
@@ -127,6 +132,9 @@ class Directives:
     stop: str | None = None
     model: str | None = None
     no_model: bool = False
+    cost: float | None = None
+    no_cost: bool = False
+    cached: int = 0
 
     @classmethod
     def parse(cls, prompt: str) -> Directives:
@@ -136,9 +144,9 @@ class Directives:
                 key, _, value = word.partition("=")
                 if key in FLAGS:
                     setattr(found, key, True)
-                elif key in ("turns", "fail", "times", "calls"):
+                elif key in ("turns", "fail", "times", "calls", "cached"):
                     setattr(found, key, int(value))
-                elif key in ("retry_after", "latency", "sleep", "trickle", "huge_mb"):
+                elif key in ("retry_after", "latency", "sleep", "trickle", "huge_mb", "cost"):
                     setattr(found, key, float(value))
                 elif key in ("reasoning", "image", "overflow", "stop", "model"):
                     setattr(found, key, value)
@@ -293,13 +301,19 @@ def turn_of(messages: list[dict]) -> int:
 
 
 def reply(
-    request: dict, attempts: int, turns: int | None = None, site: str = "http://127.0.0.1", session: int = 0
+    request: dict,
+    attempts: int,
+    turns: int | None = None,
+    site: str = "http://127.0.0.1",
+    session: int = 0,
+    cost=BY_TOKENS,
 ) -> tuple[Reply, float]:
     """The reply to one request and the extra latency before it. `attempts` counts earlier
     requests for the same prompt (fault directives with ``times`` use it); `turns` is the server's
     default number of tool-calling turns, which a prompt's own directive overrides; `site` is the
     mock server's own address (its page and image); `session` counts earlier sessions of the same
-    prompt (``alternate`` uses it)."""
+    prompt (``alternate`` uses it); `cost` what a reply reports as its cost unless the prompt says
+    otherwise: BY_TOKENS, an amount in USD, or None for none."""
     messages = request.get("messages") or []
     prompt = prompt_text(messages)
     steer = Directives.parse(prompt)
@@ -317,7 +331,7 @@ def reply(
         return Reply(empty=True), 0.0
     image = _image_part(messages)
     if image:
-        return _vision_reply(messages, prompt, image), steer.latency
+        return _vision_reply(messages, prompt, image, cost), steer.latency
 
     offered = {tool["function"]["name"] for tool in request.get("tools") or []}
     since_prompt = messages[max(i for i, m in enumerate(messages) if m.get("role") == "user") :] if prompt else []
@@ -359,7 +373,7 @@ def reply(
 
     if steer.huge_mb and faulty:
         message["content"] += "x" * int(steer.huge_mb * 2**20)
-    usage = _usage(messages, message, thought if steer.reasoning != "none" else "")
+    usage = _usage(messages, message, thought if steer.reasoning != "none" else "", _cost(steer, cost), steer.cached)
     endless, trickle = steer.endless and faulty, steer.trickle if faulty else 0.0
     return Reply(message=message, finish_reason=finish, usage=usage, endless=endless, trickle=trickle), steer.latency
 
@@ -384,19 +398,32 @@ def _malformed(tool_calls: list[dict], steer: Directives) -> list[dict] | str:
     return json.dumps(tool_calls) if steer.calls_string else tool_calls
 
 
-def _usage(messages: list[dict], message: dict, reasoning: str) -> dict:
+def _cost(steer: Directives, server_cost):
+    """What a reply reports as its cost: the prompt's directive, else the server's setting."""
+    if steer.cost is not None:
+        return steer.cost
+    return None if steer.no_cost else server_cost
+
+
+def _usage(messages: list[dict], message: dict, reasoning: str, cost=BY_TOKENS, cached: int = 0) -> dict:
     prompt_tokens = sum(len(json.dumps(m)) for m in messages) // 4
     completion_tokens = len(json.dumps(message)) // 4
-    return {
+    usage = {
         "prompt_tokens": prompt_tokens,
         "completion_tokens": completion_tokens,
         "total_tokens": prompt_tokens + completion_tokens,
         "completion_tokens_details": {"reasoning_tokens": len(reasoning) // 4},
-        "cost": round((prompt_tokens + 4 * completion_tokens) * 1e-7, 8),
     }
+    if cached:
+        usage["prompt_tokens_details"] = {"cached_tokens": min(cached, prompt_tokens)}
+    if cost == BY_TOKENS:
+        usage["cost"] = round((prompt_tokens + 4 * completion_tokens) * 1e-7, 8)
+    elif cost is not None:
+        usage["cost"] = cost
+    return usage
 
 
-def _vision_reply(messages: list[dict], question: str, image: str) -> Reply:
+def _vision_reply(messages: list[dict], question: str, image: str, cost=BY_TOKENS) -> Reply:
     if image.startswith("data:"):
         media_type, _, data = image[5:].partition(";base64,")
         what = f"the {media_type} image ({len(data) * 3 // 4} bytes)"
@@ -404,10 +431,10 @@ def _vision_reply(messages: list[dict], question: str, image: str) -> Reply:
         what = f"the image at {image}"
     answer = f"(mock vision) To '{question[:80]}': {what} shows one flat colour, without text or objects."
     message = {"role": "assistant", "content": answer}
-    return Reply(message=message, usage=_usage(messages, message, ""))
+    return Reply(message=message, usage=_usage(messages, message, "", cost))
 
 
-def image_reply(request: dict, site: str) -> dict:
+def image_reply(request: dict, site: str, cost=BY_TOKENS) -> dict:
     """An images API answer: a PNG of the requested size in a colour taken from the prompt, as base64
     data or, with ``[mock image=url]`` in the prompt, as a URL of the mock server's image."""
     prompt = str(request.get("prompt") or "")
@@ -420,6 +447,8 @@ def image_reply(request: dict, site: str) -> dict:
         item = {"b64_json": base64.b64encode(solid_png(width, height, colour)).decode()}
     tokens = len(prompt) // 4 + 1
     usage = {"input_tokens": tokens, "output_tokens": 256, "total_tokens": tokens + 256}
+    if cost is not None:
+        usage["cost"] = round((tokens + 4 * 256) * 1e-7, 8) if cost == BY_TOKENS else cost
     return {"created": int(time.time()), "data": [item | {"revised_prompt": prompt}], "usage": usage}
 
 

@@ -22,16 +22,27 @@ from collections import Counter
 
 from trajforge.mock import model as mock_model
 
+CLIENT_GONE = 499  # logged for a request whose client hung up before its answer (nginx's "client closed request")
 REASONS = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 403: "Forbidden", 404: "Not Found"}
 TLS_HANDSHAKE = 0x16  # the first byte of a TLS ClientHello
 
 
 class MockServer:
-    def __init__(self, latency: float = 0.0, turns: int | None = None, api_key: str | None = None, record: bool = True):
+    def __init__(
+        self,
+        latency: float = 0.0,
+        turns: int | None = None,
+        api_key: str | None = None,
+        record: bool = True,
+        cost=mock_model.BY_TOKENS,
+    ):
         self.latency = latency
         self.turns = turns
         self.api_key = api_key
         self.record = record
+        self.cost = cost  # what every reply reports as usage.cost: BY_TOKENS, a USD amount, or None (none)
+        self.held: asyncio.Event | None = None  # while cleared, chat requests wait before their answer
+        self.dropping = False
         self.requests: list[dict] = []
         self.attempts: Counter[str] = Counter()
         self.sessions: Counter[str] = Counter()  # first-turn requests per prompt: sessions started
@@ -76,6 +87,20 @@ class MockServer:
     def chat_requests(self) -> list[dict]:
         return [r for r in self.requests if r["path"].endswith("/chat/completions")]
 
+    def hold(self) -> None:
+        """Answer no chat request until release(): what is in flight stays unanswered (a test kills
+        the client meanwhile, knowing which requests were answered)."""
+        self._loop.call_soon_threadsafe(self._hold)
+
+    def _hold(self) -> None:
+        self.held, self.dropping = asyncio.Event(), False
+
+    def release(self, answer: bool = True) -> None:
+        """Let held requests go on: answered, or (answer=False) dropped unanswered (logged with status
+        CLIENT_GONE), as a server does whose client has gone."""
+        self.dropping = not answer
+        self._loop.call_soon_threadsafe(lambda: self.held and self.held.set())
+
     # -- HTTP ----------------------------------------------------------------------------------
     async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
@@ -94,14 +119,14 @@ class MockServer:
                     name, _, value = line.partition(":")
                     headers[name.strip().lower()] = value.strip()
                 body = await reader.readexactly(int(headers.get("content-length") or 0))
-                if not await self._route(method, target.split("?")[0], headers, body, writer):
+                if not await self._route(method, target.split("?")[0], headers, body, writer, reader):
                     break
         except (asyncio.IncompleteReadError, ConnectionError, asyncio.LimitOverrunError):
             pass
         finally:
             writer.close()
 
-    async def _route(self, method: str, path: str, headers: dict, body: bytes, writer) -> bool:
+    async def _route(self, method: str, path: str, headers: dict, body: bytes, writer, reader=None) -> bool:
         site = f"http://{headers.get('host') or f'127.0.0.1:{self.port}'}"
         if path == "/_mock/requests":
             return await self._send(writer, 200, self.requests)
@@ -115,21 +140,22 @@ class MockServer:
         if path.endswith("/models"):
             return await self._send(writer, 200, {"object": "list", "data": [{"id": "mock", "object": "model"}]})
         if method == "POST" and path.endswith("/chat/completions"):
-            return await self._chat(json.loads(body or b"{}"), path, headers, writer, site)
+            return await self._chat(json.loads(body or b"{}"), path, headers, writer, site, reader)
         if method == "POST" and path.endswith("/images/generations"):
             request = json.loads(body or b"{}")
-            self._log(path, request, 200, str(request.get("prompt") or ""))
-            return await self._send(writer, 200, mock_model.image_reply(request, site))
+            self._log(path, request, 200, str(request.get("prompt") or ""), time.time())
+            return await self._send(writer, 200, mock_model.image_reply(request, site, self.cost))
         return await self._send(writer, 404, _error(404, f"no route for {method} {path}"))
 
-    async def _chat(self, request: dict, path: str, headers: dict, writer, site: str) -> bool:
+    async def _chat(self, request: dict, path: str, headers: dict, writer, site: str, reader=None) -> bool:
+        arrived = time.time()
         prompt = mock_model.prompt_text(request.get("messages") or [])
         attempt = self.attempts[prompt]
         self.attempts[prompt] += 1
         if mock_model.turn_of(request.get("messages") or []) == 0:
             self.sessions[prompt] += 1
         session = self.sessions[prompt] - 1
-        reply, extra_latency = mock_model.reply(request, attempt, self.turns, site, session)
+        reply, extra_latency = mock_model.reply(request, attempt, self.turns, site, session, self.cost)
         steer = mock_model.Directives.parse(prompt)
         if steer.echo_key:  # a hostile or careless server
             sent = f" (you sent {headers.get('authorization')})"
@@ -139,7 +165,13 @@ class MockServer:
         delay = self.latency + extra_latency
         if delay:
             await asyncio.sleep(delay)
-        self._log(path, request, reply.status, prompt)
+        held = self.held is not None and not self.held.is_set()
+        if held:
+            await self.held.wait()
+        if (held and self.dropping) or (reader is not None and reader.at_eof()):  # the client hung up: no answer
+            self._log(path, request, CLIENT_GONE, prompt, arrived)
+            return False
+        self._log(path, request, reply.status, prompt, arrived)
         if reply.trickle:
             writer = Trickle(writer, reply.trickle)
         if reply.endless:
@@ -167,9 +199,10 @@ class MockServer:
         completion["usage"] = reply.usage
         return await self._send(writer, 200, completion)
 
-    def _log(self, path: str, request: dict, status: int, prompt: str = "") -> None:
+    def _log(self, path: str, request: dict, status: int, prompt: str = "", arrived: float = 0.0) -> None:
+        """One answered request (`arrived`: when it came in, as time.time())."""
         if self.record:
-            self.requests.append({"path": path, "prompt": prompt, "status": status, "body": request})
+            self.requests.append({"path": path, "prompt": prompt, "status": status, "body": request, "at": arrived})
 
     async def _send(self, writer, status: int, payload, headers: dict | None = None) -> bool:
         return await self._send_bytes(writer, status, json.dumps(payload).encode(), "application/json", headers)
@@ -273,6 +306,13 @@ def _error(status: int, message: str) -> dict:
     return {"error": {"message": message, "type": "mock_error", "code": status}}
 
 
+def _cost(text: str):
+    """--cost: `tokens` (a made-up price per token), an amount in USD, or `none` (no cost reported)."""
+    if text in (mock_model.BY_TOKENS, "none"):
+        return None if text == "none" else text
+    return float(text)
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--host", default="127.0.0.1")
@@ -282,8 +322,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--api_key", default=None, help="require this bearer token")
     parser.add_argument("--record", action="store_true", help="keep a request log at /_mock/requests")
     parser.add_argument("--exit_with_stdin", action="store_true", help="exit when standard input closes")
+    parser.add_argument("--cost", type=_cost, default=mock_model.BY_TOKENS, help="usage.cost: tokens, USD or none")
     args = parser.parse_args(argv)
-    server = MockServer(args.latency, args.turns, args.api_key, args.record)
+    server = MockServer(args.latency, args.turns, args.api_key, args.record, args.cost)
 
     async def serve() -> None:
         listening = await server.listen(args.host, args.port)

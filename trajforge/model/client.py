@@ -6,12 +6,14 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import TypeVar
+from urllib.parse import urlsplit
 
 import aiohttp
 import httpx
 import openai
+import orjson
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_random_exponential
 
 from trajforge.model.reply_size import ACCEPT_ENCODING, capper
@@ -26,6 +28,10 @@ from trajforge.model.retry import (
     failure_message,
 )
 from trajforge.model.stream import answer, assemble, finish_reason, reported
+from trajforge.money.errors import CostUnknown
+from trajforge.money.pricing import Prices, priced, tokens
+from trajforge.money.spending import Spending, cache_key
+from trajforge.money.store import Call
 
 T = TypeVar("T")
 PROBE_TIMEOUT = 30.0  # seconds at most for the check that the endpoint answers at all
@@ -42,6 +48,12 @@ class ModelSettings:
     request_timeout: float = 600.0  # seconds for a whole request: connecting and every byte of the reply
     max_retries: int = 6
     stream: bool = False
+    prices: Prices | None = None  # --price_input/--price_output/--price_cached_input, for this model's calls
+    cache_as: str = ""  # the endpoint as the response cache names it, when not base_url (the mock's changing port)
+
+    @property
+    def openrouter(self) -> bool:
+        return urlsplit(self.base_url).hostname == "openrouter.ai"
 
 
 @dataclass(frozen=True)
@@ -56,8 +68,12 @@ class Completion:
 
 
 class ModelClient:
-    def __init__(self, settings: ModelSettings):
+    """Model calls through the response cache, the budget and the rate limits of `spending` (None: straight
+    to the endpoint, as unit tests of the loop want)."""
+
+    def __init__(self, settings: ModelSettings, spending: Spending | None = None):
         self.settings = settings
+        self.spending = spending
         self.client = openai.AsyncOpenAI(
             base_url=settings.base_url,
             api_key=settings.api_key,
@@ -79,30 +95,84 @@ class ModelClient:
         return asked if asked is not None else self._backoff(state)
 
     async def complete(
-        self, messages: list[dict], tools: list[dict], log=None, on_retry: OnRetry | None = None
+        self, messages: list[dict], tools: list[dict], log=None, on_retry: OnRetry | None = None, scope: str = ""
     ) -> Completion:
-        """One model call, retried by our policy."""
+        """One model call of the sample `scope` (its usage with its cost), retried by our policy."""
+        wire = {"usage": {"include": True}} if self.settings.openrouter else {}  # OpenRouter reports cost when asked
 
-        async def ask() -> Completion:
-            body = self._body(messages, tools)
+        async def post(body: dict) -> dict:
+            body = body | wire
             data = await (self._stream(body) if self.settings.stream else self.post_json("/chat/completions", body))
-            usage = data.get("usage")
-            usage = usage if isinstance(usage, dict) else {}
-            return Completion(answer(data), usage, 0, finish_reason(data), reported(data))
+            answer(data)  # a 200 without an answer is retried, never cached
+            return data
 
-        completion, retries = await self.call(ask, log, on_retry)
-        return replace(completion, retries=retries)
+        body = self._body(messages, tools)
+        data, cost, retries = await self.paid(
+            "/chat/completions", body, scope, post, self.settings.prices, log, on_retry
+        )
+        return Completion(
+            answer(data), reply_usage(data) | {"cost": cost}, retries, finish_reason(data), reported(data)
+        )
+
+    async def paid(
+        self,
+        path: str,
+        body: dict,
+        scope: str,
+        post: Callable[[dict], Awaitable[dict]],
+        prices,
+        log=None,
+        on_retry: OnRetry | None = None,
+    ) -> tuple[dict, float | None, int]:
+        """(reply, its cost, retries) of the request `body` to `path`: from the response cache when it
+        was paid for before (retries 0), else sent by `post` within the budget and the rate limits,
+        and stored before it is used. CostUnknown when a cost limit is set and nobody knows its cost."""
+        spending = self.spending
+        if spending is None:
+            data, retries = await self.call(lambda: post(body), log, on_retry)
+            return data, priced(reply_usage(data), prices)["cost"], retries
+        key = cache_key(self.settings.cache_as or self.settings.base_url, path, body, scope)
+        hit = await spending.cached(key)
+        if hit is not None:
+            return hit[0], hit[1], 0
+        size = len(orjson.dumps(body)) // 4  # a request's tokens, roughly: enough to reserve and to pace
+        max_tokens = body.get("max_tokens") if isinstance(body.get("max_tokens"), int) else None
+        charged = size + (max_tokens or 0)
+        reservation = await spending.reserve(Call(size, max_tokens, prices))
+
+        async def admit() -> None:
+            await spending.admit(charged)
+
+        try:
+            data, retries = await self.call(lambda: post(body), log, on_retry, before=admit)
+            cost = priced(reply_usage(data), prices)["cost"]
+            await spending.settle(key, data, cost, tokens(reply_usage(data))["total_tokens"], reservation, charged)
+            reservation = None
+        finally:
+            await spending.release(reservation)
+        if cost is None and spending.settings.needs_cost:
+            await spending.stop_unknown_cost()
+            raise CostUnknown(f"{body.get('model')} at {self.settings.base_url} reported no cost")
+        return data, cost, retries
 
     async def call(
-        self, request: Callable[[], Awaitable[T]], log=None, on_retry: OnRetry | None = None
+        self,
+        request: Callable[[], Awaitable[T]],
+        log=None,
+        on_retry: OnRetry | None = None,
+        before: Callable[[], Awaitable[None]] | None = None,
     ) -> tuple[T, int]:
         """(result, retries) of `request()`, any call on this endpoint, retried by our policy; `on_retry`
-        hears of each failed attempt that is tried again. Raises RunStopped when the endpoint refuses
-        us, ModelCallFailed when the call failed for good."""
+        hears of each failed attempt that is tried again; `before()` is awaited before each attempt (the
+        rate limits). Raises RunStopped when the endpoint refuses us, ModelCallFailed when the call
+        failed for good."""
 
         def before_sleep(state) -> None:
             exc = state.outcome.exception()
-            kind = classify(exc).kind
+            decision = classify(exc)
+            kind = decision.kind
+            if self.spending and kind == "http_429":  # every session of the run backs off
+                self.spending.rate_limited(decision.retry_after)
             if on_retry:
                 on_retry(kind, failure_message(exc, kind))
             if log:
@@ -119,6 +189,8 @@ class ModelClient:
         try:
             async for attempt in retrying:
                 with attempt:
+                    if before:
+                        await before()
                     result = await self._attempt(request)
             return result, attempt.retry_state.attempt_number - 1
         except Exception as exc:
@@ -186,7 +258,7 @@ class ModelClient:
 
     async def _stream(self, body: dict) -> dict:
         """A streamed reply, in the shape of a non-streamed one."""
-        body |= {"stream": True, "stream_options": {"include_usage": True}}
+        body = body | {"stream": True, "stream_options": {"include_usage": True}}
         stream = await self.client.post(
             "/chat/completions", body=body, cast_to=object, stream=True, stream_cls=openai.AsyncStream[object]
         )
@@ -211,3 +283,8 @@ def endpoint_problem(settings: ModelSettings) -> str | None:
             await client.close()
 
     return asyncio.run(probe())
+
+
+def reply_usage(data: dict) -> dict:
+    usage = data.get("usage")
+    return usage if isinstance(usage, dict) else {}

@@ -1,28 +1,40 @@
 """What tools may ask of the run's endpoint (vision_analyze, image_generate), and nothing more.
 
-Their requests go to the run's endpoint with its key, under the run's retry policy, never streamed:
-a tool sees a chat reply or an images answer, never the client behind them."""
+Their requests go to the run's endpoint with its key, under the run's retry policy, never streamed,
+through the same response cache, budget and rate limits as the agent's own calls: a tool sees a chat
+reply or an images answer, never the client behind them."""
 
 from __future__ import annotations
 
 from dataclasses import replace
 
-from trajforge.model.client import ModelClient, ModelSettings
+from trajforge.model.client import ModelClient, ModelSettings, reply_usage
+from trajforge.money.pricing import priced
+from trajforge.money.spending import Spending
 
 
 class ToolModel:
-    def __init__(self, settings: ModelSettings, chat_model: str):
-        self._client = ModelClient(replace(settings, model=chat_model, stream=False))
+    def __init__(self, settings: ModelSettings, chat_model: str, spending: Spending | None = None):
+        # The prices are those of --model: a different --vision_model is priced only by what the endpoint reports.
+        prices = settings.prices if chat_model == settings.model else None
+        self._client = ModelClient(replace(settings, model=chat_model, stream=False, prices=prices), spending)
 
-    async def chat(self, messages: list[dict]) -> tuple[dict, dict]:
-        """(assistant message, usage) of the chat model's reply to `messages`, offered no tools."""
-        completion = await self._client.complete(messages, [])
+    async def chat(self, messages: list[dict], scope: str = "") -> tuple[dict, dict]:
+        """(assistant message, usage with its cost) of the chat model's reply to `messages`, offered no
+        tools, for the sample `scope`."""
+        completion = await self._client.complete(messages, [], scope=scope)
         return completion.message, completion.usage
 
-    async def generate_image(self, request: dict) -> dict:
-        """The images API's answer to `request` (its model, prompt, size ...), as JSON."""
-        answer, _ = await self._client.call(lambda: self._client.post_json("/images/generations", request))
-        return answer
+    async def generate_image(self, request: dict, scope: str = "") -> tuple[dict, dict]:
+        """(the images API's answer to `request` (its model, prompt, size ...) as JSON, its usage with
+        its cost: what the endpoint reports, else unknown)."""
+        client = self._client
+
+        async def post(body: dict) -> dict:
+            return await client.post_json("/images/generations", body)
+
+        answer, cost, _ = await client.paid("/images/generations", request, scope, post, None)
+        return answer, priced(reply_usage(answer), None) | {"cost": cost}
 
     async def close(self) -> None:
         await self._client.close()

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-USAGE_KEYS = ("prompt_tokens", "completion_tokens", "total_tokens", "reasoning_tokens")
+from trajforge.money.pricing import plausible, tokens
+
+USAGE_KEYS = ("prompt_tokens", "completion_tokens", "total_tokens", "reasoning_tokens", "cached_tokens")
 
 
 def empty_usage() -> dict:
@@ -10,16 +12,18 @@ def empty_usage() -> dict:
 
 
 def add_usage(total: dict, usage: dict) -> None:
-    """Add one reply's `usage` to `total`; reasoning tokens may sit in `completion_tokens_details`.
-    What is not a plausible number (a string, a list, infinity, beyond 2**53) counts as nothing."""
-    details = usage.get("completion_tokens_details")
-    details = details if isinstance(details, dict) else {}
-    for key in USAGE_KEYS:
-        total[key] += int(_number(usage.get(key)) or _number(details.get(key)))
-    total["cost"] += _number(usage.get("cost"))
+    """Add one reply's `usage` (as priced by the client: pricing.priced) to `total`. A call whose cost
+    is unknown (no `cost`, or one that is not a plausible amount) makes the total unknown: None,
+    never a sum that silently leaves it out."""
+    for key, value in tokens(usage).items():
+        total[key] += value
+    cost = plausible(usage.get("cost"))
+    total["cost"] = None if cost is None or total["cost"] is None else total["cost"] + cost
 
 
-def _number(value) -> float:
-    if isinstance(value, (int, float)) and not isinstance(value, bool) and abs(value) < 2**53:
-        return float(value)
-    return 0.0
+def usage_total(*usages: dict) -> dict:
+    """The sum of several usage totals (a prompt's own calls and its tools')."""
+    total = empty_usage()
+    for usage in usages:
+        add_usage(total, usage)
+    return total

@@ -30,6 +30,7 @@ class Totals:
     tool_statistics: dict = field(default_factory=dict)
     reasoning_statistics: dict = field(default_factory=dict)
     usage: dict = field(default_factory=dict)
+    cost_known: bool = True  # every trajectory's cost is known (a null cost makes the total null)
     finished: Counter = field(default_factory=Counter)  # (entry key, sample index) with a final outcome
     passed: Counter = field(default_factory=Counter)  # the same, for samples whose verification passed
     redactions: dict = field(default_factory=lambda: dict.fromkeys(KINDS, 0))  # secrets masked, by kind
@@ -130,7 +131,11 @@ def merge(
                 for key in known:
                     known[key] += entry[key]
             for key, value in record["metadata"]["usage"].items():
-                usage[key] = usage.get(key, 0) + value
+                if key == "cost" and (value is None or usage.get(key, 0) is None):
+                    totals.cost_known = False
+                    usage[key] = None  # unknown: never a sum that leaves a prompt out
+                else:
+                    usage[key] = usage.get(key, 0) + value
             key, sample = sample_key(record)
             totals.finished[key, sample] += 1
             verification = record["metadata"].get("verification") or {}
@@ -179,7 +184,7 @@ def merge(
         "turns_without_reasoning": turns - with_reasoning,
         "coverage": round(with_reasoning / turns, 4) if turns else 0.0,
     }
-    totals.usage = {key: round(value, 6) if isinstance(value, float) else value for key, value in usage.items()}
+    totals.usage = {key: round(value, 8) if isinstance(value, float) else value for key, value in usage.items()}
     return totals
 
 

@@ -34,6 +34,8 @@ class RunState:
         plausible = isinstance(earlier, (int, float)) and not isinstance(earlier, bool) and 0 <= earlier < math.inf
         self.earlier = earlier if plausible else 0
         self.stopped: str | None = None
+        self.halted: str | None = None  # no more model calls: "budget" or "cost_unknown" (money/errors.py)
+        self.halt_message = ""
         self.saved_at = 0.0
         self.dirty = True
 
@@ -69,6 +71,11 @@ class RunState:
                 "source": self.entries[event.index],  # what --resume matches on
             }
         )
+
+    def halt(self, reason: str, message: str = "") -> None:
+        """The run makes no more model calls; the first reason and the first message that says why stay."""
+        self.halted = self.halted or reason
+        self.halt_message = self.halt_message or message
 
     @property
     def retries(self) -> int:

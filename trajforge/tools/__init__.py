@@ -4,7 +4,7 @@ whose first parameter is the prompt's ToolSession (tools/session.py: the environ
 docstring (schema.py). Which tools exist, by toolset, is one table in registry.py.
 
 Errors come back to the model as ``{"error": ...}`` and count as failures; a tool never raises into the
-agent loop.
+agent loop, except the run's budget stop (money/errors.py), which ends the prompt unfinished.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import json
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
+from trajforge.money.errors import SpendStop
 from trajforge.tools.schema import tool_schema
 
 
@@ -47,5 +48,7 @@ async def call_tool(session, name: str, raw_arguments: str, offered: dict[str, T
         return {"error": f"bad arguments for {name}: {exc}"}
     try:
         return await chosen.function(session, **arguments)
+    except SpendStop:  # the budget stops the prompt itself, not just this call
+        raise
     except Exception as exc:
         return {"error": f"{type(exc).__name__}: {exc}"}

@@ -6,7 +6,7 @@ No distribution the Hermes agent ships samples this toolset; the `code_execution
 
 from __future__ import annotations
 
-import secrets
+import hashlib
 
 from trajforge.tools.session import ToolSession
 
@@ -20,7 +20,8 @@ async def execute_code(session: ToolSession, code: str, timeout: int | None = No
         code: the whole program
         timeout: seconds before the program is killed (capped by the run's limit)
     """
-    name = f".execute_code-{secrets.token_hex(6)}"
+    # Named after the code, not at random: a traceback quotes the name, and a re-run must show the same.
+    name = f".execute_code-{hashlib.sha256(code.encode()).hexdigest()[:12]}"
     script, out, err = f"{name}.py", f"{name}.out", f"{name}.err"
     env = session.env
     await env.write_file(script, code)

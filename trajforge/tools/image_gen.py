@@ -4,8 +4,8 @@ saved in the prompt's workspace."""
 from __future__ import annotations
 
 import base64
+import hashlib
 import re
-import secrets
 
 from trajforge.tools.fetch import fetch
 from trajforge.tools.session import ToolServices, ToolSession
@@ -43,11 +43,8 @@ async def image_generate(session: ToolSession, prompt: str, size: str = "1024x10
         return {"error": f"size must look like 1024x1024, got {size!r}"}
     services = session.services
     request = {"model": services.settings.image_model, "prompt": prompt, "size": size, "n": 1}
-    response = await services.model.generate_image(request)
-    used = response.get("usage") or {}
-    if used:  # gpt-image models report tokens: they count in the prompt's usage
-        tokens = {"prompt_tokens": used.get("input_tokens"), "completion_tokens": used.get("output_tokens")}
-        session.count_usage(tokens | {"total_tokens": used.get("total_tokens")})
+    response, usage = await services.model.generate_image(request, session.scope)
+    session.count_usage(usage)  # gpt-image models report tokens (and OpenRouter a cost): the prompt's usage
     images = response.get("data") or []
     image = images[0] if images and isinstance(images[0], dict) else {}
     if not image.get("b64_json") and not image.get("url"):
@@ -56,6 +53,7 @@ async def image_generate(session: ToolSession, prompt: str, size: str = "1024x10
     media_type = image_type(data)
     if media_type is None:
         return {"error": "the image model returned data that is not a PNG, JPEG, GIF or WEBP image"}
-    path = f"images/{_slug(prompt)}-{secrets.token_hex(3)}.{media_type.split('/')[1]}"
+    # Named after its content, not at random: a re-run answered from the cache shows the model the same path.
+    path = f"images/{_slug(prompt)}-{hashlib.sha256(data).hexdigest()[:6]}.{media_type.split('/')[1]}"
     await session.env.write_file(path, data)
     return {"path": path, "url": image.get("url"), "bytes": len(data), "revised_prompt": image.get("revised_prompt")}

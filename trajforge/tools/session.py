@@ -22,6 +22,7 @@ from trajforge.environments.redacted import Redacted
 from trajforge.model.client import ModelSettings
 from trajforge.model.tool_model import ToolModel
 from trajforge.model.usage import add_usage, empty_usage
+from trajforge.money.spending import Spending
 from trajforge.secrets import Secrets
 from trajforge.tools.browser_guard import GuardProxy
 from trajforge.tools.browser_runtime import BrowserLauncher
@@ -32,12 +33,19 @@ from trajforge.tools.settings import ToolSettings
 class ToolServices:
     """Shared by every prompt of one worker process; closed when the worker ends."""
 
-    def __init__(self, settings: ToolSettings, model: ModelSettings, secrets: Secrets | None = None):
+    def __init__(
+        self,
+        settings: ToolSettings,
+        model: ModelSettings,
+        secrets: Secrets | None = None,
+        spending: Spending | None = None,
+    ):
         self.settings = settings
         # Text that must never reach a trajectory or a log, e.g. the API key a command finds with `ps` or
         # in /proc/<runner>/environ where nothing hides it (`local`), or the ephemeral system prompt.
         self.secrets = secrets or Secrets()
-        self.model = ToolModel(model, chat_model=settings.vision_model)  # for vision and image requests
+        # For vision and image requests, through the run's cache and budget.
+        self.model = ToolModel(model, chat_model=settings.vision_model, spending=spending)
         guard = None if settings.allow_private_urls else GuardProxy(trusted=settings.trusted_origins)
         self.browser = BrowserLauncher(settings.browser_executable, settings.browser_endpoint, guard)
 
@@ -65,8 +73,9 @@ class ToolServices:
 
 
 class ToolSession:
-    def __init__(self, env: Environment, services: ToolServices):
+    def __init__(self, env: Environment, services: ToolServices, scope: str = ""):
         self.services = services
+        self.scope = scope  # the sample the tools' model calls belong to (the response cache's key)
         self.redactions: Counter = Counter()  # secrets masked in what this prompt saves, by kind
         self.env: Environment = Redacted(env, self.redact)
         self.usage = empty_usage()

@@ -1,0 +1,43 @@
+"""Rate limits hold for the whole run: two worker processes with several sessions each share one
+request bucket (the run folder's database), refilled continuously rather than spent in a burst."""
+
+from __future__ import annotations
+
+from trajforge.money.bucket import Bucket
+
+FLAGS = ["--distribution=terminal_only", "--environment=local", "--seed=3"]
+
+
+def test_the_request_rate_holds_across_two_workers(run_here, server):
+    per_minute = 600  # 10 a second; the bucket holds one second's worth
+    bucket = Bucket.per_minute(per_minute)
+    entries = [{"prompt": f"paced {i}"} for i in range(12)]  # 36 requests
+    flags = [*FLAGS, "--num_workers=2", "--concurrency=4", f"--max_requests_per_minute={per_minute}"]
+    result = run_here(entries, *flags, batch_size=3)
+    assert result.code == 0, result.stdout
+    arrivals = sorted(r["at"] for r in server.chat_requests())
+    assert len(arrivals) == 36
+    # Request k can go no sooner than the bucket's content plus k-capacity refills after the first:
+    # with one bucket per worker the two would send twice as fast.
+    # Seconds: a request's trip from its admission to the server varies on a busy machine. A bucket per
+    # worker would send the 36 in about 0.8 s instead of 2.6, far outside it.
+    slack = 0.5
+    for k, at in enumerate(arrivals):
+        assert at - arrivals[0] >= (k + 1 - bucket.capacity) / bucket.rate - slack, (k, at - arrivals[0])
+    per_second = max(sum(1 for t in arrivals if start <= t < start + 1) for start in arrivals)
+    # The first second's burst is what the bucket holds plus a second of refill (and both window edges).
+    assert per_second <= bucket.capacity + bucket.rate + 5  # (a bucket per worker: about 36)
+    print(f"\n36 requests in {arrivals[-1] - arrivals[0]:.2f}s, at most {per_second} in one second")
+
+
+def test_a_429_pauses_every_session_of_the_run(run_here, server):
+    """One prompt's 429 (no Retry-After) pauses the run for half a second: the other sessions, which
+    otherwise send a request every few milliseconds, send none meanwhile."""
+    entries = [{"prompt": "busy [mock fail=429 times=1]"}] + [{"prompt": f"calm {i} [mock turns=12]"} for i in range(3)]
+    result = run_here(entries, *FLAGS, "--num_workers=1", "--concurrency=4", "--max_turns=20")
+    assert result.code == 0, result.stdout
+    arrivals = [r["at"] for r in server.chat_requests()]
+    (struck,) = [r["at"] for r in server.chat_requests() if r["status"] == 429]
+    during = [at - struck for at in arrivals if struck + 0.1 < at < struck + 0.45]
+    assert not during, during  # the 429's own answer may overtake requests already on their way
+    assert any(at > struck + 0.45 for at in arrivals)  # they were paused, not done

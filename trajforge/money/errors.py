@@ -1,0 +1,22 @@
+"""Why a prompt stops before its next model call without an outcome of its own: it is not finished,
+not failed, and `--resume` runs it again (its paid calls answered from the response cache)."""
+
+from __future__ import annotations
+
+
+class SpendStop(Exception):
+    """No more model calls in this run: raised through the agent loop and the tools to the worker."""
+
+    reason = ""
+
+
+class BudgetReached(SpendStop):
+    """--max_cost: the spent cost plus what the calls in flight may cost leaves no room for this call."""
+
+    reason = "budget"
+
+
+class CostUnknown(SpendStop):
+    """A cost limit was set but a reply came without a cost and no prices were given."""
+
+    reason = "cost_unknown"

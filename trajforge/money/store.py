@@ -1,0 +1,236 @@
+"""The run folder's money database (SQLite, WAL): the response cache, the ledger of paid calls, the
+budget's reservations of calls in flight, the rate-limit buckets and the shared 429 pause.
+
+One file, opened by every worker process (and Ray task on this machine) at once: writes go in short
+IMMEDIATE transactions, waiting for each other within the busy timeout; readers never wait. A
+committed reply survives kill -9 (WAL with synchronous=NORMAL loses at most the last transactions of a
+power cut, never the database). A connection is opened per process on first use, never carried across
+a fork. Synchronous: callers run these methods off their event loop (spending.py).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sqlite3
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from trajforge.money import pricing
+from trajforge.money.bucket import Bucket, backoff
+from trajforge.money.errors import BudgetReached, CostUnknown
+
+FILE_NAME = "responses.sqlite"
+BUSY_TIMEOUT_MS = 60_000
+EPSILON = 1e-9  # dollars: sums of floats must not stop a call that fits exactly
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS replies (key TEXT PRIMARY KEY, data BLOB NOT NULL, cost REAL, created REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS paid (id INTEGER PRIMARY KEY, key TEXT NOT NULL, cost REAL, tokens INTEGER NOT NULL,
+                                 at REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS totals (id INTEGER PRIMARY KEY CHECK (id = 0), spent REAL NOT NULL, paid_calls INTEGER
+    NOT NULL, unknown_calls INTEGER NOT NULL, hits INTEGER NOT NULL, saved REAL NOT NULL, largest REAL);
+INSERT OR IGNORE INTO totals VALUES (0, 0, 0, 0, 0, 0, NULL);
+CREATE TABLE IF NOT EXISTS reservations (id INTEGER PRIMARY KEY, pid INTEGER NOT NULL, amount REAL NOT NULL,
+                                         at REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS buckets (name TEXT PRIMARY KEY, level REAL NOT NULL, updated REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS state (name TEXT PRIMARY KEY, value);
+"""
+
+
+@dataclass(frozen=True)
+class Totals:
+    spent: float  # USD of every paid call whose cost is known, in every invocation on this folder
+    paid_calls: int  # calls sent to the endpoint and answered (cache misses)
+    unknown_calls: int  # paid calls whose cost nobody knows
+    hits: int  # calls answered from the cache
+    saved: float  # USD those hits would have cost again
+    largest: float | None  # the most one call has cost so far
+    stopped: str | None  # why this invocation makes no more calls ("budget", "cost_unknown"), if it does not
+
+
+@dataclass(frozen=True)
+class Call:
+    """What the budget knows of a call before it starts."""
+
+    prompt_tokens: int  # estimated from the request's size
+    max_tokens: int | None
+    prices: pricing.Prices | None
+
+
+class Store:
+    def __init__(self, folder: Path):
+        self.path = Path(folder) / FILE_NAME
+        self._db: sqlite3.Connection | None = None
+        self._pid = 0
+
+    def _conn(self) -> sqlite3.Connection:
+        if self._db is None or self._pid != os.getpid():  # a forked child opens its own
+            db = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None)
+            db.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("PRAGMA synchronous=NORMAL")
+            db.executescript(SCHEMA)
+            self._db, self._pid = db, os.getpid()
+        return self._db
+
+    def close(self) -> None:
+        if self._db is not None and self._pid == os.getpid():
+            self._db.close()
+        self._db = None
+
+    @contextlib.contextmanager
+    def _write(self) -> Iterator[sqlite3.Connection]:
+        db = self._conn()
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            yield db
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+        db.execute("COMMIT")
+
+    def _state(self, db: sqlite3.Connection, name: str, default=None):
+        row = db.execute("SELECT value FROM state WHERE name = ?", (name,)).fetchone()
+        return default if row is None else row[0]
+
+    @staticmethod
+    def _set(db: sqlite3.Connection, name: str, value) -> None:
+        db.execute("INSERT OR REPLACE INTO state VALUES (?, ?)", (name, value))
+
+    # -- an invocation -------------------------------------------------------------------------
+    def begin(self) -> None:
+        """A new invocation on the folder (no worker runs yet): what the last one left in flight,
+        stopped, paused or owed is forgotten; the paid calls and the cache stay."""
+        with self._write() as db:
+            db.execute("DELETE FROM reservations")
+            db.execute("DELETE FROM buckets")
+            db.execute("DELETE FROM state")
+
+    def totals(self) -> Totals:
+        db = self._conn()
+        row = db.execute("SELECT spent, paid_calls, unknown_calls, hits, saved, largest FROM totals").fetchone()
+        return Totals(*row, self._state(db, "stopped"))
+
+    def stop(self, reason: str) -> None:
+        with self._write() as db:
+            if self._state(db, "stopped") is None:
+                self._set(db, "stopped", reason)
+
+    def stopped(self) -> str | None:
+        return self._state(self._conn(), "stopped")
+
+    # -- the cache -----------------------------------------------------------------------------
+    def cached(self, key: str) -> tuple[bytes, float | None] | None:
+        """(stored reply, what it cost) of `key`, counted as a hit; None when not stored."""
+        db = self._conn()
+        row = db.execute("SELECT data, cost FROM replies WHERE key = ?", (key,)).fetchone()
+        if row is None:
+            return None
+        with self._write() as db:
+            db.execute("UPDATE totals SET hits = hits + 1, saved = saved + ?", (row[1] or 0.0,))
+        return bytes(row[0]), row[1]
+
+    def settle(
+        self, key: str, data: bytes | None, cost: float | None, tokens: int, reservation: int | None, charged: float
+    ) -> None:
+        """One paid call, in one transaction: its reply into the cache (unless `data` is None:
+        --no_cache), its cost into the ledger, its reservation released, the token bucket set right
+        (`charged` tokens were taken before the call, `tokens` were used) and the 429 streak ended."""
+        with self._write() as db:
+            if data is not None:
+                db.execute("INSERT OR REPLACE INTO replies VALUES (?, ?, ?, ?)", (key, data, cost, time.time()))
+            db.execute("INSERT INTO paid (key, cost, tokens, at) VALUES (?, ?, ?, ?)", (key, cost, tokens, time.time()))
+            db.execute(
+                "UPDATE totals SET spent = spent + ?, paid_calls = paid_calls + 1, unknown_calls = unknown_calls + ?,"
+                " largest = max(coalesce(largest, 0), ?)",
+                (cost or 0.0, cost is None, cost or 0.0),
+            )
+            if reservation is not None:
+                db.execute("DELETE FROM reservations WHERE id = ?", (reservation,))
+            if charged:
+                db.execute("UPDATE buckets SET level = level + ? WHERE name = 'tokens'", (charged - tokens,))
+            db.execute("DELETE FROM state WHERE name = 'strikes'")
+
+    # -- the budget ----------------------------------------------------------------------------
+    def reserve(self, call: Call, max_cost: float, ttl: float) -> int | None:
+        """A reservation for one call, or None when it must wait for calls in flight to settle. Its
+        estimate is the largest call so far or its prompt and max_tokens at the prices (pricing.py);
+        with neither, one call at a time finds out. Raises BudgetReached when the call cannot fit even
+        once the calls in flight have settled (they only add to what is spent), which stops every
+        worker's next call; CostUnknown when that stop was found."""
+        with self._write() as db:
+            stopped = self._state(db, "stopped")
+            if not stopped:
+                self._expire(db, ttl)
+                spent, largest = db.execute("SELECT spent, largest FROM totals").fetchone()
+                estimate = pricing.estimate(call.prompt_tokens, call.max_tokens, call.prices, largest)
+                count, reserved = db.execute("SELECT count(*), total(amount) FROM reservations").fetchone()
+                if estimate is None:  # unknown: one call at a time finds out what a call costs
+                    room, go = spent < max_cost - EPSILON, not count
+                else:  # it fits once the calls in flight have settled / it fits now
+                    room = spent + estimate <= max_cost + EPSILON
+                    go = spent + reserved + estimate <= max_cost + EPSILON
+                if room and go:
+                    return db.execute(
+                        "INSERT INTO reservations (pid, amount, at) VALUES (?, ?, ?)",
+                        (os.getpid(), estimate or 0.0, time.time()),
+                    ).lastrowid
+                if room:  # the calls in flight may cost less than they hold: wait for them to settle
+                    return None
+                stopped = BudgetReached.reason
+                self._set(db, "stopped", stopped)  # committed before it is raised: every worker stops
+        raise CostUnknown() if stopped == CostUnknown.reason else BudgetReached()
+
+    def release(self, reservation: int) -> None:
+        with self._write() as db:
+            db.execute("DELETE FROM reservations WHERE id = ?", (reservation,))
+
+    @staticmethod
+    def _expire(db: sqlite3.Connection, ttl: float) -> None:
+        """Reservations of a process that died (OOM, kill -9) or of a call older than any call can be."""
+        db.execute("DELETE FROM reservations WHERE at < ?", (time.time() - ttl,))
+        for (pid,) in db.execute("SELECT DISTINCT pid FROM reservations").fetchall():
+            if not _alive(pid):
+                db.execute("DELETE FROM reservations WHERE pid = ?", (pid,))
+
+    # -- rate limits ---------------------------------------------------------------------------
+    def admit(self, requests: Bucket | None, tokens: Bucket | None, charge: float) -> float:
+        """Take one request (and `charge` tokens) from the run's buckets; seconds to wait before
+        sending it: the buckets' debt, or the shared pause after 429s, whichever is longer."""
+        now = time.time()
+        if requests is None and tokens is None:  # no limit of ours: only the pause, read without a lock
+            return max(0.0, (self._state(self._conn(), "pause_until") or 0.0) - now)
+        with self._write() as db:
+            wait = max(0.0, (self._state(db, "pause_until") or 0.0) - now)
+            for name, bucket, amount in (("requests", requests, 1.0), ("tokens", tokens, charge)):
+                if bucket is None:
+                    continue
+                row = db.execute("SELECT level, updated FROM buckets WHERE name = ?", (name,)).fetchone()
+                level, updated = row if row else (bucket.capacity, now)
+                level, debt = bucket.take(level, updated, now, amount)
+                db.execute("INSERT OR REPLACE INTO buckets VALUES (?, ?, ?)", (name, level, now))
+                wait = max(wait, debt)
+        return wait
+
+    def strike(self, retry_after: float | None) -> float:
+        """The endpoint answered 429: every session pauses, longer with each 429 in a row."""
+        with self._write() as db:
+            strikes = (self._state(db, "strikes") or 0) + 1
+            pause = backoff(strikes, retry_after)
+            until = max(self._state(db, "pause_until") or 0.0, time.time() + pause)
+            self._set(db, "strikes", strikes)
+            self._set(db, "pause_until", until)
+        return pause
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's: alive
+        return True
+    return True
