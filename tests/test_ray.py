@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -13,6 +14,8 @@ import pytest
 from conftest import ROOT, Result
 
 pytest.importorskip("ray", reason="Ray is an optional extra: pip install -e '.[ray]'")
+# One xdist worker runs these one after another: ray_leftovers() looks at every process of the machine.
+pytestmark = pytest.mark.xdist_group("ray")
 
 TOOLS = ["--distribution=terminal_only", "--seed=3", "--num_workers=2", "--concurrency=2"]
 
@@ -35,6 +38,16 @@ def ray_leftovers() -> list[str]:
         for p in psutil.process_iter(["cmdline"])
         if any(n in " ".join(p.info["cmdline"] or []) for n in names)
     ]
+
+
+def ray_workers_of(runner: int) -> list[psutil.Process]:
+    """The Ray tasks running a batch for this runner (its descendants, not those of another run)."""
+    found = []
+    for process in psutil.Process(runner).children(recursive=True):
+        with contextlib.suppress(psutil.Error):
+            if "ray::run_batch" in " ".join(process.cmdline()):
+                found.append(process)
+    return found
 
 
 @pytest.mark.parametrize("shared_fs", [False, True])
@@ -68,7 +81,7 @@ def test_killed_ray_worker_is_retried_without_duplicates(run, server):
     killed = None
     while killed is None and time.monotonic() < deadline:
         lines = sum(p.read_bytes().count(b"\n") for p in folder.glob("batch_*.jsonl")) if folder.exists() else 0
-        workers = [p for p in psutil.process_iter(["cmdline"]) if "ray::run_batch" in " ".join(p.info["cmdline"] or [])]
+        workers = ray_workers_of(proc.pid)
         if lines >= 2 and workers:
             killed = workers[0].pid
             os.kill(killed, signal.SIGKILL)

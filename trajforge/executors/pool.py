@@ -18,6 +18,7 @@ from collections import deque
 
 from trajforge.events import Claimed, Event
 from trajforge.executors.worker import Batch, WorkerSetup, worker_main
+from trajforge.tls import tls_context
 
 GRACE = 15.0  # seconds a worker gets to close its environments after SIGTERM
 
@@ -38,6 +39,7 @@ class ProcessPool:
         self.waiting.extend(
             Batch(b.num, b.entries[i : i + unit]) for b in batches for i in range(0, len(b.entries), unit)
         )
+        tls_context()  # made once here, where each worker would make its own for each of its HTTP clients
         self.workers = [
             self.context.Process(
                 target=worker_main, args=(self.setup, self.tasks, self.events, os.getpid()), daemon=True

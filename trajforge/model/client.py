@@ -17,6 +17,7 @@ from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait
 from trajforge.model.reply_size import ACCEPT_ENCODING, capper
 from trajforge.model.retry import NOT_OURS, REFUSALS, BadReply, ModelCallFailed, ReplyTimeout, RunStopped, classify
 from trajforge.model.stream import answer, assemble
+from trajforge.tls import tls_context
 
 T = TypeVar("T")
 
@@ -43,7 +44,7 @@ class ModelClient:
             timeout=settings.request_timeout,  # per read: _attempt bounds the whole request
             default_headers=ACCEPT_ENCODING,
             http_client=openai.DefaultAioHttpClient(
-                timeout=settings.request_timeout, event_hooks={"response": [capper()]}
+                timeout=settings.request_timeout, event_hooks={"response": [capper()]}, verify=tls_context()
             ),
         )
         self._backoff = wait_random_exponential(multiplier=1, max=60)
