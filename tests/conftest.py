@@ -25,6 +25,14 @@ ROOT = Path(__file__).resolve().parents[1]
 API_KEY = "sk-test-SECRET-0123456789"
 
 
+# Started first, so that under xdist the longest tests do not end the run on one worker while the rest idle.
+SLOW_FIRST = ("test_ray.py", "test_containment.py", "test_hostile_replies.py", "test_docker.py", "test_browser.py")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    items.sort(key=lambda item: item.path.name not in SLOW_FIRST)  # stable: the order within each file stays
+
+
 @pytest.fixture
 def server():
     mock = MockServer()
