@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from trajforge.tools.search_providers import SearchProvider, search_provider
 
-BROWSER_NAMES = ("chromium-headless-shell", "chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
+BROWSER_NAMES = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
 
 
 @dataclass(frozen=True)
