@@ -5,6 +5,7 @@ process (`run_here`)."""
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import io
 import json
 import os
@@ -24,6 +25,14 @@ from trajforge.runfolder.folder import RunFolder
 ROOT = Path(__file__).resolve().parents[1]
 
 API_KEY = "sk-test-SECRET-0123456789"
+
+
+# Started first, so that under xdist the longest tests do not end the run on one worker while the rest idle.
+SLOW_FIRST = ("test_ray.py", "test_containment.py", "test_hostile_replies.py", "test_docker.py", "test_browser.py")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    items.sort(key=lambda item: item.path.name not in SLOW_FIRST)  # stable: the order within each file stays
 
 
 @pytest.fixture
@@ -196,15 +205,27 @@ def site():
 
 
 PRIVATE_DOCKERD = Path("/tmp/ci-docker/docker.pid")  # written by the dockerd that .ci/docker-up starts
+STARTED_BY = Path("/tmp/ci-docker/started-by-pytest")  # the pytest session that started it, which stops it
+DOCKER_UP_LOCK = Path("/tmp/batch-runner-docker-up.lock")
+
+
+def _session_pid() -> int:
+    """The pid of the whole test session: the xdist controller (each worker's parent), else this process."""
+    return os.getppid() if os.environ.get("PYTEST_XDIST_WORKER") else os.getpid()
 
 
 @pytest.fixture(scope="session")
 def docker_host() -> str:
     """A Docker engine with the test images (batch-runner-test/alpha:1, batch-runner-test/beta:1).
-    .ci/docker-up uses $DOCKER_HOST when it answers, else starts a private loopback-only dockerd,
-    which is stopped again at the end of the session."""
-    running_before = _private_dockerd_running()
-    up = subprocess.run([str(ROOT / ".ci" / "docker-up")], capture_output=True, text=True, timeout=180)
+    .ci/docker-up uses $DOCKER_HOST when it answers, else starts a private loopback-only dockerd, which
+    is stopped again at the end of the session (by pytest_sessionfinish, once every xdist worker is done).
+    xdist workers run this one at a time: one of them starts the engine and builds the images."""
+    with DOCKER_UP_LOCK.open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        running_before = _private_dockerd_running()
+        up = subprocess.run([str(ROOT / ".ci" / "docker-up")], capture_output=True, text=True, timeout=180)
+        if not running_before and _private_dockerd_running():
+            STARTED_BY.write_text(str(_session_pid()))
     if up.returncode:
         pytest.skip(f"no Docker engine could be started here: {up.stderr.strip()}")
     host = up.stdout.strip().splitlines()[-1].partition("=")[2]
@@ -215,8 +236,20 @@ def docker_host() -> str:
         os.environ.pop("DOCKER_HOST", None)
     else:
         os.environ["DOCKER_HOST"] = previous
-    if not running_before and _private_dockerd_running():
-        subprocess.run([str(ROOT / ".ci" / "docker-down")], timeout=60)
+
+
+def pytest_sessionfinish(session) -> None:
+    """The session that started the private dockerd stops it (with xdist: the controller, at the very end)."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    try:
+        started_by = int(STARTED_BY.read_text())
+    except (OSError, ValueError):
+        return
+    if started_by == os.getpid():
+        STARTED_BY.unlink(missing_ok=True)
+        if _private_dockerd_running():
+            subprocess.run([str(ROOT / ".ci" / "docker-down")], timeout=60)
 
 
 def _private_dockerd_running() -> bool:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import re
 import signal
@@ -13,7 +14,8 @@ import psutil
 import pytest
 from tool_session import call, tool_session
 
-from trajforge.tools.browser_runtime import BrowserUnavailable, launch, launch_problem, shared_browser
+from trajforge.tools.browser_runtime import launch_problem
+from trajforge.tools.browser_service import browser_service
 from trajforge.tools.browser_snapshot import SNAPSHOT_LIMIT
 from trajforge.tools.registry import available_toolsets
 from trajforge.tools.session import ToolSession
@@ -27,6 +29,15 @@ needs_chromium = pytest.mark.skipif(PROBLEM is not None, reason=f"no browser can
 def ref(snapshot: dict, element: str) -> str:
     """The ref a snapshot gives `element` (role and name, e.g. 'button "Greet me"'), as a model reads it."""
     return re.search(rf"- {re.escape(element)} \[ref=(\w+)\]", snapshot["snapshot"]).group(1)
+
+
+def playwright_drivers(process: psutil.Process) -> list[psutil.Process]:
+    found = []
+    for child in process.children(recursive=True):
+        with contextlib.suppress(psutil.Error):  # a short-lived child may be gone already
+            if "run-driver" in child.cmdline():
+                found.append(child)
+    return found
 
 
 @needs_chromium
@@ -134,27 +145,35 @@ def test_each_prompt_has_its_own_context_closed_with_the_prompt(site):
 
 
 @needs_chromium
-def test_workers_share_one_browser_and_each_sees_only_its_own_contexts(site):
-    async def scenario(endpoint):
+def test_workers_share_the_run_s_browser_service_and_each_prompt_has_its_own_context(site):
+    async def scenario(address):
         async with (  # the second is another worker
-            tool_session(browser_executable=CHROMIUM, browser_endpoint=endpoint, allow_private_urls=True) as first,
-            tool_session(browser_executable=CHROMIUM, browser_endpoint=endpoint, allow_private_urls=True) as second,
+            tool_session(browser_endpoint=address, allow_private_urls=True) as first,
+            tool_session(browser_endpoint=address, allow_private_urls=True) as second,
         ):
+            third = ToolSession(second.env, second.services)  # another prompt of the second worker
             await call(first, "browser_navigate", url=f"{site.url}/form.html")
-            typed = await call(second, "browser_navigate", url=f"{site.url}/article.html")
-            first_context = await first.resource("browser", None)
-            second_context = await second.resource("browser", None)
-            seen = (first_context.browser.contexts, second_context.browser.contexts)
+            opened = await call(second, "browser_navigate", url=f"{site.url}/article.html")
+            fresh = await call(third, "browser_back")
             await first.services.close()  # what the end of a worker does
-            return typed, first_context, second_context, seen, await call(second, "browser_back")
+            back = await call(second, "browser_back")
+            return opened, fresh, back, [await call(second, "browser_close") for _ in range(2)]
 
-    with shared_browser(CHROMIUM) as endpoint:
-        typed, first_context, second_context, seen, back = asyncio.run(scenario(endpoint))
-        assert typed["title"] == "Tide pools"
-        assert seen == ([first_context], [second_context])
-        assert back == {"url": "about:blank", "title": ""}  # the other worker's end left this context open
-    with pytest.raises(BrowserUnavailable, match="the run's browser could not be reached"):
-        asyncio.run(launch(CHROMIUM, endpoint))  # gone with the block
+    async def after_the_run(address):
+        async with tool_session(browser_endpoint=address) as session:
+            return await call(session, "browser_snapshot")
+
+    with browser_service(CHROMIUM) as service:
+        address = service.ready(ToolSettings("v", "i", browser_executable=CHROMIUM, allow_private_urls=True))
+        opened, fresh, back, closed = asyncio.run(scenario(address))
+        drivers = [driver.ppid() for driver in playwright_drivers(psutil.Process())]
+    assert opened["title"] == "Tide pools"
+    assert fresh == {"error": "there is no previous page"}  # its own context, without the other's history
+    assert back == {"url": "about:blank", "title": ""}  # the other worker's end left this context open
+    assert closed == [{"closed": True}, {"closed": False}]
+    assert drivers == [service.process.pid]  # one Playwright driver, the service's
+    gone = asyncio.run(after_the_run(address))
+    assert gone["error"].startswith("BrowserUnavailable: the run's browser could not be reached")
 
 
 @needs_chromium
@@ -178,13 +197,14 @@ def test_the_run_s_browser_goes_with_the_run(run, server, stop):
     while len(server.requests) < 4 and time.monotonic() < deadline:  # both workers are browsing
         time.sleep(0.02)
     runner = psutil.Process(proc.pid)
-    browser = [p for p in runner.children(recursive=True) if "launch-server" in p.cmdline()]
-    assert len(browser) == 1  # one for the run, not one per worker
-    browser += browser[0].children(recursive=True)
+    drivers = playwright_drivers(runner)
+    assert len(drivers) == 1  # one Playwright driver for the run, not one per worker: the browser service's
+    service = drivers[0].parent()
+    browser = [service, *service.children(recursive=True)]
     assert any("chromium" in p.name() for p in browser)
     if stop == "kill_a_worker":
-        worker = next(p for p in runner.children() if p.pid != browser[0].pid and "python" in p.name())
-        browser += worker.children(recursive=True)  # its Playwright driver goes too
+        worker = next(p for p in runner.children() if p.pid != service.pid and "python" in p.name())
+        browser += worker.children(recursive=True)
         worker.kill()
     else:
         os.killpg(proc.pid, signal.SIGINT if stop == "ctrl_c" else signal.SIGKILL)

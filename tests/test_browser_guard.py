@@ -17,8 +17,9 @@ from local_site import LocalSite
 from tool_session import call, tool_session
 
 from trajforge.tools.browser_guard import BLOCKED_HEADER, HEADER_LIMIT, GuardProxy
-from trajforge.tools.browser_runtime import BrowserLauncher, launch_problem, shared_browser
-from trajforge.tools.settings import find_browser
+from trajforge.tools.browser_runtime import BrowserLauncher, launch_problem
+from trajforge.tools.browser_service import browser_service
+from trajforge.tools.settings import ToolSettings, find_browser
 
 CHROMIUM = find_browser(os.environ)
 PROBLEM = launch_problem(CHROMIUM)
@@ -49,10 +50,21 @@ def port(site: LocalSite) -> int:
     return int(site.url.rsplit(":", 1)[1])
 
 
-def trusted_session(site: LocalSite, endpoint: str | None = None):
-    """A browser session to which `site` is what the mock model's server is to a run: a trusted origin."""
+def trusted_settings(site: LocalSite, endpoint: str | None = None) -> dict:
+    """Tool settings to which `site` is what the mock model's server is to a run: a trusted origin."""
     trusted = frozenset({f"127.0.0.1:{port(site)}"})
-    return tool_session(browser_executable=CHROMIUM, browser_endpoint=endpoint, trusted_origins=trusted)
+    return {"browser_executable": CHROMIUM, "browser_endpoint": endpoint, "trusted_origins": trusted}
+
+
+def trusted_session(site: LocalSite, endpoint: str | None = None):
+    return tool_session(**trusted_settings(site, endpoint))
+
+
+@contextlib.contextmanager
+def runs_browser(site: LocalSite):
+    """The address of a run's browser service with the same settings as `trusted_session`."""
+    with browser_service(CHROMIUM) as service:
+        yield service.ready(ToolSettings("v", "i", **trusted_settings(site)))
 
 
 @needs_chromium
@@ -82,7 +94,7 @@ def test_a_trusted_page_redirecting_to_another_loopback_origin_is_blocked_at_the
             trusted = await call(session, "browser_navigate", url=f"{site.url}/article.html")
             return trusted, await call(session, "browser_navigate", url=f"{site.url}/redirect?to={target}")
 
-    with shared_browser(CHROMIUM) if browser == "the run's" else contextlib.nullcontext() as endpoint:
+    with runs_browser(site) if browser == "the run's" else contextlib.nullcontext() as endpoint:
         trusted, redirected = asyncio.run(scenario(endpoint))
     assert trusted["status"] == 200  # the trusted origin itself is reached, through the proxy
     assert redirected == {"error": "blocked: 127.0.0.1 is a loopback address"}

@@ -344,7 +344,9 @@ FAILED["huge [mock huge_mb=25]"] = "api_bad_reply"
 def test_a_run_over_hostile_replies_saves_or_fails_each_prompt_and_resumes(run):
     entries = [{"prompt": prompt} for prompt in [*SAVED, *FAILED]]
     flags = ["--distribution=terminal_only", "--environment=local", "--num_workers=2", "--concurrency=4"]
-    flags += ["--max_tool_calls_per_turn=4", "--prompt_timeout=10", "--request_timeout=1", "--max_retries=1"]
+    # 4 s for a whole reply: reading 20 MB of the huge one has taken over 2 s on a busy machine. The
+    # trickling and endless ones then fail after two tries (under 10 s), within the prompt's 15 s.
+    flags += ["--max_tool_calls_per_turn=4", "--prompt_timeout=15", "--request_timeout=4", "--max_retries=1"]
     first = run(entries, *flags, batch_size=3, timeout=HUNG * 2)
     assert first.code == 1, first.stderr  # some prompts failed: --resume retries them
     lines = {source(line)["prompt"]: line for line in first.batch_lines}

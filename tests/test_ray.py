@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -13,6 +14,10 @@ import pytest
 from conftest import ROOT, Result, source
 
 pytest.importorskip("ray", reason="Ray is an optional extra: pip install -e '.[ray]'")
+# Starting Ray is most of a run's 20 s; on a machine busy with the rest of the suite it has taken 140 s.
+RAY_RUN_TIMEOUT = 200
+# One xdist worker runs these one after another: ray_leftovers() looks at every process of the machine.
+pytestmark = [pytest.mark.xdist_group("ray"), pytest.mark.timeout(2 * RAY_RUN_TIMEOUT)]
 
 TOOLS = ["--distribution=terminal_only", "--seed=3", "--num_workers=2", "--concurrency=2"]
 
@@ -37,11 +42,22 @@ def ray_leftovers() -> list[str]:
     ]
 
 
+def ray_workers_of(runner: int) -> list[psutil.Process]:
+    """The Ray tasks running a batch for this runner (its descendants, not those of another run)."""
+    found = []
+    for process in psutil.Process(runner).children(recursive=True):
+        with contextlib.suppress(psutil.Error):
+            if "ray::run_batch" in " ".join(process.cmdline()):
+                found.append(process)
+    return found
+
+
 @pytest.mark.parametrize("shared_fs", [False, True])
 def test_ray_gives_the_same_trajectories_as_the_pool(run, shared_fs):
     entries = [{"prompt": f"task {i}"} for i in range(8)] + [{"prompt": "silent [mock reasoning=none]"}]
     pool = run(entries, *TOOLS, run_name="pool", batch_size=3)
-    ray = run(entries, *TOOLS, "--executor=ray", f"--ray_shared_fs={shared_fs}", run_name="ray", batch_size=3)
+    flags = ("--executor=ray", f"--ray_shared_fs={shared_fs}")
+    ray = run(entries, *TOOLS, *flags, run_name="ray", batch_size=3, timeout=RAY_RUN_TIMEOUT)
     assert pool.code == 0 and ray.code == 0, ray.stdout + ray.stderr
     assert comparable(ray) == comparable(pool)
     assert len(ray.trajectories) == 8 and ray.statistics["discarded_no_reasoning"] == 1
@@ -64,16 +80,16 @@ def test_killed_ray_worker_is_retried_without_duplicates(run, server):
         text=True,
     )
     folder = run.tmp_path / "out" / "run"
-    deadline = time.monotonic() + 90
+    deadline = time.monotonic() + RAY_RUN_TIMEOUT
     killed = None
     while killed is None and time.monotonic() < deadline:
         lines = sum(p.read_bytes().count(b"\n") for p in folder.glob("batch_*.jsonl")) if folder.exists() else 0
-        workers = [p for p in psutil.process_iter(["cmdline"]) if "ray::run_batch" in " ".join(p.info["cmdline"] or [])]
+        workers = ray_workers_of(proc.pid)
         if lines >= 2 and workers:
             killed = workers[0].pid
             os.kill(killed, signal.SIGKILL)
         time.sleep(0.05)
-    output, _ = proc.communicate(timeout=180)
+    output, _ = proc.communicate(timeout=RAY_RUN_TIMEOUT)
     assert killed, "no Ray worker was found to kill"
     assert proc.returncode == 0, output
     records = Result(proc.returncode, output, "", folder).batch_lines

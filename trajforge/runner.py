@@ -47,7 +47,8 @@ from trajforge.runfolder.state import RunState
 from trajforge.samples import Plan, plan_samples
 from trajforge.secrets import conceal
 from trajforge.tools import registry
-from trajforge.tools.browser_runtime import BrowserUnavailable, shared_browser
+from trajforge.tools.browser_runtime import BrowserUnavailable
+from trajforge.tools.browser_service import browser_service
 
 CHECKPOINT_EVERY = 1.0  # seconds; batch files, not the checkpoint, are the record of what is done
 
@@ -78,16 +79,19 @@ def mock_endpoint(config: RunConfig):
 
 
 @contextmanager
-def browser_for_workers(config: RunConfig, wanted: bool):
-    """One Chromium for all local workers instead of one each: they connect to it (browser_runtime)."""
-    if not wanted or config.executor != "pool":  # Ray tasks may run on other machines
-        yield config
+def helpers(config: RunConfig, browser: bool):
+    """The run's helper processes, started side by side: the mock server (--model=mock) and, when the
+    distribution has the browser, one browser service for all local workers (browser_service.py)."""
+    if not browser or config.executor != "pool":  # Ray tasks may run on other machines: each has its own
+        with mock_endpoint(config) as live:
+            yield live
         return
-    try:
-        with shared_browser(config.tools.browser_executable) as endpoint:
-            yield replace(config, tools=replace(config.tools, browser_endpoint=endpoint))
-    except BrowserUnavailable as exc:  # raised only by the start: the body runs no browser code
-        raise SetupError(f"the browser toolset: {exc}") from None
+    with browser_service(config.tools.browser_executable) as service, mock_endpoint(config) as live:
+        try:
+            address = service.ready(live.tools)
+        except BrowserUnavailable as exc:  # raised only by the start: the body runs no browser code
+            raise SetupError(f"the browser toolset: {exc}") from None
+        yield replace(live, tools=replace(live.tools, browser_endpoint=address))
 
 
 class BatchRunner:
@@ -179,7 +183,7 @@ class BatchRunner:
         self.money.close()  # no connection of ours may cross the fork into the workers
         if batches:
             prepare_run(config.environment, config.resume)
-            with browser_for_workers(config, "browser" in weights) as shared, mock_endpoint(shared) as live:
+            with helpers(config, "browser" in weights) as live:
                 check_endpoint(live)
                 setup = WorkerSetup(live, weights, toolsets, tool_names, plan.passes, occurrences(entries))
                 interrupted = self.execute(setup, batches, state, tally)

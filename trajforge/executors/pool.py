@@ -20,6 +20,7 @@ from collections import deque
 from trajforge.events import Claimed, Event
 from trajforge.executors.worker import Batch, WorkerSetup, worker_main
 from trajforge.samples import PassCounts
+from trajforge.tls import tls_context
 
 GRACE = 15.0  # seconds a worker gets to close its environments after SIGTERM
 
@@ -43,6 +44,7 @@ class ProcessPool:
         )
         size = 1 + max((index for batch in batches for index, _, _ in batch.entries), default=0)
         passes = PassCounts.shared(self.setup.config.stop_after_passes, self.setup.passes_before, size)
+        tls_context()  # made once here, where each worker would make its own for each of its HTTP clients
         self.workers = [
             self.context.Process(
                 target=worker_main, args=(self.setup, self.tasks, self.events, os.getpid(), passes), daemon=True

@@ -82,12 +82,24 @@ PAGE = """<!doctype html>
 without any network. It holds a short article and a form.</p>
 <p>Batch runs of a tool-using agent produce trajectories for fine-tuning; every tool call in them is real.</p>
 </article>
-<form method="get"><label for="name">Your name</label> <input id="name" name="name">
+<form id="greet"><label for="name">Your name</label> <input id="name" name="name">
 <button type="submit">Greet</button></form>
 <p id="greeting"></p>
 <script>
-const name = new URLSearchParams(location.search).get("name");
-if (name) document.getElementById("greeting").textContent = `Hello, ${name}!`;
+// The form greets in place: its URL (?name=...) is pushed to the history without loading another page, so
+// Back returns to the form, as after a real submission, at a third of the browser's work.
+const form = document.getElementById("greet");
+const greet = () => {
+  const name = new URLSearchParams(location.search).get("name");
+  document.getElementById("greeting").textContent = name ? `Hello, ${name}!` : "";
+};
+form.addEventListener("submit", (event) => {
+  event.preventDefault();
+  history.pushState(null, "", `?name=${encodeURIComponent(form.elements.name.value)}`);
+  greet();
+});
+addEventListener("popstate", greet);
+greet();
 </script>
 </body></html>
 """

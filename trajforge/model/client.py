@@ -32,6 +32,7 @@ from trajforge.money.errors import CostUnknown
 from trajforge.money.pricing import Prices, priced, tokens
 from trajforge.money.spending import Spending, cache_key
 from trajforge.money.store import Call
+from trajforge.tls import tls_context
 
 T = TypeVar("T")
 PROBE_TIMEOUT = 30.0  # seconds at most for the check that the endpoint answers at all
@@ -81,7 +82,7 @@ class ModelClient:
             timeout=settings.request_timeout,  # per read: _attempt bounds the whole request
             default_headers=ACCEPT_ENCODING,
             http_client=openai.DefaultAioHttpClient(
-                timeout=settings.request_timeout, event_hooks={"response": [capper()]}
+                timeout=settings.request_timeout, event_hooks={"response": [capper()]}, verify=tls_context()
             ),
         )
         self._backoff = wait_random_exponential(multiplier=1, max=60)

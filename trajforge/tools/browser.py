@@ -1,6 +1,7 @@
 """The browser toolset: a real headless Chromium, one browser context per prompt (see browser_runtime).
 
-The model reads a page with browser_snapshot and acts on the refs it lists (e1, e2, ...).
+The model reads a page with browser_snapshot and acts on the refs it lists (e1, e2, ...). Each tool runs
+where the worker's browser is: in this process, or in the run's browser service (browser_service.py).
 """
 
 from __future__ import annotations
@@ -24,17 +25,22 @@ def launchable(settings: ToolSettings) -> dict[str, str]:
     return {"browser": problem} if problem else {}
 
 
-def _one_line_errors(function):
-    """Playwright errors carry a long call log; the model needs their first line."""
+def _browser_tool(function):
+    """Run the tool where the session's browser is; Playwright errors carry a long call log, of which the
+    model needs the first line."""
 
     @functools.wraps(function)
-    async def wrapper(session: ToolSession, **arguments) -> dict:
+    async def here(session: ToolSession, **arguments) -> dict:
         try:
             return await function(session, **arguments)
         except PlaywrightError as exc:
             return {"error": (str(exc).strip().splitlines() or [type(exc).__name__])[0]}
 
-    return wrapper
+    @functools.wraps(function)
+    async def tool(session: ToolSession, **arguments) -> dict:
+        return await session.services.browser.run(session, here, arguments)
+
+    return tool
 
 
 async def _page(session: ToolSession):
@@ -56,7 +62,7 @@ async def _where(page) -> dict:
     return {"url": page.url, "title": title}
 
 
-@_one_line_errors
+@_browser_tool
 async def browser_navigate(session: ToolSession, url: str) -> dict:
     """Open a web page in the browser. Then call browser_snapshot to read it and get element refs.
 
@@ -102,7 +108,7 @@ def _refused_navigation(session: ToolSession, page, failed: list) -> str | None:
     return None
 
 
-@_one_line_errors
+@_browser_tool
 async def browser_snapshot(session: ToolSession) -> dict:
     """Read the current page as its accessibility tree: headings, text, and each link, button and form
     field with a ref (like e3) for browser_click and browser_type. Take a new snapshot after the page changes."""
@@ -110,7 +116,7 @@ async def browser_snapshot(session: ToolSession) -> dict:
     return await _where(page) | {"snapshot": await snapshot(page)}
 
 
-@_one_line_errors
+@_browser_tool
 async def browser_click(session: ToolSession, ref: str) -> dict:
     """Click a link, button or other element of the page.
 
@@ -123,7 +129,7 @@ async def browser_click(session: ToolSession, ref: str) -> dict:
     return await _where(page) | {"clicked": ref}
 
 
-@_one_line_errors
+@_browser_tool
 async def browser_type(session: ToolSession, ref: str, text: str, submit: bool = False) -> dict:
     """Type text into a form field, replacing what it held.
 
@@ -141,7 +147,7 @@ async def browser_type(session: ToolSession, ref: str, text: str, submit: bool =
     return await _where(page) | {"typed": ref}
 
 
-@_one_line_errors
+@_browser_tool
 async def browser_scroll(session: ToolSession, direction: str = "down") -> dict:
     """Scroll the page by about one screen.
 
@@ -162,7 +168,7 @@ async def browser_scroll(session: ToolSession, direction: str = "down") -> dict:
     return await _where(page) | {"scroll_y": position["y"], "page_height": position["height"], "at_bottom": at_bottom}
 
 
-@_one_line_errors
+@_browser_tool
 async def browser_back(session: ToolSession) -> dict:
     """Go back to the previous page of the browser history."""
     page = await _page(session)
@@ -173,7 +179,7 @@ async def browser_back(session: ToolSession) -> dict:
     return await _where(page)
 
 
-@_one_line_errors
+@_browser_tool
 async def browser_press(session: ToolSession, key: str) -> dict:
     """Press a key in the page, on the focused element.
 
@@ -186,6 +192,7 @@ async def browser_press(session: ToolSession, key: str) -> dict:
     return await _where(page) | {"pressed": key}
 
 
+@_browser_tool
 async def browser_close(session: ToolSession) -> dict:
     """Close the browser with its cookies and history; the next browser tool opens a fresh one."""
     return {"closed": await session.release("browser")}

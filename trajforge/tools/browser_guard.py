@@ -39,7 +39,7 @@ class BadRequest(Exception):
 
 
 class GuardProxy:
-    """One per worker: started on first use, shared by the worker's browser contexts, closed with it."""
+    """One per browser: started on first use, shared by the browser's contexts, closed with it."""
 
     def __init__(
         self,

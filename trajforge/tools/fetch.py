@@ -12,6 +12,7 @@ from urllib.parse import urlsplit
 import httpcore
 import httpx
 
+from trajforge.tls import tls_context
 from trajforge.tools.netguard import Blocked, Resolver, reachable_addresses, system_resolver
 
 MAX_REDIRECTS = 5
@@ -79,11 +80,11 @@ class GuardedNetwork(httpcore.AsyncNetworkBackend):
 
 class GuardedTransport(httpx.AsyncHTTPTransport):
     def __init__(self, network: GuardedNetwork):
-        super().__init__(limits=LIMITS)
+        super().__init__(limits=LIMITS, verify=tls_context())
         # httpx 0.28 takes no network backend (encode/httpx#3749 would add one): the connection pool it
         # made is replaced by the same pool connecting through `network`.
         self._pool = httpcore.AsyncConnectionPool(
-            ssl_context=httpx.create_ssl_context(),
+            ssl_context=tls_context(),
             max_connections=LIMITS.max_connections,
             max_keepalive_connections=LIMITS.max_keepalive_connections,
             keepalive_expiry=LIMITS.keepalive_expiry,
@@ -103,6 +104,7 @@ def http_client(
         max_redirects=MAX_REDIRECTS,
         headers={"User-Agent": USER_AGENT},
         timeout=30.0,
+        verify=tls_context(),
     )
 
 

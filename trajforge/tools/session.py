@@ -24,6 +24,7 @@ from trajforge.model.tool_model import ToolModel
 from trajforge.model.usage import add_usage, empty_usage
 from trajforge.money.spending import Spending
 from trajforge.secrets import Secrets
+from trajforge.tools.browser_client import BrowserClient
 from trajforge.tools.browser_guard import GuardProxy
 from trajforge.tools.browser_runtime import BrowserLauncher
 from trajforge.tools.fetch import http_client
@@ -46,8 +47,12 @@ class ToolServices:
         self.secrets = secrets or Secrets()
         # For vision and image requests, through the run's cache and budget.
         self.model = ToolModel(model, chat_model=settings.vision_model, spending=spending)
-        guard = None if settings.allow_private_urls else GuardProxy(trusted=settings.trusted_origins)
-        self.browser = BrowserLauncher(settings.browser_executable, settings.browser_endpoint, guard)
+        self.browser: BrowserLauncher | BrowserClient
+        if settings.browser_endpoint:  # the run's browser service drives the browser for every worker
+            self.browser = BrowserClient(settings.browser_endpoint)
+        else:
+            guard = None if settings.allow_private_urls else GuardProxy(trusted=settings.trusted_origins)
+            self.browser = BrowserLauncher(settings.browser_executable, guard)
 
     @functools.cached_property
     def http(self) -> httpx.AsyncClient:
@@ -72,20 +77,11 @@ class ToolServices:
         await self.model.close()
 
 
-class ToolSession:
-    def __init__(self, env: Environment, services: ToolServices, scope: str = ""):
-        self.services = services
-        self.scope = scope  # the sample the tools' model calls belong to (the response cache's key)
-        self.redactions: Counter = Counter()  # secrets masked in what this prompt saves, by kind
-        self.env: Environment = Redacted(env, self.redact)
-        self.usage = empty_usage()
+class Resources:
+    """A prompt's resources, each opened on first use and closed with the prompt."""
+
+    def __init__(self):
         self._resources: dict[str, Any] = {}
-
-    def redact(self, text: str) -> str:
-        return self.services.secrets.redact(text, self.redactions)
-
-    def count_usage(self, usage: dict) -> None:
-        add_usage(self.usage, usage)
 
     async def resource(self, name: str, open_it: Callable[[], Awaitable[Any]]) -> Any:
         """The prompt's resource `name` (anything with an async close()), opened on first use."""
@@ -101,11 +97,30 @@ class ToolSession:
         await resource.close()
         return True
 
+    async def release_all(self) -> None:
+        for name in list(self._resources):
+            with contextlib.suppress(Exception):
+                await self.release(name)
+
+
+class ToolSession(Resources):
+    def __init__(self, env: Environment, services: ToolServices, scope: str = ""):
+        super().__init__()
+        self.services = services
+        self.scope = scope  # the sample the tools' model calls belong to (the response cache's key)
+        self.redactions: Counter = Counter()  # secrets masked in what this prompt saves, by kind
+        self.env: Environment = Redacted(env, self.redact)
+        self.usage = empty_usage()
+
+    def redact(self, text: str) -> str:
+        return self.services.secrets.redact(text, self.redactions)
+
+    def count_usage(self, usage: dict) -> None:
+        add_usage(self.usage, usage)
+
     async def close(self) -> None:
         """Resources first (a browser context must not outlive its prompt), then the environment."""
         try:
-            for name in list(self._resources):
-                with contextlib.suppress(Exception):
-                    await self.release(name)
+            await self.release_all()
         finally:
             await self.env.close()
