@@ -15,9 +15,7 @@ from collections import Counter
 
 import pytest
 from conftest import released, settled, source, wait_for
-
-from trajforge.environments import EnvironmentSettings, SetupError
-from trajforge.environments.bwrap import BwrapBackend
+from test_environments import _available
 
 ALPHA = "batch-runner-test/alpha:1"  # built by .ci/docker-up
 SOLVE = "[mock turns=1 alternate command=echo%2042%20>%20answer.txt]"  # writes the answer in even sessions
@@ -108,17 +106,6 @@ def test_alternating_samples_exact_passes_keep_and_one_preference_pair(run_here,
     assert best.statistics["trajectories"] == 1 and len(best.batch_lines) == 8  # rejected samples stay
     assert len(best.jsonl("preferences.jsonl")) == 1
     assert len(server.requests) == calls  # re-merged without a single model call
-
-
-def _available(request) -> str:
-    if request.param == "bwrap":
-        try:
-            BwrapBackend.check(EnvironmentSettings(kind="bwrap"))
-        except SetupError as exc:
-            pytest.skip(f"bwrap cannot run on this machine: {exc}")
-    if request.param == "docker":
-        request.getfixturevalue("docker_host")
-    return request.param
 
 
 @pytest.fixture(params=["local", "bwrap", "docker"])

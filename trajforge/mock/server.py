@@ -21,6 +21,7 @@ import time
 from collections import Counter
 
 from trajforge.mock import model as mock_model
+from trajforge.mock.wire import ThreadedServer
 
 CLIENT_GONE = 499  # logged for a request whose client hung up before its answer (nginx's "client closed request")
 REASONS = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 403: "Forbidden", 404: "Not Found"}
@@ -48,7 +49,7 @@ class MockServer:
         self.sessions: Counter[str] = Counter()  # first-turn requests per prompt: sessions started
         self.port = 0
         self._ids = itertools.count()
-        self._loop: asyncio.AbstractEventLoop | None = None
+        self._served: ThreadedServer | None = None
 
     # -- running -------------------------------------------------------------------------------
     async def listen(self, host: str = "127.0.0.1", port: int = 0) -> asyncio.Server:
@@ -58,31 +59,14 @@ class MockServer:
 
     def start(self, host: str = "127.0.0.1", port: int = 0) -> str:
         """Serve from a background thread; returns the base URL."""
-        ready = threading.Event()
-        self._loop = asyncio.new_event_loop()
-
-        def run() -> None:
-            asyncio.set_event_loop(self._loop)
-            server = self._loop.run_until_complete(self.listen(host, port))
-            ready.set()
-            self._loop.run_forever()
-            server.close()
-            pending = asyncio.all_tasks(self._loop)
-            for task in pending:
-                task.cancel()
-            self._loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
-            self._loop.close()
-
-        self._thread = threading.Thread(target=run, name="mock-server", daemon=True)
-        self._thread.start()
-        ready.wait()
-        return f"http://{host}:{self.port}/v1"
+        self._served = ThreadedServer(self._connection)
+        url = self._served.start(host, port)
+        self.port = self._served.port
+        return f"{url}/v1"
 
     def stop(self) -> None:
-        if self._loop:  # once: a test may stop the server before its fixture does
-            self._loop.call_soon_threadsafe(self._loop.stop)
-            self._thread.join(5)
-            self._loop = None
+        if self._served:
+            self._served.stop()
 
     def chat_requests(self) -> list[dict]:
         return [r for r in self.requests if r["path"].endswith("/chat/completions")]
@@ -90,7 +74,14 @@ class MockServer:
     def hold(self) -> None:
         """Answer no chat request until release(): what is in flight stays unanswered (a test kills
         the client meanwhile, knowing which requests were answered)."""
-        self._loop.call_soon_threadsafe(self._hold)
+        applied = threading.Event()  # in effect on the server's loop before this returns: no answer slips by
+
+        def hold() -> None:
+            self._hold()
+            applied.set()
+
+        self._served.call_soon(hold)
+        applied.wait(5)
 
     def _hold(self) -> None:
         self.held, self.dropping = asyncio.Event(), False
@@ -99,7 +90,7 @@ class MockServer:
         """Let held requests go on: answered, or (answer=False) dropped unanswered (logged with status
         CLIENT_GONE), as a server does whose client has gone."""
         self.dropping = not answer
-        self._loop.call_soon_threadsafe(lambda: self.held and self.held.set())
+        self._served.call_soon(lambda: self.held and self.held.set())
 
     # -- HTTP ----------------------------------------------------------------------------------
     async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:

@@ -215,7 +215,8 @@ class ThreadedServer:
 
         def run() -> None:
             asyncio.set_event_loop(self._loop)
-            server = self._loop.run_until_complete(asyncio.start_server(self._handler, host, port))
+            listening = asyncio.start_server(self._handler, host, port, backlog=1024)  # many workers at once
+            server = self._loop.run_until_complete(listening)
             self.port = server.sockets[0].getsockname()[1]
             ready.set()
             self._loop.run_forever()
@@ -231,8 +232,12 @@ class ThreadedServer:
         ready.wait()
         return f"http://{host}:{self.port}"
 
+    def call_soon(self, callback: Callable[[], object]) -> None:
+        """Run `callback` on the server's own loop (what touches its asyncio objects must)."""
+        self._loop.call_soon_threadsafe(callback)
+
     def stop(self) -> None:
-        if self._loop:
+        if self._loop:  # once: a test may stop a server before its fixture does
             self._loop.call_soon_threadsafe(self._loop.stop)
             self._thread.join(5)
             self._loop = None
