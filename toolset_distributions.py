@@ -45,11 +45,11 @@ def sample_toolsets(weights: dict[str, int], rng: random.Random) -> list[str]:
     return sorted(chosen)
 
 
-def sample_rng(seed: int | None, entry_key: str, sample_index: int) -> random.Random:
-    """The draw of one sample: it depends only on the run seed, the entry (its content key) and the
-    sample index, never on scheduling, so a re-run of the same sample is offered the same tools and
-    the samples of one entry get different draws."""
-    return random.Random(f"{seed}:{sample_index}:{entry_key}") if seed is not None else random.Random()
+def sample_rng(seed: int, entry_key: str, sample_index: int) -> random.Random:
+    """The draw of one sample: it depends only on the run seed (--seed, or the one the run's first
+    invocation picked), the entry (its content key) and the sample index, never on scheduling, so a
+    re-run of the same sample is offered the same tools and the samples of one entry get different draws."""
+    return random.Random(f"{seed}:{sample_index}:{entry_key}")
 
 
 def distributions_table(unavailable: list):

@@ -39,7 +39,6 @@ def test_the_draw_depends_only_on_the_seed_the_entry_and_the_sample():
     assert len({tuple(v) for v in forward.values()}) > 5  # samples do get different draws
     assert len({tuple(forward[keys[0], sample]) for sample in range(4)}) > 1  # also the samples of one entry
     assert draws(8, forward) != forward
-    assert sample_rng(None, "a", 0).random() != sample_rng(None, "a", 0).random()  # no seed: a fresh draw
 
 
 def test_usable_keeps_only_what_this_run_can_offer():
