@@ -171,6 +171,10 @@ def test_a_budget_with_no_way_to_know_the_cost_stops_at_the_first_reply(run_here
     again = run_here(entries, *FLAGS, "--resume", "--max_cost=1", "--price_input=1", "--price_output=1")
     assert again.code == 0 and again.statistics["cache"]["hits"] == 1
     assert_no_step_answered_twice(server)
+    # The reply paid blind is priced now, in its record and in the ledger: every cost is known.
+    assert again.statistics["cost_known"] and again.statistics["budget"]["spent"] == again.statistics["usage"]["cost"]
+    assert all(r["metadata"]["usage"]["cost"] > 0 for r in again.trajectories)
+    assert "cost unknown" not in again.stdout
 
 
 def test_the_tools_model_calls_count_in_the_prompts_cost(run_here, server):

@@ -12,6 +12,7 @@ import time
 import pytest
 
 from trajectory import ToolCall, Turn
+from trajforge.config import RUN_SETTINGS
 from trajforge.dataset import UsageError, load_dataset
 from trajforge.environments import EnvironmentSettings, backend_for
 from trajforge.verifier import load_verifier, normalize
@@ -289,3 +290,13 @@ def test_a_verifier_that_cannot_be_used_is_refused_at_start(tmp_path, verifiers,
 
 def test_module_verifiers_load_by_name():
     assert load_verifier(normalize("operator:add"))(1, 2) == 3
+
+
+def test_run_json_keeps_the_verifier_with_its_file_made_absolute(tmp_path, monkeypatch):
+    # A resume from another folder must find the file, and a relative spec for it must agree.
+    (tmp_path / "v.py").write_text("def check(record, env):\n    return 1.0\n")
+    monkeypatch.chdir(tmp_path)
+    row = next(row for row in RUN_SETTINGS if row.flag == "verifier")
+    kept = row.normal("v.py:check", "verifier")
+    assert kept == f"{(tmp_path / 'v.py').resolve()}:check" == row.normal("./v.py:check", "verifier")
+    assert row.normal("json:loads", "verifier") == "json:loads" and row.normal(None, "verifier") is None

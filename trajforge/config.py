@@ -153,14 +153,11 @@ def as_amount(value, flag: str, what: str = "an amount in USD", positive: bool =
 def _verifier(value) -> str | None:
     """The --verifier spec, its file made absolute, after loading it once: a missing file or function
     stops the run here, before any request."""
-    if value is None:
-        return None
-    if isinstance(value, bool) or not str(value).strip():
-        raise UsageError("--verifier needs path/to/file.py:function or module:function")
-    from trajforge.verifier import load_verifier, normalize
+    spec = _verifier_spec(value, "verifier")
+    if spec is not None:
+        from trajforge.verifier import load_verifier
 
-    spec = normalize(str(value))
-    load_verifier(spec)
+        load_verifier(spec)
     return spec
 
 
@@ -197,6 +194,17 @@ def _money(flags: dict, run_dir: Path, max_retries: int, request_timeout: float)
             "--ray_address out (a local Ray instance) or use --executor=pool"
         )
     return money
+
+
+def _verifier_spec(value, flag: str) -> str | None:
+    """The spec with its file made absolute (what run.json keeps: a resume may run from elsewhere)."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not str(value).strip():
+        raise UsageError(f"--{flag} needs path/to/file.py:function or module:function")
+    from trajforge.verifier import normalize
+
+    return normalize(str(value))
 
 
 def choice(value, flag: str, allowed) -> str | None:
@@ -308,7 +316,7 @@ RUN_SETTINGS: tuple[Remembered, ...] = (
     Remembered("n_samples", 1, _number(1), agrees=operator.le),
     Remembered("verify_timeout", 300.0, as_seconds),
     Remembered("pass_threshold", 0.5, as_number),
-    Remembered("verifier", None),
+    Remembered("verifier", None, _verifier_spec),
 )
 
 

@@ -33,6 +33,7 @@ class Tally:
     skipped: int = 0  # samples not started: their entry had --stop_after_passes passes
     verified: int = 0
     passed: int = 0
+    seconds: float = 0.0  # this invocation's wall time (statistics.json sums every invocation's)
 
     def verification(self) -> str:
         """The pass rate so far (and the samples skipped after passes), or nothing when none was verified."""
@@ -171,8 +172,8 @@ def print_summary(console: Console, stats: dict, tally: Tally, paths: dict) -> N
     skipped = f", {tally.skipped} skipped after passes" if tally.skipped else ""
     console.print(
         f"This invocation: {tally.ended} of {tally.planned} planned {tally.unit} ended ({tally.failed} failed, "
-        f"{tally.discarded} discarded, {tally.retries} retries{skipped}), in {stats['duration_seconds']:.1f}s; "
-        f"commands ran in --environment={stats['environment']}"
+        f"{tally.discarded} discarded, {tally.retries} retries{skipped}), in {tally.seconds:.1f}s (the run so far: "
+        f"{stats['duration_seconds']:.1f}s); commands ran in --environment={stats['environment']}"
     )
     console.print(
         f"Run folder: {stats['trajectories']} trajectories written ({stats['completed']} completed, "

@@ -228,7 +228,11 @@ class BatchRunner:
         paths = {"Trajectories": self.folder.trajectories, "Statistics": self.folder.statistics}
         if self.folder.preferences.exists():
             paths["Preference pairs"] = self.folder.preferences
-        paths.update(publish(self.folder, stats, config, collected, {key for key, _ in totals.finished}))
+        # The report lists the errors of entries with nothing left to run again (a failed sample of an
+        # entry whose other samples finished is still to do).
+        settled = {entry_key(e.data) for e in entries} - {entry_key(e.data) for e in remaining}
+        paths.update(publish(self.folder, stats, config, collected, settled))
+        tally.seconds = time.monotonic() - started
         print_summary(self.console, stats, tally, paths)
         if interrupted:
             self.console.print("[red]Interrupted.[/] Finished prompts are saved; rerun with --resume to go on.")

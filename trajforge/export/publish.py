@@ -75,7 +75,7 @@ def write_exports(folder: RunFolder, formats: list[str], run_name: str, version:
 
 
 def publish(
-    folder: RunFolder, stats: dict, config: RunConfig, collected: ReportData | None, finished: set[str]
+    folder: RunFolder, stats: dict, config: RunConfig, collected: ReportData | None, settled: set[str]
 ) -> dict[str, Path]:
     """Write the exports, the card and (unless --report=false) the report; returns what to tell the user."""
     version = card.project_version()
@@ -86,6 +86,6 @@ def publish(
     if exports:
         written["Exports"] = folder.path / EXPORT_DIR
     if collected is not None:
-        write_report(folder, stats, collected, finished)
+        write_report(folder, stats, collected, settled)
         written["Report"] = folder.path / report.FILE
     return written

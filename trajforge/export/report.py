@@ -175,13 +175,14 @@ class ReportData:
         }
 
 
-def failed_prompts(folder: RunFolder, finished: set[str], limit: int) -> tuple[list[dict], int]:
-    """(the last error of each prompt that has no trajectory yet, at most `limit` of them; how many)."""
+def failed_prompts(folder: RunFolder, settled: set[str], limit: int) -> tuple[list[dict], int]:
+    """(the last error of each prompt with work left to run, at most `limit` of them; how many);
+    `settled`: the entry keys with nothing left to run."""
     last: dict[str, dict] = {}
     for line in folder.error_lines():
         source = line.get("source")
         key = entry_key(source) if isinstance(source, dict) else repr(line.get("prompt_index"))
-        if key not in finished:
+        if key not in settled:
             last[key] = line
     shown = []
     for line in list(last.values())[:limit]:
@@ -230,8 +231,8 @@ def page(data: dict) -> bytes:
     return head.encode() + embed(data) + tail.encode()
 
 
-def write_report(folder: RunFolder, stats: dict, collected: ReportData, finished: set[str]) -> None:
-    failed, failed_total = failed_prompts(folder, finished, collected.limit)
+def write_report(folder: RunFolder, stats: dict, collected: ReportData, settled: set[str]) -> None:
+    failed, failed_total = failed_prompts(folder, settled, collected.limit)
     trajectories = collected.trajectories()
     data = {
         "run_name": stats.get("run_name", ""),

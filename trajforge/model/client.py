@@ -135,7 +135,14 @@ class ModelClient:
         key = cache_key(self.settings.cache_as or self.settings.base_url, path, body, scope)
         hit = await spending.cached(key)
         if hit is not None:
-            return hit[0], hit[1], 0
+            data, cost = hit
+            if cost is None:  # paid while nobody knew its cost: priced now, if prices were given since
+                cost = priced(reply_usage(data), prices)["cost"]
+                if cost is not None:
+                    await spending.price_later(key, cost)
+                else:
+                    await self._cost_unknown(body)
+            return data, cost, 0
         size = len(orjson.dumps(body)) // 4  # a request's tokens, roughly: enough to reserve and to pace
         max_tokens = body.get("max_tokens") if isinstance(body.get("max_tokens"), int) else None
         charged = size + (max_tokens or 0)
@@ -151,10 +158,15 @@ class ModelClient:
             reservation = None
         finally:
             await spending.release(reservation)
-        if cost is None and spending.settings.needs_cost:
-            await spending.stop_unknown_cost()
-            raise CostUnknown(f"{body.get('model')} at {self.settings.base_url} reported no cost")
+        if cost is None:
+            await self._cost_unknown(body)
         return data, cost, retries
+
+    async def _cost_unknown(self, body: dict) -> None:
+        """A reply without a cost: CostUnknown (the run stops) when a cost limit needs every cost."""
+        if self.spending.settings.needs_cost:
+            await self.spending.stop_unknown_cost()
+            raise CostUnknown(f"{body.get('model')} at {self.settings.base_url} reported no cost")
 
     async def call(
         self,

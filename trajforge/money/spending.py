@@ -121,6 +121,9 @@ class Spending:
         if reservation is not None:
             await self._run(self.store.release, reservation)
 
+    async def price_later(self, key: str, cost: float) -> None:
+        await self._run(self.store.price_later, key, cost)
+
     async def stop_unknown_cost(self) -> None:
         await self._run(self.store.stop, CostUnknown.reason)
 

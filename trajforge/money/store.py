@@ -133,6 +133,18 @@ class Store:
             db.execute("UPDATE totals SET hits = hits + 1, saved = saved + ?", (row[1] or 0.0,))
         return bytes(row[0]), row[1]
 
+    def price_later(self, key: str, cost: float) -> None:
+        """The cost of a reply paid while nobody knew it (prices given since): into the cache, the
+        ledger and the totals, once."""
+        with self._write() as db:
+            db.execute("UPDATE replies SET cost = ? WHERE key = ? AND cost IS NULL", (cost, key))
+            blind = db.execute("UPDATE paid SET cost = ? WHERE key = ? AND cost IS NULL", (cost, key)).rowcount
+            db.execute(
+                "UPDATE totals SET spent = spent + ?, unknown_calls = unknown_calls - ?, saved = saved + ?,"
+                " largest = max(coalesce(largest, 0), ?)",
+                (cost * blind, blind, cost, cost),
+            )
+
     def settle(
         self, key: str, data: bytes | None, cost: float | None, tokens: int, reservation: int | None, charged: float
     ) -> None:
