@@ -9,6 +9,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 
+class OfSample:
+    """An event about one sample: `unit` is what the driver tracks as outstanding."""
+
+    index: int
+    sample: int
+
+    @property
+    def unit(self) -> tuple[int, int]:
+        return self.index, self.sample
+
+
 @dataclass(frozen=True)
 class Claimed:
     """A worker took a slice of a batch: if it dies, these samples are lost with it."""
@@ -18,7 +29,7 @@ class Claimed:
 
 
 @dataclass(frozen=True)
-class PromptDone:
+class PromptDone(OfSample):
     """A prompt has its line in its batch file. `outcome` is the exit reason (completed, max_turns, ...)
     or, for a discarded sample, the discard reason.
 
@@ -34,10 +45,6 @@ class PromptDone:
     passed: bool | None = None  # its verification; None when nothing verified it
     tools_offered: int = 0  # for the driver's warning about a model that never calls a tool
     tool_calls: int = 0
-
-    @property
-    def unit(self) -> tuple[int, int]:
-        return self.index, self.sample
 
 
 @dataclass(frozen=True)
@@ -60,7 +67,7 @@ class PromptError:
 
 
 @dataclass(frozen=True)
-class PromptFailed:
+class PromptFailed(OfSample):
     """A prompt ended without a line; `--resume` runs it again. `batch_num` is None when the driver
     reports it for a worker that died."""
 
@@ -69,13 +76,9 @@ class PromptFailed:
     error: PromptError
     sample: int = 0
 
-    @property
-    def unit(self) -> tuple[int, int]:
-        return self.index, self.sample
-
 
 @dataclass(frozen=True)
-class RunRefused:
+class RunRefused(OfSample):
     """The endpoint refused the key or account (401/402/403) on this prompt: the run stops."""
 
     index: int
@@ -83,26 +86,18 @@ class RunRefused:
     reason: str
     sample: int = 0
 
-    @property
-    def unit(self) -> tuple[int, int]:
-        return self.index, self.sample
-
 
 @dataclass(frozen=True)
-class SampleSkipped:
+class SampleSkipped(OfSample):
     """A sample not started because its entry already had --stop_after_passes passes: no line."""
 
     index: int
     batch_num: int
     sample: int
 
-    @property
-    def unit(self) -> tuple[int, int]:
-        return self.index, self.sample
-
 
 @dataclass(frozen=True)
-class PromptStopped:
+class PromptStopped(OfSample):
     """A prompt stopped before its next model call because the run may make no more (`reason`:
     "budget" for --max_cost, "cost_unknown" when a cost limit meets a reply without a cost). Not
     finished and not failed: no line anywhere, and `--resume` runs it again."""
@@ -112,10 +107,6 @@ class PromptStopped:
     reason: str
     message: str = ""
     sample: int = 0
-
-    @property
-    def unit(self) -> tuple[int, int]:
-        return self.index, self.sample
 
 
 @dataclass(frozen=True)
