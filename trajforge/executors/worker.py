@@ -141,9 +141,10 @@ class Worker:
     async def run_prompt(self, batch_num: int, index: int, sample: int, entry: dict) -> None:
         setup, config = self.setup, self.config
         started = time.monotonic()
-        toolsets = sample_toolsets(setup.weights, sample_rng(config.seed, entry_key(entry), sample))
+        key = entry_key(entry)
+        toolsets = sample_toolsets(setup.weights, sample_rng(config.seed, key, sample))
         tools = {t.name: t for name in toolsets for t in setup.toolsets[name]}
-        scope = sample_scope(entry_key(entry), setup.occurrences.get(index, 0), sample)
+        scope = sample_scope(key, setup.occurrences.get(index, 0), sample)
         env = None
         try:
             if self.spending is not None and await self.spending.stopped():  # the budget is spent: start nothing
