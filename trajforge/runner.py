@@ -41,7 +41,7 @@ from trajforge.model.client import endpoint_problem
 from trajforge.money.report import money_statistics
 from trajforge.money.store import Store
 from trajforge.progress import ProgressView, Tally, print_budget_stop, print_summary
-from trajforge.runfolder.folder import RunFolder, entry_key, sample_key, write_json_atomic
+from trajforge.runfolder.folder import RunFolder, entry_key, passed, sample_key, write_json_atomic
 from trajforge.runfolder.merge import merge
 from trajforge.runfolder.state import RunState
 from trajforge.samples import Plan, plan_samples
@@ -111,7 +111,7 @@ class BatchRunner:
     def plan(self, entries: list[Entry]) -> Plan:
         """The samples still to run, matched by content and sample index with multiplicity."""
         finished: Counter = Counter()
-        passed: Counter = Counter()
+        passes: Counter = Counter()
         if not self.config.resume:
             if self.folder.has_run():
                 raise UsageError(
@@ -122,8 +122,8 @@ class BatchRunner:
             for _, record in self.folder.batch_lines(self.warn):
                 key = sample_key(record)
                 finished[key] += 1
-                passed[key] += bool((record["metadata"].get("verification") or {}).get("passed"))
-        return self.matched(entries, finished, passed)
+                passes[key] += bool(passed(record))
+        return self.matched(entries, finished, passes)
 
     def matched(self, entries: list[Entry], finished: Counter, passed: Counter) -> Plan:
         return plan_samples(entries, finished, passed, self.config.n_samples, self.config.stop_after_passes)

@@ -19,7 +19,7 @@ from collections import deque
 
 from trajforge.events import Claimed, Event, PromptDone
 from trajforge.executors.worker import Batch, WorkerSetup, serve
-from trajforge.runfolder.folder import BatchFiles, RunFolder
+from trajforge.runfolder.folder import BatchFiles, RunFolder, passed
 from trajforge.samples import PassCounts
 
 TASK_RETRIES = 3  # re-runs of a batch whose worker process or node died
@@ -102,8 +102,7 @@ def run_batch(setup: WorkerSetup, batch: Batch, sink, shared_fs: bool) -> None:
             if (index, sample) not in done:
                 done.add((index, sample))
                 outcome = record.get("discarded") or record["metadata"]["exit_reason"]
-                passed = (record["metadata"].get("verification") or {}).get("passed")
-                events.put(PromptDone(index, batch.num, outcome, 0, None, sample, passed))
+                events.put(PromptDone(index, batch.num, outcome, 0, None, sample, passed(record)))
     todo = Batch(batch.num, [work for work in batch.entries if (work[0], work[1]) not in done])
     tasks: queue.Queue = queue.Queue()
     for item in (todo, None) if todo.entries else (None,):

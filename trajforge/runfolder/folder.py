@@ -40,6 +40,11 @@ def sample_key(record: dict) -> tuple[str, int]:
     return record_key(record), record["metadata"].get("sample_index", 0)
 
 
+def passed(record: dict) -> bool | None:
+    """Whether the record's verification passed; None when nothing verified it (or before verification)."""
+    return (record["metadata"].get("verification") or {}).get("passed")
+
+
 def open_temp(path: Path) -> tuple[int, Path]:
     """A new temporary file beside `path` for an atomic write, with the folder's file mode."""
     temp = path.parent / f".{path.name}.{secrets.token_hex(6)}"
