@@ -185,7 +185,7 @@ class BatchRunner:
             prepare_run(config.environment, config.resume)
             with helpers(config, "browser" in weights) as live:
                 check_endpoint(live)
-                setup = WorkerSetup(live, weights, toolsets, tool_names, plan.passes, occurrences(entries))
+                setup = WorkerSetup(live, weights, toolsets, tool_names, plan.passes, plan.copies)
                 interrupted = self.execute(setup, batches, state, tally)
         collected = ReportData(config.report_max_trajectories) if config.report else None
         observe = collected.observe if collected else None
@@ -325,20 +325,6 @@ def check_endpoint(config: RunConfig) -> None:
             f"--base_url {config.model.base_url} cannot be reached: {problem}. No prompt was sent; check that "
             "the server runs and the URL is right, then run the same command again."
         )
-
-
-def occurrences(entries: list[Entry]) -> dict[int, int]:
-    """prompt_index -> which identical copy of its entry it is, for the second copy on: two copies are
-    two samples, never answered from each other's cache. Counted in dataset order, as --resume
-    matches finished prompts, so a copy keeps its number on every invocation."""
-    seen: Counter = Counter()
-    found = {}
-    for entry in entries:
-        key = entry_key(entry.data)
-        if seen[key]:
-            found[entry.index] = seen[key]
-        seen[key] += 1
-    return found
 
 
 def _interrupt(signum, frame) -> None:

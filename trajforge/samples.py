@@ -25,6 +25,9 @@ class Plan:
     unfinished: list[Entry]  # entries with a sample still to run
     skipped: int = 0  # samples not run: their entry had --stop_after_passes passes
     passes: dict[int, int] = field(default_factory=dict)  # prompt index -> passed samples, for unfinished ones
+    # prompt index -> which identical copy of its entry it is (1, 2 ...; the first copies are left out): two
+    # copies are samples of their own, never answered from each other's cache (money/spending.py)
+    copies: dict[int, int] = field(default_factory=dict)
 
 
 def plan_samples(
@@ -40,6 +43,8 @@ def plan_samples(
         key = entry_key(entry.data)
         copy = copies[key]
         copies[key] += 1
+        if copy:
+            plan.copies[entry.index] = copy
         todo = [sample for sample in range(n_samples) if finished[(key, sample)] <= copy]
         passes = sum(passed[(key, sample)] > copy for sample in range(n_samples))
         if stop_after is not None and passes >= stop_after:

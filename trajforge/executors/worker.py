@@ -60,8 +60,7 @@ class WorkerSetup:
     toolsets: dict[str, list[Tool]]
     tool_names: list[str]  # every registered tool: the keys of tool_stats
     passes_before: dict[int, int] = field(default_factory=dict)  # prompt index -> samples passed before this run
-    # prompt_index -> which identical copy of its entry it is (1, 2 ...), for entries the dataset repeats
-    occurrences: dict[int, int] = field(default_factory=dict)
+    copies: dict[int, int] = field(default_factory=dict)  # prompt index -> its copy number (samples.Plan)
 
 
 class Worker:
@@ -144,7 +143,7 @@ class Worker:
         key = entry_key(entry)
         toolsets = sample_toolsets(setup.weights, sample_rng(config.seed, key, sample))
         tools = {t.name: t for name in toolsets for t in setup.toolsets[name]}
-        scope = sample_scope(key, setup.occurrences.get(index, 0), sample)
+        scope = sample_scope(key, setup.copies.get(index, 0), sample)
         env = None
         try:
             if self.spending is not None and await self.spending.stopped():  # the budget is spent: start nothing
