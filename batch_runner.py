@@ -7,6 +7,7 @@ python batch_runner.py --list_distributions
 
 from __future__ import annotations
 
+import gc
 import inspect
 import sys
 
@@ -18,8 +19,11 @@ from trajforge.config import build_config, settle, tool_settings
 from trajforge.dataset import UsageError
 from trajforge.environments import SetupError
 from trajforge.flags import unknown_argument
-from trajforge.runner import BatchRunner
-from trajforge.tools import registry
+from trajforge.helpers import helpers
+from trajforge.secrets import conceal
+
+# The runner itself (trajforge.runner, trajforge.tools.registry) is imported once the run's helpers are
+# starting: its imports take about 2 s, most of them the openai package, and the helpers use them to start.
 
 
 def main(
@@ -93,13 +97,23 @@ def main(
     """
     console = Console(highlight=False, soft_wrap=True)
     if list_distributions:
+        from trajforge.tools import registry
+
         every_toolset = [name for weights in DISTRIBUTIONS.values() for name in weights]
         _, missing = registry.available_toolsets(tool_settings(settle(dict(locals()))), every_toolset)
         console.print(distributions_table(missing))
         return
     try:
         config = build_config(dict(locals()))
-        code = BatchRunner(config, console).run()
+        # Before any helper starts or any worker forks: none of them inherits a secret it could show.
+        conceal(config.secrets.texts)
+        with helpers(config) as started:
+            from trajforge.runner import BatchRunner
+
+            # What the imports made lives as long as the process: no garbage collection need walk it again,
+            # in the run or at exit (where walking openai's types would cost half a second).
+            gc.freeze()
+            code = BatchRunner(config, console, started).run()
     except (UsageError, SetupError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         sys.exit(2)

@@ -8,7 +8,8 @@ import asyncio
 from tool_session import tool_session
 
 from trajforge.agent.loop import AgentResult, run_agent
-from trajforge.model.client import ModelClient, ModelSettings
+from trajforge.model.client import ModelClient
+from trajforge.model.settings import ModelSettings
 from trajforge.tools.registry import BY_TOOLSET
 
 OFFERED = {t.name: t for toolset in ("terminal", "file") for t in BY_TOOLSET[toolset]}

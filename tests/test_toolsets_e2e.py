@@ -50,7 +50,7 @@ def test_default_distribution_offers_and_exercises_every_toolset(run_here, serve
     monkeypatch.setenv("WEB_SEARCH_URL", site.url)
     entries = [
         {"prompt": f"Greet the form at {site.url}/form.html and read about tide pools"},
-        {"prompt": "Look around"},
+        {"prompt": "Look around the page"},
     ]
     result = run_here(
         entries, "--distribution=default", *MODELS, "--allow_private_urls", "--num_workers=2", batch_size=1
@@ -148,3 +148,26 @@ def test_list_distributions_says_what_is_unavailable_and_why(tmp_path, monkeypat
     assert "Not available on this machine" in listing
     assert re.search(r"│ web +│ web_search +│ no search provider configured: set WEB_SEARCH_URL", listing)
     assert re.search(rf"│ browser +│ all its tools +│ {tmp_path}/no-chromium could not be launched", listing)
+
+
+def first_turn_calls(prompt: str, toolsets: list[str]) -> set[str]:
+    tools = [tool.schema for toolset in toolsets for tool in BY_TOOLSET[toolset]]
+    request = {"model": "mock", "messages": [{"role": "user", "content": prompt}], "tools": tools}
+    message = mock_model.reply(request, 0)[0].message
+    return {call["function"]["name"] for call in message["tool_calls"]}
+
+
+@pytest.mark.parametrize(
+    ("prompt", "toolsets", "browses"),
+    [
+        ("Sum the numbers one to ten", ALL_SIX, False),  # a browser context is half a second of CPU: not for this
+        ("Browse the Flask documentation", ALL_SIX, True),
+        ("Summarise https://example.org/notes", ALL_SIX, True),
+        ("What does the login page say?", ALL_SIX, True),
+        ("Sum the numbers one to ten", ["browser", "terminal"], True),  # nothing else reads the web
+    ],
+)
+def test_the_mock_model_opens_the_browser_for_a_task_about_a_page(prompt, toolsets, browses):
+    calls = first_turn_calls(prompt, toolsets)
+    assert ("browser_navigate" in calls) == browses, calls
+    assert "terminal" in calls

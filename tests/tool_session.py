@@ -7,10 +7,11 @@ import contextlib
 import json
 
 from trajforge.environments import EnvironmentSettings, backend_for
-from trajforge.model.client import ModelSettings
+from trajforge.model.settings import ModelSettings
 from trajforge.tools import call_tool
 from trajforge.tools.registry import TOOLS
-from trajforge.tools.session import ToolServices, ToolSession
+from trajforge.tools.services import ToolServices
+from trajforge.tools.session import ToolSession
 from trajforge.tools.settings import ToolSettings
 
 NO_MODEL = "http://127.0.0.1:9/v1"  # for tests that make no model call

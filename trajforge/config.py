@@ -17,7 +17,7 @@ from toolset_distributions import DISTRIBUTIONS
 from trajforge.dataset import UsageError
 from trajforge.environments import KINDS, EnvironmentSettings
 from trajforge.export import FORMATS
-from trajforge.model.client import ModelSettings
+from trajforge.model.settings import ModelSettings
 from trajforge.money.pricing import Prices
 from trajforge.money.spending import MoneySettings
 from trajforge.run_settings import Remembered, digest, remembered, settle_flags

@@ -4,14 +4,11 @@ from __future__ import annotations
 
 import contextlib
 import signal
-import subprocess
 import sys
 import time
 from collections import Counter
-from contextlib import contextmanager
 from dataclasses import replace
 from datetime import UTC, datetime
-from urllib.parse import urlsplit
 
 from rich.console import Console
 from rich.markup import escape
@@ -37,6 +34,7 @@ from trajforge.executors.ray_pool import RayPool
 from trajforge.executors.worker import Batch, WorkerSetup
 from trajforge.export.publish import publish
 from trajforge.export.report import ReportData
+from trajforge.helpers import Helpers
 from trajforge.model.client import endpoint_problem
 from trajforge.money.report import money_statistics
 from trajforge.money.store import Store
@@ -45,59 +43,16 @@ from trajforge.runfolder.folder import RunFolder, entry_key, passed, sample_key,
 from trajforge.runfolder.merge import merge
 from trajforge.runfolder.state import RunState
 from trajforge.samples import Plan, plan_samples
-from trajforge.secrets import conceal
 from trajforge.tools import registry
-from trajforge.tools.browser_runtime import BrowserUnavailable
-from trajforge.tools.browser_service import browser_service
 
 CHECKPOINT_EVERY = 1.0  # seconds; batch files, not the checkpoint, are the record of what is done
 
 
-@contextmanager
-def mock_endpoint(config: RunConfig):
-    """For --model=mock: the scripted OpenAI-compatible server, on 127.0.0.1, for this run only."""
-    if not config.mock:
-        yield config
-        return
-    server = subprocess.Popen(
-        [sys.executable, "-m", "trajforge.mock.server", "--port", "0", "--exit_with_stdin"],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        line = server.stdout.readline().strip()
-        if not line.startswith("MOCK_SERVER_URL="):
-            raise RuntimeError(f"the mock server did not start (it printed {line!r})")
-        url = line.split("=", 1)[1]
-        # The mock model sends its tools to its own pages: the one loopback origin URL checks let through.
-        tools = replace(config.tools, trusted_origins=frozenset({urlsplit(url).netloc}))
-        yield replace(config, model=replace(config.model, base_url=url, cache_as="mock"), tools=tools)
-    finally:
-        server.kill()
-        server.wait()
-
-
-@contextmanager
-def helpers(config: RunConfig, browser: bool):
-    """The run's helper processes, started side by side: the mock server (--model=mock) and, when the
-    distribution has the browser, one browser service for all local workers (browser_service.py)."""
-    if not browser or config.executor != "pool":  # Ray tasks may run on other machines: each has its own
-        with mock_endpoint(config) as live:
-            yield live
-        return
-    with browser_service(config.tools.browser_executable) as service, mock_endpoint(config) as live:
-        try:
-            address = service.ready(live.tools)
-        except BrowserUnavailable as exc:  # raised only by the start: the body runs no browser code
-            raise SetupError(f"the browser toolset: {exc}") from None
-        yield replace(live, tools=replace(live.tools, browser_endpoint=address))
-
-
 class BatchRunner:
-    def __init__(self, config: RunConfig, console: Console):
+    def __init__(self, config: RunConfig, console: Console, helpers: Helpers):
         self.config = config
         self.console = console
+        self.helpers = helpers  # started by batch_runner.py: up by the time they are needed
         self.folder = RunFolder(config.run_dir)
         self.money = Store(config.run_dir)  # the response cache, the ledger and the budget: money/store.py
         self.warned: set[str] = set()
@@ -135,8 +90,6 @@ class BatchRunner:
         self.config = config = replace(self.config, environment=environment)
         if unsandboxed:
             self.warn(unsandboxed)
-        # Before any worker forks or any helper starts: none of them inherits a secret it could show.
-        conceal(config.secrets.texts)
         entries = load_dataset(config.dataset_file, config.max_samples)
         toolsets, missing = registry.available_toolsets(config.tools, DISTRIBUTIONS[config.distribution])
         for item in missing:
@@ -183,10 +136,10 @@ class BatchRunner:
         self.money.close()  # no connection of ours may cross the fork into the workers
         if batches:
             prepare_run(config.environment, config.resume)
-            with helpers(config, "browser" in weights) as live:
-                check_endpoint(live)
-                setup = WorkerSetup(live, weights, toolsets, tool_names, plan.passes, plan.copies)
-                interrupted = self.execute(setup, batches, state, tally)
+            live = self.helpers.ready(config, "browser" in weights)
+            check_endpoint(live)
+            setup = WorkerSetup(live, weights, toolsets, tool_names, plan.passes, plan.copies)
+            interrupted = self.execute(setup, batches, state, tally)
         collected = ReportData(config.report_max_trajectories) if config.report else None
         observe = collected.observe if collected else None
         totals = merge(self.folder, config.require_reasoning, tool_names, self.warn, config.keep, observe)

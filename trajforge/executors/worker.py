@@ -43,7 +43,8 @@ from trajforge.money.spending import Spending, sample_scope
 from trajforge.runfolder.folder import BatchFiles, RunFolder, entry_key
 from trajforge.samples import PassCounts
 from trajforge.tools import Tool
-from trajforge.tools.session import ToolServices, ToolSession
+from trajforge.tools.services import ToolServices
+from trajforge.tools.session import ToolSession
 from trajforge.verify import verify_sample
 
 

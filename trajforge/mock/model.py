@@ -3,7 +3,10 @@
 It reads an OpenAI chat-completions request and decides the reply the way a small tool-using model
 would: call every offered toolset sensibly, using what earlier results showed (the image it generated,
 the refs of a browser snapshot), reason in every turn, then answer. Web and browser tools read the
-first URL of the prompt, else the mock server's own page. A request whose user message carries an
+first URL of the prompt, else the mock server's own page. Like a model, it opens the browser (the one
+costly tool: a browser context is about half a second of CPU) only for a task about a page, one that
+names a URL, a page or a site or asks to browse, visit or click, or when nothing else on offer reads
+the web. A request whose user message carries an
 image is answered as a vision model would; `image_reply` answers the images API.
 A prompt can steer it with directives such as ``[mock turns=3 reasoning=think fail=429 times=2]``:
 
@@ -71,6 +74,7 @@ from trajforge.mock.server_errors import OVERFLOWS
 
 DIRECTIVE = re.compile(r"\[mock\s+([^\]]*)\]")
 URL = re.compile(r"https?://[^\s\"'<>\])]+")
+ABOUT_A_PAGE = re.compile(r"https?://|\bbrows|\b(web ?)?pages?\b|\b(web)?sites?\b|\bclick|\bvisit", re.I)
 # A line of browser_snapshot (Playwright's aria snapshot): `  - textbox "Your name" [ref=e5]`.
 SNAPSHOT_REF = re.compile(r'^ *- (\w+)(?: ".*?")? \[ref=((?:f\d+)?e\d+)\]', re.M)
 
@@ -240,7 +244,7 @@ def _plan(offered: set[str], prompt: str, site: str, seen: dict[str, dict]) -> l
         image = seen.get("image_generate", {}).get("path") or f"{site}/_mock/image.png"
         second.append(("vision_analyze", {"image_url": image, "question": "What does this image show?"}))
     plan = [first, second, [], []]
-    if "browser_navigate" in offered:
+    if "browser_navigate" in offered and (ABOUT_A_PAGE.search(prompt) or "web_extract" not in offered):
         for turn, calls in zip(plan, _browse(url, seen), strict=True):
             turn.extend(calls)
     return [turn for turn in plan if turn]

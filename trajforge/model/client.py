@@ -6,9 +6,8 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TypeVar
-from urllib.parse import urlsplit
 
 import aiohttp
 import httpx
@@ -27,9 +26,10 @@ from trajforge.model.retry import (
     classify,
     failure_message,
 )
+from trajforge.model.settings import ModelSettings
 from trajforge.model.stream import answer, assemble, finish_reason, reported
 from trajforge.money.errors import CostUnknown
-from trajforge.money.pricing import Prices, priced, tokens
+from trajforge.money.pricing import priced, tokens
 from trajforge.money.spending import Spending, cache_key
 from trajforge.money.store import Call
 from trajforge.tls import tls_context
@@ -37,24 +37,6 @@ from trajforge.tls import tls_context
 T = TypeVar("T")
 PROBE_TIMEOUT = 30.0  # seconds at most for the check that the endpoint answers at all
 OnRetry = Callable[[str, str], None]  # (kind, message) of a failed attempt that will be tried again
-
-
-@dataclass(frozen=True)
-class ModelSettings:
-    model: str
-    base_url: str
-    api_key: str = field(repr=False)
-    max_tokens: int | None = None
-    extra_body: dict = field(default_factory=dict)  # OpenRouter `provider` and `reasoning` options
-    request_timeout: float = 600.0  # seconds for a whole request: connecting and every byte of the reply
-    max_retries: int = 6
-    stream: bool = False
-    prices: Prices | None = None  # --price_input/--price_output/--price_cached_input, for this model's calls
-    cache_as: str = ""  # the endpoint as the response cache names it, when not base_url (the mock's changing port)
-
-    @property
-    def openrouter(self) -> bool:
-        return urlsplit(self.base_url).hostname == "openrouter.ai"
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from trajforge.model.client import ModelClient, ModelSettings, reply_usage
+from trajforge.model.client import ModelClient, reply_usage
+from trajforge.model.settings import ModelSettings
 from trajforge.money.pricing import priced
 from trajforge.money.spending import Spending
 

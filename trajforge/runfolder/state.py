@@ -30,6 +30,7 @@ class RunState:
         checkpoint = folder.load_checkpoint()
         self.batch_stats: dict = checkpoint.get("batch_stats", {})
         self.started = time.monotonic() if started is None else started
+        self.ended: float | None = None  # set by settle(): the clock the checkpoint and statistics.json share
         earlier = checkpoint.get("duration_seconds")  # the earlier invocations' (absent before it was kept)
         plausible = isinstance(earlier, (int, float)) and not isinstance(earlier, bool) and 0 <= earlier < math.inf
         self.earlier = earlier if plausible else 0
@@ -87,11 +88,13 @@ class RunState:
     def duration_seconds(self) -> float:
         """Wall time of every invocation on this folder, this one so far included (each one's is saved
         with the checkpoint, so a kill -9 loses only the time since a prompt last ended)."""
-        return round(self.earlier + time.monotonic() - self.started, 3)
+        return round(self.earlier + (self.ended or time.monotonic()) - self.started, 3)
 
     def settle(self, done: list[int], failed: list[int]) -> None:
         """The final word, from the batch files and errors.jsonl rather than from events that a kill
-        or Ctrl-C may have cut short."""
+        or Ctrl-C may have cut short. The invocation's time ends here, as the checkpoint saves it: the
+        statistics say the same, so a resume's total never comes out below the one before."""
+        self.ended = time.monotonic()
         self.completed, self.failed = set(done), set(failed)
         self.save()
 

@@ -196,3 +196,16 @@ async def browser_press(session: ToolSession, key: str) -> dict:
 async def browser_close(session: ToolSession) -> dict:
     """Close the browser with its cookies and history; the next browser tool opens a fresh one."""
     return {"closed": await session.release("browser")}
+
+
+# The toolset, in the order the model sees it (registry.TOOLSETS); the browser service runs them by name.
+TOOLS = (
+    browser_navigate,
+    browser_snapshot,
+    browser_click,
+    browser_type,
+    browser_scroll,
+    browser_back,
+    browser_press,
+    browser_close,
+)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ctypes
+import functools
 import importlib.util
 import re
 import signal
@@ -63,9 +64,11 @@ class BrowserUnavailable(Exception):
     pass
 
 
+@functools.cache
 def launch_problem(executable: str | None) -> str | None:
     """Why no browser can be launched on this machine, or None: Playwright is installed and the
-    executable runs (`--version`: a tenth of a second, where a launch costs a second and a half)."""
+    executable runs (`--version`: a tenth of a second, where a launch costs a second and a half).
+    Asked once per process and executable: the run's helpers ask it while the runner imports."""
     if executable is None:
         return "no Chromium found: install it (apt-get install chromium) or set BROWSER_EXECUTABLE"
     if importlib.util.find_spec("playwright") is None:

@@ -21,7 +21,7 @@ import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from trajforge.tools import registry
+from trajforge.tools import browser
 from trajforge.tools.browser_client import frame, read_frame
 from trajforge.tools.browser_guard import GuardProxy
 from trajforge.tools.browser_runtime import LAUNCH_TIMEOUT_MS, BrowserLauncher, BrowserUnavailable, die_with_parent
@@ -29,7 +29,7 @@ from trajforge.tools.session import Resources
 from trajforge.tools.settings import ToolSettings
 
 STOP_GRACE = 5.0  # seconds the service gets to close Chromium after SIGTERM
-TOOLS = {tool.name: tool for tool in registry.BY_TOOLSET["browser"]}
+TOOLS = {tool.__name__: tool for tool in browser.TOOLS}
 
 
 class BrowserService:
@@ -183,6 +183,6 @@ async def _call(prompt: Prompt, name: str, arguments: dict) -> dict:
     if tool is None:
         return {"error": f"unknown browser tool {name!r}"}
     try:
-        return await tool.function(prompt, **arguments)
+        return await tool(prompt, **arguments)
     except Exception as exc:
         return {"error": f"{type(exc).__name__}: {exc}"}

@@ -8,7 +8,8 @@ import hashlib
 import re
 
 from trajforge.tools.fetch import fetch
-from trajforge.tools.session import ToolServices, ToolSession
+from trajforge.tools.services import ToolServices
+from trajforge.tools.session import ToolSession
 from trajforge.tools.transfer import image_type
 
 IMAGE_LIMIT = 50_000_000  # bytes of a generated image downloaded from the provider's URL

@@ -24,16 +24,7 @@ TOOLSETS: dict[str, tuple[Callable, ...]] = {
     "web": (web.web_extract, web.web_search),
     "vision": (vision.vision_analyze,),
     "image_gen": (image_gen.image_generate,),
-    "browser": (
-        browser.browser_navigate,
-        browser.browser_snapshot,
-        browser.browser_click,
-        browser.browser_type,
-        browser.browser_scroll,
-        browser.browser_back,
-        browser.browser_press,
-        browser.browser_close,
-    ),
+    "browser": browser.TOOLS,
 }
 CHECKS: dict[str, Check] = {"web": web.search_configured, "browser": browser.launchable}
 

@@ -1,0 +1,76 @@
+"""The run's helper processes: the scripted model's server (--model=mock, on 127.0.0.1, for this run
+only) and the browser service (one Chromium for every local worker: tools/browser_service.py).
+
+batch_runner.py starts them as soon as the flags are read, before it imports the rest of the runner
+(about 2 s, most of it the openai package), so that they come up on the other core meanwhile. A run
+that turns out to have nothing to do, or a toolset that is not available after all, just stops them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from dataclasses import replace
+from urllib.parse import urlsplit
+
+from toolset_distributions import DISTRIBUTIONS
+from trajforge.config import RunConfig
+from trajforge.environments import SetupError
+from trajforge.tools.browser_runtime import BrowserUnavailable, launch_problem
+from trajforge.tools.browser_service import BrowserService
+
+
+class Helpers:
+    def __init__(self, config: RunConfig):
+        self.mock: subprocess.Popen | None = None
+        self.browser: BrowserService | None = None
+        if config.mock:
+            self.mock = subprocess.Popen(
+                [sys.executable, "-m", "trajforge.mock.server", "--port", "0", "--exit_with_stdin"],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                text=True,
+            )
+        # Ray tasks may run on other machines: each launches a browser of its own.
+        if config.executor == "pool" and DISTRIBUTIONS[config.distribution].get("browser"):
+            self.browser = BrowserService(config.tools.browser_executable)
+            # Whether the toolset is available (`chromium --version`) is asked meanwhile too, off the main thread.
+            threading.Thread(target=launch_problem, args=(config.tools.browser_executable,), daemon=True).start()
+
+    def ready(self, config: RunConfig, browser: bool) -> RunConfig:
+        """`config` pointed at the helpers once they are up: the mock server's endpoint and, when the run
+        offers the browser, the service's address."""
+        if self.mock is not None:
+            line = self.mock.stdout.readline().strip()
+            if not line.startswith("MOCK_SERVER_URL="):
+                raise RuntimeError(f"the mock server did not start (it printed {line!r})")
+            url = line.split("=", 1)[1]
+            # The mock model sends its tools to its own pages: the one loopback origin URL checks let through.
+            tools = replace(config.tools, trusted_origins=frozenset({urlsplit(url).netloc}))
+            config = replace(config, model=replace(config.model, base_url=url, cache_as="mock"), tools=tools)
+        if browser and self.browser is not None:
+            try:
+                address = self.browser.ready(config.tools)
+            except BrowserUnavailable as exc:
+                raise SetupError(f"the browser toolset: {exc}") from None
+            config = replace(config, tools=replace(config.tools, browser_endpoint=address))
+        return config
+
+    def stop(self) -> None:
+        if self.browser is not None:
+            self.browser.stop()
+        if self.mock is not None:
+            self.mock.kill()
+            self.mock.wait()
+
+
+@contextlib.contextmanager
+def helpers(config: RunConfig) -> Iterator[Helpers]:
+    started = Helpers(config)
+    try:
+        yield started
+    finally:
+        started.stop()
