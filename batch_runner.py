@@ -111,8 +111,10 @@ def main(
             from trajforge.runner import BatchRunner
 
             # What the imports made lives as long as the process: no garbage collection need walk it again,
-            # in the run or at exit (where walking openai's types would cost half a second).
-            gc.freeze()
+            # in the run or at exit (where walking openai's types would cost half a second). Once: the
+            # tests call main() many times in one process.
+            if not gc.get_freeze_count():
+                gc.freeze()
             code = BatchRunner(config, console, started).run()
     except (UsageError, SetupError) as exc:
         print(f"error: {exc}", file=sys.stderr)

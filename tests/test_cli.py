@@ -66,8 +66,8 @@ def test_the_first_unknown_argument_is_named(argv, message):
     assert unknown_argument(argv, FLAGS) == message
 
 
-def test_a_misspelled_flag_exits_2_before_any_request(run, server):
-    result = run([{"prompt": "hello"}], "--distribution=terminal_only", "--max_tursn=5")
+def test_a_misspelled_flag_exits_2_before_any_request(run_here, server):
+    result = run_here([{"prompt": "hello"}], "--distribution=terminal_only", "--max_tursn=5")
     assert result.code == 2
     assert result.stderr == "error: unknown flag --max_tursn; did you mean --max_turns?\n"
     assert server.requests == []

@@ -132,14 +132,14 @@ def test_resume_removes_containers_a_killed_run_left(settings):
     assert not containers_of(settings.run_dir)
 
 
-def test_an_unreachable_engine_stops_the_run_before_it_starts(run, server, monkeypatch, tmp_path):
+def test_an_unreachable_engine_stops_the_run_before_it_starts(run_here, server, monkeypatch, tmp_path):
     monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/no-engine.sock")
-    result = run([{"prompt": "hi"}], "--environment=docker")
+    result = run_here([{"prompt": "hi"}], "--environment=docker")
     assert result.code == 2 and "cannot reach the Docker engine" in result.stderr
     assert not server.chat_requests()
 
 
-def test_a_docker_run_with_images_cwd_and_a_missing_image(docker_host, run):
+def test_a_docker_run_with_images_cwd_and_a_missing_image(docker_host, run_here):
     entries = [
         {"prompt": "in alpha at /srv/app", "image": ALPHA, "cwd": "/srv/app"},
         {"prompt": "in beta", "docker_image": BETA},
@@ -147,7 +147,7 @@ def test_a_docker_run_with_images_cwd_and_a_missing_image(docker_host, run):
         {"prompt": "in the default image"},
     ]
     flags = ("--environment=docker", f"--default_image={ALPHA}", "--distribution=terminal_only", "--num_workers=2")
-    result = run(entries, *flags)
+    result = run_here(entries, *flags)
     assert result.code == 1, result.stderr
     where = {t["prompt_index"]: tool_results(t) for t in result.trajectories}
     assert sorted(where) == [0, 1, 3]
@@ -157,7 +157,7 @@ def test_a_docker_run_with_images_cwd_and_a_missing_image(docker_host, run):
     assert error["prompt_index"] == 2 and error["error_type"] == "environment" and MISSING in error["message"]
     assert not containers_of(result.run_dir.resolve())
 
-    again = run(entries, *flags, "--resume")  # the failed prompt is retried, and fails the same way
+    again = run_here(entries, *flags, "--resume")  # the failed prompt is retried, and fails the same way
     assert again.code == 1 and len(again.jsonl("errors.jsonl")) == 2
     assert not containers_of(result.run_dir.resolve())
 

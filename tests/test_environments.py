@@ -191,7 +191,8 @@ def _leftovers(kind: str, env) -> list[str]:
     if kind == "docker":
         import docker
 
-        names = {c.name for c in docker.from_env().containers.list(all=True)}
+        # Only containers of that name: listing them all inspects each, and another test may remove one meanwhile.
+        names = {c.name for c in docker.from_env().containers.list(all=True, filters={"name": env.name})}
         return [env.name] if env.name in names else []
     paths = [env.workspace] + ([env.tmp] if kind == "bwrap" else [])
     return [path for path in paths if os.path.exists(path)]
@@ -275,15 +276,15 @@ def test_missing_bwrap_is_a_clear_error(tmp_path, monkeypatch):
         BwrapBackend.check(EnvironmentSettings(kind="bwrap"))
 
 
-def test_an_unknown_environment_is_refused_before_any_request(run, server):
-    result = run([{"prompt": "hi"}], "--environment=kubernetes")
+def test_an_unknown_environment_is_refused_before_any_request(run_here, server):
+    result = run_here([{"prompt": "hi"}], "--environment=kubernetes")
     assert result.code == 2 and "--environment must be one of auto, local, bwrap, docker" in result.stderr
     assert not server.chat_requests()
 
 
-def test_a_run_under_bwrap(bwrap, run):
+def test_a_run_under_bwrap(bwrap, run_here):
     entries = [{"prompt": "one"}, {"prompt": "two", "cwd": "project"}]
-    result = run(entries, "--environment=bwrap", "--distribution=terminal_only")
+    result = run_here(entries, "--environment=bwrap", "--distribution=terminal_only")
     assert result.code == 0, result.stderr
     outputs = {t["prompt_index"]: tool_results(t) for t in result.trajectories}
     assert "mock-model-was-here" in outputs[0] and "/project" in outputs[1]

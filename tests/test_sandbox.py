@@ -219,9 +219,9 @@ def test_a_default_run_is_sandboxed_and_says_so(bwrap, run):
     assert "mock-model-was-here" in outputs[1] and "/project" in outputs[1]
 
 
-def test_a_default_run_without_bwrap_warns_once_and_runs_locally(run, monkeypatch, tmp_path):
+def test_a_default_run_without_bwrap_warns_once_and_runs_locally(run_here, monkeypatch, tmp_path):
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))  # the runner finds no bwrap; commands get the system's PATH
-    result = run([{"prompt": "one"}, {"prompt": "two"}, {"prompt": "three"}], "--distribution=terminal_only")
+    result = run_here([{"prompt": "one"}, {"prompt": "two"}, {"prompt": "three"}], "--distribution=terminal_only")
     assert result.code == 0, result.stderr
     assert result.statistics["environment"] == "local"
     assert result.stdout.count("no sandbox") == 1 and "--environment=local" in result.stdout
