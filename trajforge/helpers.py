@@ -8,11 +8,9 @@ that turns out to have nothing to do, or a toolset that is not available after a
 
 from __future__ import annotations
 
-import contextlib
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
 from dataclasses import replace
 from urllib.parse import urlsplit
 
@@ -24,6 +22,8 @@ from trajforge.tools.browser_service import BrowserService
 
 
 class Helpers:
+    """Started when made; stopped on leaving its `with`, however the run ends."""
+
     def __init__(self, config: RunConfig):
         self.mock: subprocess.Popen | None = None
         self.browser: BrowserService | None = None
@@ -59,18 +59,15 @@ class Helpers:
             config = replace(config, tools=replace(config.tools, browser_endpoint=address))
         return config
 
+    def __enter__(self) -> Helpers:
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.stop()
+
     def stop(self) -> None:
         if self.browser is not None:
             self.browser.stop()
         if self.mock is not None:
             self.mock.kill()
             self.mock.wait()
-
-
-@contextlib.contextmanager
-def helpers(config: RunConfig) -> Iterator[Helpers]:
-    started = Helpers(config)
-    try:
-        yield started
-    finally:
-        started.stop()
