@@ -65,6 +65,13 @@ class Helpers:
     def __exit__(self, *exc_info) -> None:
         self.stop()
 
+    def release(self) -> None:
+        """The run needs them no more: they stop while it merges and reports (stop() waits for them)."""
+        if self.browser is not None:
+            self.browser.terminate()
+        if self.mock is not None:
+            self.mock.kill()
+
     def stop(self) -> None:
         if self.browser is not None:
             self.browser.stop()

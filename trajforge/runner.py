@@ -137,9 +137,11 @@ class BatchRunner:
         if batches:
             prepare_run(config.environment, config.resume)
             live = self.helpers.ready(config, "browser" in weights)
-            check_endpoint(live)
+            if not config.mock:  # the mock server answers: it printed its address once listening
+                check_endpoint(live)
             setup = WorkerSetup(live, weights, toolsets, tool_names, plan.passes, plan.copies)
             interrupted = self.execute(setup, batches, state, tally)
+        self.helpers.release()
         collected = ReportData(config.report_max_trajectories) if config.report else None
         observe = collected.observe if collected else None
         totals = merge(self.folder, config.require_reasoning, tool_names, self.warn, config.keep, observe)

@@ -45,6 +45,7 @@ class BrowserService:
         context = multiprocessing.get_context("fork")
         self.process = context.Process(target=_main, args=(executable, listener, theirs), daemon=True)
         self.process.start()
+        self.terminated = False
         listener.close()
         theirs.close()
 
@@ -62,9 +63,15 @@ class BrowserService:
         self.channel.send(settings)
         return self.address
 
+    def terminate(self) -> None:
+        """SIGTERM, once: the service closes Chromium, while the run goes on with what is left to do."""
+        if not self.terminated:
+            self.terminated = True
+            self.process.terminate()
+
     def stop(self) -> None:
-        """SIGTERM: the service closes Chromium; SIGKILL if that takes too long."""
-        self.process.terminate()
+        """SIGTERM (if not sent yet) and wait: SIGKILL if closing Chromium takes too long."""
+        self.terminate()
         self.process.join(STOP_GRACE)
         if self.process.is_alive():
             self.process.kill()
