@@ -23,7 +23,7 @@ from trajforge.helpers import Helpers
 from trajforge.secrets import conceal
 
 # The runner itself (trajforge.runner, trajforge.tools.registry) is imported once the run's helpers are
-# starting: its imports take about 2 s, most of them the openai package, and the helpers use them to start.
+# starting: its imports take about 2 s, most of them the openai package, and the helpers start meanwhile.
 
 
 def main(
