@@ -74,7 +74,7 @@ from trajforge.mock.server_errors import OVERFLOWS
 
 DIRECTIVE = re.compile(r"\[mock\s+([^\]]*)\]")
 URL = re.compile(r"https?://[^\s\"'<>\])]+")
-ABOUT_A_PAGE = re.compile(r"https?://|\bbrows|\b(web ?)?pages?\b|\b(web)?sites?\b|\bclick|\bvisit", re.I)
+ABOUT_A_PAGE = re.compile(r"\bbrows|\b(web ?)?pages?\b|\b(web)?sites?\b|\bclick|\bvisit", re.I)
 # A line of browser_snapshot (Playwright's aria snapshot): `  - textbox "Your name" [ref=e5]`.
 SNAPSHOT_REF = re.compile(r'^ *- (\w+)(?: ".*?")? \[ref=((?:f\d+)?e\d+)\]', re.M)
 
@@ -244,7 +244,7 @@ def _plan(offered: set[str], prompt: str, site: str, seen: dict[str, dict]) -> l
         image = seen.get("image_generate", {}).get("path") or f"{site}/_mock/image.png"
         second.append(("vision_analyze", {"image_url": image, "question": "What does this image show?"}))
     plan = [first, second, [], []]
-    if "browser_navigate" in offered and (ABOUT_A_PAGE.search(prompt) or "web_extract" not in offered):
+    if "browser_navigate" in offered and (found or ABOUT_A_PAGE.search(prompt) or "web_extract" not in offered):
         for turn, calls in zip(plan, _browse(url, seen), strict=True):
             turn.extend(calls)
     return [turn for turn in plan if turn]
