@@ -73,8 +73,8 @@ class Helpers:
             self.mock.kill()
 
     def stop(self) -> None:
+        self.release()
         if self.browser is not None:
             self.browser.stop()
         if self.mock is not None:
-            self.mock.kill()
             self.mock.wait()
