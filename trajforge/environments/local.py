@@ -69,6 +69,7 @@ async def run_process(
         if not ended:
             await end_group(proc.pid)
             await proc.wait()
+            await group_gone(proc.pid)
         commands_running.discard(proc.pid)
 
 
@@ -85,6 +86,22 @@ async def end_group(pgid: int) -> None:
     finally:  # also when the prompt is cancelled during the grace
         with contextlib.suppress(ProcessLookupError):
             os.killpg(pgid, signal.SIGKILL)
+
+
+async def group_gone(pgid: int, within: float = 1.0) -> None:
+    """Wait (at most `within` seconds) until no process of the killed group is left. SIGKILL takes effect
+    when each process next runs, and those that re-parented to this worker (a subreaper) stay zombies
+    until reaped here; only then has the command really ended."""
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        with contextlib.suppress(ChildProcessError):  # none of the group is our child (any more)
+            while os.waitpid(-pgid, os.WNOHANG)[0]:
+                pass
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return
+        await asyncio.sleep(0.01)
 
 
 def workspace_prefix(settings: EnvironmentSettings) -> str:
