@@ -24,6 +24,7 @@ import time
 
 PROMPT_MARKER = "BATCH_RUNNER_PROMPT"
 PR_SET_CHILD_SUBREAPER = 36
+EMPTY_SCANS = 3  # scans in a row that found nothing before a prompt counts as ended
 KILL_PASSES = 50  # scans of /proc before giving up on a process that forks faster than we kill
 # Direct children that run_process started and still waits for: asyncio reaps them, we must not.
 commands_running: set[int] = set()
@@ -56,9 +57,13 @@ def end_prompt(token: str) -> int:
     """SIGKILL every process carrying `token`, reap those that are our children and any orphan that
     ended by itself; how many were killed. Blocking (it reads /proc): call it on a thread."""
     killed: set[int] = set()
+    # Done after scans in a row that found none: a process amid exec shows no environment for a moment
+    # (the kernel sets the new one after it swapped the memory), so one empty scan can miss it.
+    empty = 0
     for _ in range(KILL_PASSES):
         found = [pid for pid in marked(token) if pid != os.getpid()]
-        if not found:
+        empty = 0 if found else empty + 1
+        if empty == EMPTY_SCANS:
             break
         for pid in found:
             with contextlib.suppress(ProcessLookupError):
