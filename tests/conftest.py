@@ -10,6 +10,7 @@ import fcntl
 import io
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -117,6 +118,7 @@ def run_cli(args: list[str]) -> tuple[int, str, str]:
 
     out, err = io.StringIO(), io.StringIO()
     argv, sys.argv = sys.argv, ["batch_runner.py", *args]
+    handlers = [signal.getsignal(number) for number in (signal.SIGINT, signal.SIGTERM)]
     try:
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
             batch_runner.cli()
@@ -125,6 +127,9 @@ def run_cli(args: list[str]) -> tuple[int, str, str]:
         code = exc.code if isinstance(exc.code, int) else int(exc.code is not None)
     finally:
         sys.argv = argv
+    # A run that stopped early ignores further signals while it finishes up; after it, this process (and
+    # every run later tests start from it) must hear them again.
+    assert [signal.getsignal(number) for number in (signal.SIGINT, signal.SIGTERM)] == handlers
     return code, out.getvalue(), err.getvalue()
 
 
