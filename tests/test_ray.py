@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import os
 import signal
 import subprocess
@@ -13,7 +14,8 @@ import psutil
 import pytest
 from conftest import ROOT, Result, source
 
-pytest.importorskip("ray", reason="Ray is an optional extra: pip install -e '.[ray]'")
+if importlib.util.find_spec("ray") is None:  # not imported: the runs import it, this process never needs it
+    pytest.skip("Ray is an optional extra: pip install -e '.[ray]'", allow_module_level=True)
 # Starting Ray is most of a run's 20 s; on a machine busy with the rest of the suite it has taken 140 s.
 RAY_RUN_TIMEOUT = 200
 # One xdist worker runs these one after another: ray_leftovers() looks at every process of the machine.
