@@ -165,7 +165,7 @@ def test_a_finished_prompts_daemon_is_gone_while_the_run_goes_on(kind, tmp_path,
     assert not running_with(daemon)
 
 
-def test_a_hostile_dataset_is_refused_before_any_request(run, server):
+def test_a_hostile_dataset_is_refused_before_any_request(run_here, server):
     deep = '{"prompt": "deep", "x": ' + "[" * 100_000 + "]" * 100_000 + "}"
     lines = [
         {"prompt": "fine"},
@@ -175,7 +175,7 @@ def test_a_hostile_dataset_is_refused_before_any_request(run, server):
         '{"prompt": "big", "n": ' + str(2**70) + "}",
         {"prompt": "escape", "cwd": "../../.."},
     ]
-    result = run(lines, "--environment=local")
+    result = run_here(lines, "--environment=local")
     assert result.code == 2, result.stderr
     assert "Traceback" not in result.stderr
     for number in (2, 3, 4, 5, 6):
