@@ -12,7 +12,9 @@ from collections import Counter
 
 import psutil
 import pytest
-from conftest import ROOT, Result, source
+from conftest import ROOT, Result, Runner, source
+
+from trajforge.mock.server import MockServer
 
 if importlib.util.find_spec("ray") is None:  # not imported: the runs import it, this process never needs it
     pytest.skip("Ray is an optional extra: pip install -e '.[ray]'", allow_module_level=True)
@@ -57,6 +59,17 @@ def ray_workers_of(runner: int) -> list[psutil.Process]:
 ENTRIES = [{"prompt": f"task {i}"} for i in range(8)] + [{"prompt": "silent [mock reasoning=none]"}]
 
 
+@pytest.fixture(scope="module")
+def pool(tmp_path_factory) -> Result:
+    """The process pool's run of ENTRIES, made once: what every Ray run of them must match."""
+    server = MockServer()
+    server.base_url = server.start()
+    try:
+        return Runner(tmp_path_factory.mktemp("pool"), server)(ENTRIES, *TOOLS, run_name="pool", batch_size=3)
+    finally:
+        server.stop()
+
+
 def assert_same_as_the_pool(ray: Result, pool: Result) -> None:
     assert pool.code == 0 and ray.code == 0, ray.stdout + ray.stderr
     assert comparable(ray) == comparable(pool)
@@ -70,17 +83,15 @@ def assert_same_as_the_pool(ray: Result, pool: Result) -> None:
     assert not ray_leftovers()
 
 
-def test_ray_gives_the_same_trajectories_as_the_pool(run):
+def test_ray_gives_the_same_trajectories_as_the_pool(run, pool):
     """Without a shared file system the lines travel to the driver with the events."""
-    pool = run(ENTRIES, *TOOLS, run_name="pool", batch_size=3)
     ray = run(ENTRIES, *TOOLS, "--executor=ray", run_name="ray", batch_size=3, timeout=RAY_RUN_TIMEOUT)
     assert_same_as_the_pool(ray, pool)
 
 
-def test_a_killed_ray_worker_is_retried_and_the_run_is_the_pool_s_without_duplicates(run, server):
+def test_a_killed_ray_worker_is_retried_and_the_run_is_the_pool_s_without_duplicates(run, server, pool):
     """With --ray_shared_fs the tasks append to the run folder themselves; one killed mid-batch is run
     again, which keeps the lines it wrote and does the rest (one Ray start: it costs 20-50 s here)."""
-    pool = run(ENTRIES, *TOOLS, run_name="pool", batch_size=3)
     server.latency = 0.3  # batches that last long enough to be caught running
     command = run.command(ENTRIES, *TOOLS, "--executor=ray", "--ray_shared_fs", run_name="ray", batch_size=3)
     proc = subprocess.Popen(command, cwd=run.tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
