@@ -36,9 +36,18 @@ class Helpers:
             )
         # Ray tasks may run on other machines: each launches a browser of its own.
         if config.executor == "pool" and DISTRIBUTIONS[config.distribution].get("browser"):
-            self.browser = BrowserService(config.tools.browser_executable)
+            try:
+                self.browser = BrowserService(config.tools.browser_executable)
+            except BaseException:  # no `with` holds us yet: the mock server must not outlive this
+                self.stop()
+                raise
             # Whether the toolset is available (`chromium --version`) is asked meanwhile too, off the main thread.
             threading.Thread(target=launch_problem, args=(config.tools.browser_executable,), daemon=True).start()
+
+    @property
+    def serves_the_model(self) -> bool:
+        """The endpoint is the mock server started here: it printed its address once it was listening."""
+        return self.mock is not None
 
     def ready(self, config: RunConfig, browser: bool) -> RunConfig:
         """`config` pointed at the helpers once they are up: the mock server's endpoint and, when the run

@@ -142,7 +142,7 @@ class BatchRunner:
         if batches:
             prepare_run(config.environment, config.resume)
             live = self.helpers.ready(config, "browser" in weights)
-            if not config.mock:  # the mock server answers: it printed its address once listening
+            if not self.helpers.serves_the_model:
                 check_endpoint(live)
             setup = WorkerSetup(live, weights, toolsets, tool_names, plan.passes, plan.copies)
             interrupted = self.execute(setup, batches, state, tally)
