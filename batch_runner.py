@@ -19,7 +19,7 @@ from trajforge.config import build_config, settle, tool_settings
 from trajforge.dataset import UsageError
 from trajforge.environments import SetupError
 from trajforge.flags import unknown_argument
-from trajforge.helpers import Helpers
+from trajforge.helpers import Helpers, signal_handlers_kept
 from trajforge.secrets import conceal
 
 # The runner itself (trajforge.runner, trajforge.tools.registry) is imported once the run's helpers are
@@ -107,7 +107,7 @@ def main(
         config = build_config(dict(locals()))
         # Before any helper starts or any worker forks: none of them inherits a secret it could show.
         conceal(config.secrets.texts)
-        with Helpers(config) as started:
+        with signal_handlers_kept(), Helpers(config) as started:
             from trajforge.runner import BatchRunner
 
             # What the imports made lives as long as the process: no garbage collection need walk it again,

@@ -4,13 +4,17 @@ only) and the browser service (one Chromium for every local worker: tools/browse
 batch_runner.py starts them as soon as the flags are read, before it imports the rest of the runner
 (about 2 s, most of it the openai package), so that they come up on the other core meanwhile. A run
 that turns out to have nothing to do, or a toolset that is not available after all, just stops them.
+signal_handlers_kept() gives back the signal handlers a run changed, once its helpers have stopped too.
 """
 
 from __future__ import annotations
 
+import contextlib
+import signal
 import subprocess
 import sys
 import threading
+from collections.abc import Iterator
 from dataclasses import replace
 from urllib.parse import urlsplit
 
@@ -19,6 +23,20 @@ from trajforge.config import RunConfig
 from trajforge.environments import SetupError
 from trajforge.tools.browser_runtime import BrowserUnavailable, launch_problem
 from trajforge.tools.browser_service import BrowserService
+
+
+@contextlib.contextmanager
+def signal_handlers_kept() -> Iterator[None]:
+    """Put back SIGINT's and SIGTERM's handlers once the run and its helpers are done. A run that stops
+    early ignores both while it finishes up (the helpers' stop included); main() may be called again in
+    this process (the tests do). Only a changed one is set: signal.signal works on the main thread only."""
+    handlers = {number: signal.getsignal(number) for number in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for number, handler in handlers.items():
+            if signal.getsignal(number) != handler:
+                signal.signal(number, handler)
 
 
 class Helpers:

@@ -100,16 +100,11 @@ class BatchRunner:
                 f"--distribution {config.distribution}: none of its toolsets is available here "
                 f"({', '.join(DISTRIBUTIONS[config.distribution])}); try --distribution=terminal_only"
             )
-        # What execute() sets for SIGINT and SIGTERM holds while the run finishes up, not after it:
-        # main() may be called again in this process (the tests do).
-        handlers = {number: signal.getsignal(number) for number in (signal.SIGINT, signal.SIGTERM)}
         with self.folder.locked():
             try:
                 return self._run_locked(entries, weights, toolsets, started)
             finally:
                 self.money.close()
-                for number, handler in handlers.items():
-                    signal.signal(number, handler)
 
     def _run_locked(self, entries: list[Entry], weights: dict, toolsets: dict, started: float) -> int:
         config = self.config
