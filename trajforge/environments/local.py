@@ -65,11 +65,19 @@ async def run_process(
     except TimeoutError:
         return timeout_result(output.text(), timeout)
     finally:
-        # Timed out or cancelled: the whole group goes, also a background child that outlived the shell.
-        if not ended:
-            await end_group(proc.pid)
-            await proc.wait()
-            await group_gone(proc.pid)
+        if ended:
+            commands_running.discard(proc.pid)
+        else:  # shielded: a prompt cancelled meanwhile still ends the group and forgets the pid once reaped
+            await asyncio.shield(_end_command(proc))
+
+
+async def _end_command(proc: asyncio.subprocess.Process) -> None:
+    """Timed out or cancelled: the whole group goes, also a background child that outlived the shell."""
+    try:
+        await end_group(proc.pid)
+        await proc.wait()
+        await group_gone(proc.pid)
+    finally:
         commands_running.discard(proc.pid)
 
 
