@@ -85,10 +85,7 @@ async def end_group(pgid: int) -> None:
     """SIGTERM to every process of the group; SIGKILL to those still there after TERM_GRACE."""
     try:
         os.killpg(pgid, signal.SIGTERM)
-        deadline = time.monotonic() + TERM_GRACE
-        while time.monotonic() < deadline:
-            await asyncio.sleep(0.05)
-            os.killpg(pgid, 0)
+        await group_gone(pgid, TERM_GRACE, reap=False)  # its leader is asyncio's to collect
     except ProcessLookupError:  # the group is empty
         pass
     finally:  # also when the prompt is cancelled during the grace
@@ -96,15 +93,16 @@ async def end_group(pgid: int) -> None:
             os.killpg(pgid, signal.SIGKILL)
 
 
-async def group_gone(pgid: int, within: float = 1.0) -> None:
-    """Wait (at most `within` seconds) until no process of the killed group is left. SIGKILL takes effect
-    when each process next runs, and those that re-parented to this worker (a subreaper) stay zombies
-    until reaped here; only then has the command really ended."""
+async def group_gone(pgid: int, within: float = 1.0, reap: bool = True) -> None:
+    """Wait (at most `within` seconds) until no process of the group is left. SIGKILL takes effect when
+    each process next runs, and those that re-parented to this worker (a subreaper) stay zombies until
+    reaped here (`reap`, once the leader is collected); only then has the command really ended."""
     deadline = time.monotonic() + within
     while time.monotonic() < deadline:
-        with contextlib.suppress(ChildProcessError):  # none of the group is our child (any more)
-            while os.waitpid(-pgid, os.WNOHANG)[0]:
-                pass
+        if reap:
+            with contextlib.suppress(ChildProcessError):  # none of the group is our child (any more)
+                while os.waitpid(-pgid, os.WNOHANG)[0]:
+                    pass
         try:
             os.killpg(pgid, 0)
         except ProcessLookupError:
