@@ -131,20 +131,25 @@ def test_openai_rows_answer_earlier_calls_and_keep_reasoning_apart(exported):
     assert [row["prompt_index"] for row in rows] == [r["prompt_index"] for r in exported.trajectories]
     parallel_seen = broken_seen = False
     for row in rows:
-        assert [m["role"] for m in row["messages"][:2]] == ["system", "user"]
-        assert {tool["function"]["name"] for tool in json.loads(row["tools"])} >= {"terminal", "read_file"}
+        # No system message: the template lists `tools` itself, a list of OpenAI tool objects.
+        assert row["messages"][0]["role"] == "user" and all(m["role"] != "system" for m in row["messages"])
+        assert all(tool["type"] == "function" for tool in row["tools"])
+        assert {tool["function"]["name"] for tool in row["tools"]} >= {"terminal", "read_file"}
         called: set[str] = set()
         for message in row["messages"]:
             if message["role"] == "assistant":
                 assert message["reasoning_content"] and "<think>" not in message["content"]
+                assert "tool_calls" not in message or message["tool_calls"]  # the key only when there are calls
                 for call in message.get("tool_calls", []):
-                    json.loads(call["function"]["arguments"])  # always JSON, broken ones as a JSON string
-                    broken_seen |= call["function"]["arguments"].startswith('"')
+                    arguments = call["function"]["arguments"]
+                    assert isinstance(arguments, dict)  # an object; broken ones kept as {"_unparsed": text}
+                    broken_seen |= set(arguments) == {"_unparsed"}
                     called.add(call["id"])
                 parallel_seen |= len(message.get("tool_calls", [])) >= 3
             if message["role"] == "tool":
                 assert message["tool_call_id"] in called  # answers an earlier call of this conversation
-        assert row["model"] == "test-model" and row["run_name"] == "run"
+                assert isinstance(message["content"], str)
+        assert row["model"] == "test-model" and row["run_name"] == "run" and row["sample_index"] == 0
     assert parallel_seen and broken_seen
 
 

@@ -79,14 +79,14 @@ def test_alternating_samples_exact_passes_keep_and_one_preference_pair(run_here,
     assert pair["prompt"] == [{"role": "user", "content": solve["prompt"]}]
     assert (pair["prompt_index"], pair["chosen_reward"], pair["rejected_reward"]) == (0, 1.0, 0.0)
     chosen_call = pair["chosen"][0]["tool_calls"][0]
-    assert chosen_call["type"] == "function" and json.loads(chosen_call["function"]["arguments"]) == {
+    assert chosen_call["type"] == "function" and chosen_call["function"]["arguments"] == {
         "command": "echo 42 > answer.txt"
     }
-    assert json.loads(pair["rejected"][0]["tool_calls"][0]["function"]["arguments"])["command"].startswith("echo not")
+    assert pair["rejected"][0]["tool_calls"][0]["function"]["arguments"]["command"].startswith("echo not")
     tool_message = pair["chosen"][1]
     assert tool_message["role"] == "tool" and tool_message["tool_call_id"] == chosen_call["id"]
     assert [m["role"] for m in pair["chosen"]] == ["assistant", "tool", "tool", "assistant"]
-    assert {t["function"]["name"] for t in json.loads(pair["tools"])} == {
+    assert {t["function"]["name"] for t in pair["tools"]} == {
         "terminal",
         "read_file",
         "write_file",

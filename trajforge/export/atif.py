@@ -11,18 +11,11 @@ that carries its own `usage` (a later record format) gets per-step `metrics` fro
 
 from __future__ import annotations
 
-from trajforge.export.record import Call, Conversation, loads
+from trajforge.export.openai import arguments_object
+from trajforge.export.record import Conversation
 
 SCHEMA_VERSION = "ATIF-v1.4"
 AGENT_NAME = "batch-runner"
-
-
-def _arguments(call: Call) -> dict:
-    try:
-        value = loads(call.arguments)
-    except (ValueError, TypeError):
-        value = None
-    return value if isinstance(value, dict) else {"_unparsed": call.arguments}
 
 
 def _metrics(usage: dict) -> dict:
@@ -46,7 +39,7 @@ def steps(conversation: Conversation, record: dict, model: str) -> list[dict]:
             agent["reasoning_content"] = step.reasoning
         if step.calls:
             agent["tool_calls"] = [
-                {"tool_call_id": call.id, "function_name": call.name, "arguments": _arguments(call)}
+                {"tool_call_id": call.id, "function_name": call.name, "arguments": arguments_object(call)}
                 for call in step.calls
             ]
             agent["observation"] = {

@@ -15,6 +15,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from trajforge.config import RunConfig
+from trajforge.export import loading
 
 FILE = "README.md"
 ROOT = Path(__file__).resolve().parents[2]  # the checkout, when running from one
@@ -177,9 +178,16 @@ def render(stats: dict, flags: dict[str, str], exports: dict[str, str], version:
         + (f"${cost:.4f}" if isinstance(cost, (int, float)) else "unknown")
         + f"; {stats.get('duration_seconds', 0):.0f} s of running."
     )
-    out += ["", "## Load it", "", "```python", "from datasets import load_dataset", ""]
+    out += ["", "## Load it", "", "```python", loading.IMPORT, ""]
     out += [f'trajectories = load_dataset("json", data_files="{files["trajectories"]}", split="train")']
     if "openai" in files:
-        out += [f'messages = load_dataset("json", data_files="{files["openai"]}", split="train")']
+        out += [loading.load_line("openai", files["openai"], "messages")]
     out += ["```", ""]
+    if "openai" in files:
+        out.append(
+            'Each row of the openai export renders as is with `tokenizer.apply_chat_template(row["messages"], '
+            'tools=row["tools"])`; the features (datasets >= 5, for its `Json` feature) let files of '
+            "several runs load together in any order, whatever tools they offered."
+        )
+        out.append("")
     return "\n".join(out)

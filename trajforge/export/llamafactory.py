@@ -1,5 +1,8 @@
 """export/llamafactory.json and export/dataset_info.json: LLaMA-Factory's `sharegpt` formatting with
-the roles human, gpt, function_call and observation, a `system` and a `tools` column.
+the roles human, gpt, function_call and observation, and a `tools` column (JSON text of the function
+schemas, which its tool formatters json.loads). There is no `system` column: the trajectory's system turn
+only lists the tools, and LLaMA-Factory's templates write the tools into the system prompt themselves
+(format_tools), so passing it would list every tool twice; the template's default system is used.
 
 LLaMA-Factory's converter (src/llamafactory/data/converter.py, SharegptDatasetConverter) drops a row
 unless human and observation turns sit at odd positions and gpt and function_call turns at even ones
@@ -50,7 +53,6 @@ def _tools(system: str) -> str:
 def row(conversation: Conversation, record: dict) -> dict:
     return {
         "conversations": turns(conversation),
-        "system": conversation.system,
         "tools": _tools(conversation.system),
     }
 
@@ -61,7 +63,7 @@ def dataset_info(name: str) -> dict:
         name: {
             "file_name": FILE,
             "formatting": "sharegpt",
-            "columns": {"messages": "conversations", "system": "system", "tools": "tools"},
+            "columns": {"messages": "conversations", "tools": "tools"},
             "tags": {
                 "role_tag": "from",
                 "content_tag": "value",
@@ -69,7 +71,6 @@ def dataset_info(name: str) -> dict:
                 "assistant_tag": "gpt",
                 "observation_tag": "observation",
                 "function_tag": "function_call",
-                "system_tag": "system",
             },
         }
     }
