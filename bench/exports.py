@@ -163,8 +163,12 @@ def load(path: Path, tmp: str):
     os.environ["HF_HUB_OFFLINE"] = "1"
     import datasets
 
+    from trajforge.export.loading import features
+
     builder = "parquet" if path.suffix == ".parquet" else "json"
-    return datasets.load_dataset(builder, data_files=str(path), split="train", cache_dir=str(Path(tmp, "hf")))
+    # openai.jsonl: over 10 MB, datasets types each chunk on its own; its features keep them one type.
+    typed = {"features": features("openai")} if path.name == "openai.jsonl" else {}
+    return datasets.load_dataset(builder, data_files=str(path), split="train", cache_dir=str(Path(tmp, "hf")), **typed)
 
 
 if __name__ == "__main__":
