@@ -12,7 +12,8 @@ list), and their results ONE observation turn, joined with `</tool_response>` / 
 its own OpenAI converter joins several results. Reasoning goes in front as `<think>...</think>`, which
 its formatters lift out as the thought. Text that came with tool calls has no place in a function_call
 turn (the value must parse as JSON) and is left out; a trajectory that stops after a tool result (a
-limit) ends at its last function_call.
+limit) ends at its last function_call. Arguments are objects as in openai.jsonl ({"_unparsed": text}
+when the model's were not one).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from __future__ import annotations
 from functools import lru_cache
 
 from trajforge.export import FILES
+from trajforge.export.openai import arguments_object
 from trajforge.export.record import Conversation, Step, dumps, offered_tools
 
 FILE = FILES["llamafactory"]
@@ -37,7 +39,7 @@ def turns(conversation: Conversation) -> list[dict]:
         if not step.calls:
             out.append({"from": "gpt", "value": _thought(step) + step.content})
             continue
-        calls = [{"name": call.name, "arguments": call.arguments_value()} for call in step.calls]
+        calls = [{"name": call.name, "arguments": arguments_object(call)} for call in step.calls]
         out.append({"from": "function_call", "value": _thought(step) + dumps(calls)})
         out.append({"from": "observation", "value": RESULT_JOIN.join(call.result_text() for call in step.calls)})
     if out[-1]["from"] == "observation":
