@@ -13,7 +13,7 @@ from conftest import API_KEY
 from batch_runner import main
 from trajectory import ToolCall, Turn, build_record
 from trajforge.config import build_config
-from trajforge.export import llamafactory
+from trajforge.export import llamafactory, loading
 from trajforge.export.publish import publish
 from trajforge.export.record import parse, split_assistant
 from trajforge.export.report import ReportData
@@ -176,6 +176,8 @@ def test_the_card_names_every_file_and_what_shaped_the_data(exported, server):
     assert f"at {host}," in card and "/v1" not in card
     assert "| `--distribution` | terminal\\_only |" in card and "| `--max_turns` | 10 |" in card
     assert "dropped" in card and "terminal" in card and "Reasoning coverage" in card
+    # How to load it: datasets >= 5, with the features that let several runs load together.
+    assert "datasets >= 5" in card and loading.load_line("openai", "export/openai.jsonl", "messages") in card
 
 
 def test_no_file_of_the_run_folder_holds_the_api_key(exported):
