@@ -15,7 +15,6 @@ import re
 from pathlib import Path
 
 import pytest
-from test_samples import ONE_SLOT
 
 from trajforge.export.loading import features
 
@@ -36,6 +35,8 @@ COMMAND = "echo%20h%C3%A9llo%20%E4%BD%A0%E5%A5%BD%20%F0%9F%9A%80"  # percent-enc
 SOLVE = "[mock turns=1 calls=1 alternate command=echo%2042%20>%20answer.txt]"  # passes in even sessions
 CHECK = 'test "$(cat answer.txt)" = 42'
 EXPORTS = "--export=openai,llamafactory"
+# One worker, one slot: a prompt's sessions run in order, so `alternate` passes exactly the even ones.
+ONE_SLOT = ["--distribution=terminal_only", "--environment=local", "--num_workers=1", "--concurrency=1"]
 
 
 def rendered_calls(family: str, text: str) -> list[dict]:
