@@ -11,10 +11,9 @@ from urllib.parse import quote
 
 import pytest
 from conftest import ROOT, tool_results, write_dataset
+from test_environments import _available
 
 from trajforge.dataset import UsageError, load_dataset
-from trajforge.environments import EnvironmentSettings, SetupError
-from trajforge.environments.bwrap import BwrapBackend
 from trajforge.runfolder.folder import entry_key
 
 ALPHA = "batch-runner-test/alpha:1"  # built by .ci/docker-up: busybox, no python
@@ -46,14 +45,7 @@ def flags(kind: str) -> list[str]:
 
 @pytest.fixture(params=["local", "bwrap", "docker"])
 def backend(request) -> str:
-    if request.param == "bwrap":
-        try:
-            BwrapBackend.check(EnvironmentSettings(kind="bwrap"))
-        except SetupError as exc:
-            pytest.skip(f"bwrap cannot run on this machine: {exc}")
-    if request.param == "docker":
-        request.getfixturevalue("docker_host")
-    return request.param
+    return _available(request)
 
 
 # -- the dataset's fields ------------------------------------------------------------------------

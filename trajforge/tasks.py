@@ -15,6 +15,7 @@ import posixpath
 from pathlib import Path
 
 from trajforge.environments import Environment
+from trajforge.environments.shell import Executable
 
 TASK_FIELDS = ("files", "workspace", "setup", "tests", "solution")
 SETUP_OUTPUT_CAP = 4000  # characters of a failed setup's output kept in the error
@@ -87,14 +88,16 @@ def _decoded(mapping: dict) -> dict[str, bytes]:
 
 
 def read_directory(root: Path) -> dict[str, bytes]:
-    """Every regular file under `root`, by relative path; symlinks are left out (one could point anywhere)."""
+    """Every regular file under `root`, by relative path, executables marked; symlinks are left out (one
+    could point anywhere)."""
     found: dict[str, bytes] = {}
     for folder, dirs, names in os.walk(root):
         dirs[:] = sorted(d for d in dirs if not os.path.islink(os.path.join(folder, d)))
         for name in sorted(names):
             path = os.path.join(folder, name)
             if os.path.isfile(path) and not os.path.islink(path):
-                found[os.path.relpath(path, root)] = Path(path).read_bytes()
+                data = Path(path).read_bytes()
+                found[os.path.relpath(path, root)] = Executable(data) if os.access(path, os.X_OK) else data
     return found
 
 
@@ -112,15 +115,10 @@ def test_files(entry: dict, base: Path) -> dict[str, bytes]:
     return _decoded(tests or {})
 
 
-async def put_files(env: Environment, files: dict[str, bytes]) -> None:
-    for path, data in files.items():
-        await env.write_file(path, data)
-
-
 async def prepare_task(env: Environment, entry: dict, base: Path, timeout: float) -> None:
     """Before the first model call: the files in place, then the setup run in the sample's environment
     (the agent's sandbox and limits, its working directory). SetupFailed when the setup does not succeed."""
-    await put_files(env, workspace_files(entry, base))
+    await env.write_files(workspace_files(entry, base))
     setup = entry.get("setup")
     if not setup:
         return

@@ -73,6 +73,11 @@ class Environment(ABC):
         """Create or overwrite a regular file (parent directories are created); OSError when it cannot
         (a FIFO, device or socket is refused, never opened)."""
 
+    async def write_files(self, files: dict[str, bytes]) -> None:
+        """Write many files at once (a task's workspace): what write_file does for each."""
+        for path, data in files.items():
+            await self.write_file(path, data)
+
     async def add_tests(self, files: dict[str, bytes]) -> None:
         """After the agent's last turn: end every process it left, then write `files` (relative paths) into
         a fresh directory it could never reach, set tests_dir and TESTS_DIR for the commands that follow."""

@@ -6,10 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import io
 import os
 import posixpath
-import tarfile
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
@@ -29,7 +27,7 @@ from trajforge.environments import (
 )
 from trajforge.environments.contract import timeout_result
 from trajforge.environments.local import COMMAND_VARIABLES
-from trajforge.environments.shell import KEEP_ALIVE, CommandEnvironment
+from trajforge.environments.shell import KEEP_ALIVE, CommandEnvironment, tar_archive
 
 RUN_LABEL, RUN_DIR_LABEL = "batch-runner.run", "batch-runner.run_dir"
 DEFAULT_CWD = "/workspace"  # for images without a WORKDIR of their own
@@ -76,17 +74,7 @@ def image_workdir(client: docker.DockerClient, image: str) -> str:
 
 
 def _tar(name: str, data: bytes) -> bytes:
-    return _tar_files({name: data})
-
-
-def _tar_files(files: dict[str, bytes]) -> bytes:
-    buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w") as archive:
-        for name, data in files.items():
-            info = tarfile.TarInfo(name)
-            info.size, info.mode = len(data), 0o644
-            archive.addfile(info, io.BytesIO(data))
-    return buffer.getvalue()
+    return tar_archive({name: data})
 
 
 class DockerEnvironment(CommandEnvironment):
@@ -154,7 +142,7 @@ class DockerEnvironment(CommandEnvironment):
         # A folder of a name no one could guess, made only after every process of the agent is gone.
         await self.run(KILL_ALL, self.settings.command_timeout)
         folder = f"batch-runner-tests-{uuid.uuid4().hex}"
-        tar = _tar_files({posixpath.join(folder, posixpath.normpath(name)): data for name, data in files.items()})
+        tar = tar_archive({posixpath.join(folder, posixpath.normpath(name)): data for name, data in files.items()})
         await self._call(self.api.put_archive, self.name, "/", tar)
         await self.run(["mkdir", "-p", f"/{folder}"], self.settings.command_timeout)
         self.tests_dir = f"/{folder}"
