@@ -118,7 +118,10 @@ def test_files(entry: dict, base: Path) -> dict[str, bytes]:
 async def prepare_task(env: Environment, entry: dict, base: Path, timeout: float) -> None:
     """Before the first model call: the files in place, then the setup run in the sample's environment
     (the agent's sandbox and limits, its working directory). SetupFailed when the setup does not succeed."""
-    await env.write_files(workspace_files(entry, base))
+    try:
+        await env.write_files(workspace_files(entry, base))
+    except OSError as exc:  # e.g. "a" a file and "a/b" one too, or the workspace folder changed since the load
+        raise SetupFailed(f"the task's files could not be written: {exc}") from None
     setup = entry.get("setup")
     if not setup:
         return
