@@ -94,20 +94,22 @@ def test_entries_that_differ_only_in_what_the_task_brings_are_different_entries(
 # -- whole runs ----------------------------------------------------------------------------------
 
 
-def test_files_workspace_and_setup_are_in_place_before_the_first_turn(tmp_path, run_here, server):
+def test_files_workspace_and_setup_are_in_place_before_the_first_turn(backend, tmp_path, run_here, server):
     (tmp_path / "repo" / "pkg").mkdir(parents=True)
     (tmp_path / "repo" / "pkg" / "code.txt").write_text("from the repository\n")
+    (tmp_path / "repo" / "run.sh").write_text("echo run.sh ran\n")
+    (tmp_path / "repo" / "run.sh").chmod(0o755)
     entry = {
-        "prompt": "look " + steer("cat pkg/code.txt given.txt setup.log; od -An -tx1 blob.bin"),
+        "prompt": "look " + steer("cat pkg/code.txt given.txt setup.log; od -An -tx1 blob.bin; ./run.sh"),
         "workspace": "repo",
         "files": {"given.txt": "from files\n", "blob.bin": {"base64": "AAH/"}},
-        "setup": "test -f given.txt && echo setup ran in $(basename $PWD | cut -c1-12) > setup.log",
+        "setup": "test -f given.txt && test -f pkg/code.txt && echo setup ran > setup.log",
     }
-    result = run_here([entry], *flags("local"))
+    result = run_here([entry], *flags(backend), timeout=240)
     assert result.code == 0, result.stdout + result.stderr
     first = tool_results(result.trajectories[0]).split("</tool_response>")[0]
-    assert "from the repository" in first and "from files" in first and "setup ran in batch-runner" in first
-    assert "00 01 ff" in first
+    assert "from the repository" in first and "from files" in first and "setup ran" in first
+    assert "00 01 ff" in first and "run.sh ran" in first  # bytes as given, an executable kept executable
 
 
 def test_the_agent_cannot_find_the_tests_and_a_solved_task_passes(backend, run_here, server):
