@@ -88,6 +88,8 @@ def main(
     max_requests_per_minute: float | None = None,
     max_tokens_per_minute: float | None = None,
     no_cache: bool = False,
+    setup_timeout: float = 600,
+    check_tasks: bool = False,
 ) -> None:
     """Run the agent over every prompt of --dataset_file; outputs go to <output_dir>/<run_name>/.
 
@@ -107,6 +109,10 @@ def main(
         config = build_config(dict(locals()))
         # Before any helper starts or any worker forks: none of them inherits a secret it could show.
         conceal(config.secrets.texts)
+        if config.check_tasks:  # no model, no helpers: only the tasks' own commands
+            from trajforge.task_check import check_tasks as check
+
+            sys.exit(check(config, console))
         with signal_handlers_kept(), Helpers(config) as started:
             from trajforge.runner import BatchRunner
 

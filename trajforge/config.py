@@ -71,6 +71,8 @@ class RunConfig:
     report: bool = True  # report.html at every merge
     report_max_trajectories: int = 2000  # trajectories the report's browser embeds
     money: MoneySettings = field(default_factory=MoneySettings)  # cache, budget, per-prompt and rate limits
+    setup_timeout: float = 600.0  # seconds for a task's `setup` (and, with --check_tasks, its `solution`)
+    check_tasks: bool = False  # check every task (oracle passes, a no-op fails) instead of running the model
 
     @property
     def preamble(self) -> list[dict]:
@@ -406,6 +408,7 @@ def build_config(flags: dict) -> RunConfig:
     model_name = str(flags["model"])
     default_image = _image(flags["default_image"], "default_image")
     mock = model_name == "mock"
+    check_tasks = as_bool(flags["check_tasks"], "check_tasks")
     base_url = str(flags["base_url"])
     reasoning_disabled = as_bool(flags["reasoning_disabled"], "reasoning_disabled")
     require = flags["require_reasoning"]
@@ -414,7 +417,7 @@ def build_config(flags: dict) -> RunConfig:
     model = ModelSettings(
         model=model_name,
         base_url=base_url,
-        api_key=_api_key(flags, base_url, mock),
+        api_key=_api_key(flags, base_url, mock or check_tasks),  # a task check calls no model
         max_tokens=as_int(flags["max_tokens"], "max_tokens", 1, optional=True),
         extra_body=_extra_body(flags),
         request_timeout=as_seconds(flags["request_timeout"], "request_timeout"),
@@ -470,4 +473,6 @@ def build_config(flags: dict) -> RunConfig:
         report=as_bool(flags["report"], "report"),
         report_max_trajectories=as_int(flags["report_max_trajectories"], "report_max_trajectories", 0),
         money=_money(flags, run_dir, model.max_retries, model.request_timeout),
+        setup_timeout=as_seconds(flags["setup_timeout"], "setup_timeout"),
+        check_tasks=check_tasks,
     )

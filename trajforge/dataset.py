@@ -9,6 +9,7 @@ from pathlib import Path
 
 import orjson
 
+from trajforge.tasks import task_problem
 from trajforge.verify import spec_problem
 
 MAX_LISTED = 20
@@ -29,7 +30,7 @@ class Entry:
     data: dict
 
 
-def _problem(data) -> str | None:
+def _problem(data, base: Path) -> str | None:
     if not isinstance(data, dict):
         return f"expected a JSON object, got {type(data).__name__}"
     prompt = data.get("prompt")
@@ -39,6 +40,8 @@ def _problem(data) -> str | None:
         if key in data and not (isinstance(data[key], str) and data[key]):
             return f'"{key}" must be a non-empty string'
     if "verify" in data and (problem := spec_problem(data["verify"])):
+        return problem
+    if problem := task_problem(data, base):
         return problem
     cwd = data.get("cwd")
     if cwd and not posixpath.isabs(cwd) and posixpath.normpath(cwd).split("/")[0] == "..":
@@ -85,7 +88,7 @@ def load_dataset(path: Path, max_samples: int | None = None) -> list[Entry]:
                 except RecursionError:  # the parser recurses per level: thousands of levels end it
                     bad.append(f"line {number}: {TOO_DEEP}")
                     continue
-                problem = _problem(data)
+                problem = _problem(data, path.resolve().parent)
                 if problem:
                     bad.append(f"line {number}: {problem}")
                 else:

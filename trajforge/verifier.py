@@ -85,8 +85,9 @@ def load_verifier(spec: str) -> Callable:
 class VerifierEnv:
     """What a verifier gets as `env`: the sample's environment, still open."""
 
-    def __init__(self, sock: socket.socket):
+    def __init__(self, sock: socket.socket, tests_dir: str | None = None):
         self._sock = sock
+        self.tests_dir = tests_dir  # the task's hidden tests, as the sample's commands see the path (or None)
 
     def exec(self, command: str, timeout: float | None = None) -> ExecResult:
         """Run `command` with sh -c in the sample's working directory: ExecResult(output, exit_code,
@@ -126,7 +127,7 @@ def _exactly(sock: socket.socket, size: int) -> bytes:
     return bytes(data)
 
 
-def _child(function: Callable, record: dict, sock: socket.socket) -> NoReturn:
+def _child(function: Callable, record: dict, sock: socket.socket, tests_dir: str | None) -> NoReturn:
     """The forked child: call the verifier, send back ("result", value, prints) or ("error", text,
     prints), and leave without running anything of the worker's (no atexit, no flush of its buffers)."""
     try:
@@ -140,7 +141,7 @@ def _child(function: Callable, record: dict, sock: socket.socket) -> NoReturn:
         prints = io.StringIO()
         with contextlib.redirect_stdout(prints), contextlib.redirect_stderr(prints):
             try:
-                message = ("result", function(record, VerifierEnv(sock)))
+                message = ("result", function(record, VerifierEnv(sock, tests_dir)))
             except BaseException as exc:
                 message = ("error", f"verifier raised {type(exc).__name__}: {exc}")
         try:
@@ -202,7 +203,7 @@ async def call_verifier(settings: VerifySettings, record: dict, env, started: fl
     pid = os.fork()
     if pid == 0:
         ours.close()
-        _child(function, record, theirs)
+        _child(function, record, theirs, getattr(env, "tests_dir", None))
     theirs.close()
     ours.setblocking(False)
     try:

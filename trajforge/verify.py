@@ -16,9 +16,11 @@ import json
 import math
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 from trajectory import Turn
 from trajforge.environments import Environment
+from trajforge.tasks import reveal_tests
 
 OUTPUT_CAP = 2000  # characters of a verifier's output kept in the record
 CHECKS = ("command", "final_contains", "final_excludes", "tools_called")
@@ -131,12 +133,16 @@ async def run_command(env: Environment, command: str, timeout: float, threshold:
     return result(done.exit_code == 0 and reward >= threshold, reward, done.output, started)
 
 
-async def verify_sample(settings: VerifySettings, entry: dict, record: dict, turns: list[Turn], env) -> dict:
+async def verify_sample(
+    settings: VerifySettings, entry: dict, record: dict, turns: list[Turn], env, base: Path | None = None
+) -> dict:
     """The verification of one finished sample (unverified() when nothing checks it). `env` is the
-    sample's environment, still open. Never raises: a verification that breaks is a sample that did
-    not pass, with the error recorded."""
+    sample's environment, still open; `base` the dataset file's folder (a `tests` directory is relative to
+    it). Never raises: a verification that breaks is a sample that did not pass, with the error recorded."""
     started = time.monotonic()
     try:
+        if settings.verifier or entry.get("verify") is not None:
+            await reveal_tests(env, entry, base or Path())  # the task's hidden tests: only now, in a fresh folder
         return await _verify(settings, entry, record, turns, env, started)
     except Exception as exc:  # e.g. the container vanished under the verify command
         return result(False, 0.0, "", started, f"verification failed: {type(exc).__name__}: {exc}")

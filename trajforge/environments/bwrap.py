@@ -21,6 +21,7 @@ from trajforge.environments.local import (
 # Read-only where present. On merged-/usr systems /bin, /lib... are symlinks into /usr: they stay symlinks.
 SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/opt")
 SANDBOX_TMP = "/tmp"
+SANDBOX_TESTS = "/tests"  # bound only for the commands after add_tests: the verification's
 
 
 def system_mounts() -> list[str]:
@@ -63,8 +64,13 @@ class BwrapEnvironment(LocalEnvironment):
         self, argv: list[str], timeout: float, stdin: bytes | None = None, limit: int = OUTPUT_LIMIT
     ) -> ExecResult:
         binds = [(self.tmp, SANDBOX_TMP), (self.workspace, self.workspace)]
+        if self.tests_host:
+            binds.append((self.tests_host, SANDBOX_TESTS))
         sandboxed = bwrap_argv(self.settings, binds, self.cwd, argv)
         return await run_process(sandboxed, self.workspace, self.env, timeout, stdin, limit)
+
+    def _tests_path(self) -> str:
+        return SANDBOX_TESTS
 
     async def close(self) -> None:
         await super().close()

@@ -51,6 +51,8 @@ def file_too_big(path: str, size: int) -> ValueError:
 class Environment(ABC):
     """One prompt's environment: started once, closed after the prompt, even on error."""
 
+    tests_dir: str | None = None  # where commands find the hidden tests, once add_tests wrote them
+
     @abstractmethod
     async def start(self) -> None:
         """Make what the environment needs (a workspace, a container); SetupError when it cannot."""
@@ -70,6 +72,16 @@ class Environment(ABC):
     async def write_file(self, path: str, data: str | bytes) -> None:
         """Create or overwrite a regular file (parent directories are created); OSError when it cannot
         (a FIFO, device or socket is refused, never opened)."""
+
+    async def write_files(self, files: dict[str, bytes]) -> None:
+        """Write many files at once (a task's workspace): what write_file does for each."""
+        for path, data in files.items():
+            await self.write_file(path, data)
+
+    async def add_tests(self, files: dict[str, bytes]) -> None:
+        """After the agent's last turn: end every process it left, then write `files` (relative paths) into
+        a fresh directory it could never reach, set tests_dir and TESTS_DIR for the commands that follow."""
+        raise NotImplementedError(f"{type(self).__name__} cannot hold hidden tests; use local, bwrap or docker")
 
     @abstractmethod
     async def close(self) -> None:

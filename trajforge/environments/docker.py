@@ -6,9 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import io
 import os
-import tarfile
+import posixpath
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
@@ -28,7 +27,7 @@ from trajforge.environments import (
 )
 from trajforge.environments.contract import timeout_result
 from trajforge.environments.local import COMMAND_VARIABLES
-from trajforge.environments.shell import KEEP_ALIVE, CommandEnvironment
+from trajforge.environments.shell import KEEP_ALIVE, CommandEnvironment, tar_archive
 
 RUN_LABEL, RUN_DIR_LABEL = "batch-runner.run", "batch-runner.run_dir"
 DEFAULT_CWD = "/workspace"  # for images without a WORKDIR of their own
@@ -38,6 +37,8 @@ REPORT_PID = ["sh", "-c", 'echo $$ >&2; exec "$@" 2>&1', "sh"]
 # Input for a command travels as a file put next to it (exec has no simple stdin in the SDK).
 FROM_FILE = ["sh", "-c", 'f=$1; shift; "$@" < "$f"; s=$?; rm -f -- "$f"; exit $s', "sh"]
 KILL_GROUP = ["sh", "-c", 'kill -9 -"$1"', "sh"]
+# Every process of the container but its keep-alive (PID 1) and this one: what the agent left running.
+KILL_ALL = ["sh", "-c", "kill -9 -1 2>/dev/null; true"]
 KILL_GRACE = 5.0  # seconds to wait for a killed command's output to end
 
 
@@ -73,12 +74,7 @@ def image_workdir(client: docker.DockerClient, image: str) -> str:
 
 
 def _tar(name: str, data: bytes) -> bytes:
-    buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w") as archive:
-        info = tarfile.TarInfo(name)
-        info.size, info.mode = len(data), 0o644
-        archive.addfile(info, io.BytesIO(data))
-    return buffer.getvalue()
+    return tar_archive({name: data})
 
 
 class DockerEnvironment(CommandEnvironment):
@@ -90,6 +86,7 @@ class DockerEnvironment(CommandEnvironment):
         # detached process that keeps a timed-out command's output open holds its reader until close().
         self.calls = ThreadPoolExecutor(1, thread_name_prefix="docker-calls")
         self.readers = ThreadPoolExecutor(4, thread_name_prefix="docker-output")
+        self.exec_env: dict[str, str] = {}  # TESTS_DIR, once add_tests wrote them
 
     async def _call(self, function, *args, **kwargs):
         return await asyncio.get_running_loop().run_in_executor(self.calls, partial(function, *args, **kwargs))
@@ -117,7 +114,8 @@ class DockerEnvironment(CommandEnvironment):
             staged = f"{self.cwd.rstrip('/')}/.batch-runner-input-{uuid.uuid4().hex}"
             await self._call(self.api.put_archive, self.name, self.cwd, _tar(os.path.basename(staged), stdin))
             argv = [*FROM_FILE, staged, *argv]
-        exec_id = (await self._call(self.api.exec_create, self.name, [*REPORT_PID, *argv]))["Id"]
+        command = [*REPORT_PID, *argv]
+        exec_id = (await self._call(self.api.exec_create, self.name, command, environment=self.exec_env or None))["Id"]
         stream = await self._call(self.api.exec_start, exec_id, stream=True, demux=True)
         output, pid = CappedOutput(limit), bytearray()
 
@@ -139,6 +137,16 @@ class DockerEnvironment(CommandEnvironment):
                 await asyncio.wait_for(asyncio.shield(reading), KILL_GRACE)
             return timeout_result(output.text(), timeout)
         return ExecResult(output.text(), await self._exit_code(exec_id))
+
+    async def add_tests(self, files: dict[str, bytes]) -> None:
+        # A folder of a name no one could guess, made only after every process of the agent is gone.
+        await self.run(KILL_ALL, self.settings.command_timeout)
+        folder = f"batch-runner-tests-{uuid.uuid4().hex}"
+        tar = tar_archive({posixpath.join(folder, posixpath.normpath(name)): data for name, data in files.items()})
+        await self._call(self.api.put_archive, self.name, "/", tar)
+        await self.run(["mkdir", "-p", f"/{folder}"], self.settings.command_timeout)
+        self.tests_dir = f"/{folder}"
+        self.exec_env = {"TESTS_DIR": self.tests_dir}
 
     async def _exit_code(self, exec_id: str) -> int:
         # The engine can report the exec as running for a moment after its output ended.

@@ -157,6 +157,17 @@ def workspace_cwd(workspace: str, cwd: str | None, absolute_ok: bool) -> str:
     return path
 
 
+def write_tests(settings: EnvironmentSettings, files: dict[str, bytes]) -> str:
+    """A fresh host folder holding `files` (their paths were checked at load: none leaves it)."""
+    root = make_workspace(settings, "tests-")
+    for name, data in files.items():
+        path = os.path.join(root, os.path.normpath(name))
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "wb") as handle:
+            handle.write(data)
+    return root
+
+
 class LocalEnvironment(CommandEnvironment):
     """A fresh temporary workspace on this machine; commands run there (or in the entry's `cwd`)."""
 
@@ -169,6 +180,7 @@ class LocalEnvironment(CommandEnvironment):
         self.workspace = self.cwd = ""  # made by start()
         self.env: dict = {}
         self.token = secrets.token_hex(16)  # marks every process of this prompt (orphans.py)
+        self.tests_host = ""  # the hidden tests' folder on this machine, made only by add_tests
 
     async def start(self) -> None:
         self.workspace = await asyncio.to_thread(make_workspace, self.settings, "", self.sample)
@@ -187,11 +199,22 @@ class LocalEnvironment(CommandEnvironment):
     ) -> ExecResult:
         return await run_process(argv, self.cwd, self.env, timeout, stdin, limit)
 
+    async def add_tests(self, files: dict[str, bytes]) -> None:
+        # The folder is made only now, after every process of the agent is gone: none could have watched for it.
+        await asyncio.to_thread(end_prompt, self.token)
+        self.tests_host = await asyncio.to_thread(write_tests, self.settings, files)
+        self.tests_dir = self._tests_path()
+        self.env["TESTS_DIR"] = self.tests_dir
+
+    def _tests_path(self) -> str:
+        return self.tests_host
+
     async def close(self) -> None:
         # Off the event loop: scanning /proc and removing a big workspace take a while.
         await asyncio.to_thread(end_prompt, self.token)
-        if self.workspace and not self.settings.keep_workspaces:
-            await asyncio.to_thread(shutil.rmtree, self.workspace, ignore_errors=True)
+        for folder in (self.workspace, self.tests_host):
+            if folder and not self.settings.keep_workspaces:
+                await asyncio.to_thread(shutil.rmtree, folder, ignore_errors=True)
 
 
 class LocalBackend(Backend):

@@ -27,5 +27,15 @@ class Redacted(Environment):
     async def write_file(self, path: str, data: str | bytes) -> None:
         await self.inner.write_file(path, data)
 
+    async def write_files(self, files: dict[str, bytes]) -> None:
+        await self.inner.write_files(files)
+
+    async def add_tests(self, files: dict[str, bytes]) -> None:
+        await self.inner.add_tests(files)
+
+    @property
+    def tests_dir(self) -> str | None:
+        return self.inner.tests_dir
+
     async def close(self) -> None:
         await self.inner.close()

@@ -3,6 +3,8 @@ see exactly the files the prompt's commands see, with the same rights, and fail 
 
 from __future__ import annotations
 
+import io
+import tarfile
 from abc import abstractmethod
 
 from trajforge.environments import FILE_LIMIT, OUTPUT_LIMIT, EnvironmentSettings
@@ -28,6 +30,21 @@ READ_SCRIPT = (
     'exec cat -- "$1"'
 )
 WRITE_SCRIPT = f'if [ -e "$1" ]; then {NOT_SPECIAL}fi; mkdir -p -- "$(dirname -- "$1")" && cat > "$1"'
+
+
+class Executable(bytes):
+    """The content of a file that is to be executable (a task's script kept with its mode)."""
+
+
+def tar_archive(files: dict[str, bytes]) -> bytes:
+    """An uncompressed tar of `files` (relative path -> content), each 0644, or 0755 when Executable."""
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as archive:
+        for name, data in files.items():
+            info = tarfile.TarInfo(name)
+            info.size, info.mode = len(data), 0o755 if isinstance(data, Executable) else 0o644
+            archive.addfile(info, io.BytesIO(data))
+    return buffer.getvalue()
 
 
 class CommandEnvironment(Environment):
@@ -61,6 +78,12 @@ class CommandEnvironment(Environment):
         result = await self.run(["sh", "-c", WRITE_SCRIPT, "sh", path], self.settings.command_timeout, data)
         _raise_if_special(result, path)
         _raise_if_failed(result, "write", path)
+
+    async def write_files(self, files: dict[str, bytes]) -> None:
+        # One command for a whole repository, not one per file: tar unpacks it in the working directory.
+        if files:
+            result = await self.run(["tar", "-xf", "-"], self.settings.command_timeout, tar_archive(files))
+            _raise_if_failed(result, "write", f"{len(files)} files")
 
 
 def _raise_if_special(result: ExecResult, path: str) -> None:

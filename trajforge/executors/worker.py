@@ -16,6 +16,7 @@ import sys
 import time
 import traceback
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 
 import orjson
 
@@ -42,6 +43,7 @@ from trajforge.money.errors import SpendStop
 from trajforge.money.spending import Spending, sample_scope
 from trajforge.runfolder.folder import BatchFiles, RunFolder, entry_key
 from trajforge.samples import PassCounts
+from trajforge.tasks import SetupFailed, prepare_task
 from trajforge.tools import Tool
 from trajforge.tools.services import ToolServices
 from trajforge.tools.session import ToolSession
@@ -85,6 +87,7 @@ class Worker:
         self.services = ToolServices(self.config.tools, self.config.model, self.config.secrets, self.spending)
         self.limits = PromptLimits(money.max_cost_per_prompt, money.max_tokens_per_prompt)
         self.environments = backend_for(self.config.environment)  # shared by this process's prompts
+        self.task_base = Path(self.config.dataset_file).resolve().parent  # a task's `workspace`, `tests` folders
 
     def _logger(self, index: int):
         if not self.config.verbose:
@@ -151,6 +154,7 @@ class Worker:
                 self.stopped = True
                 return
             env = ToolSession(await self.environments.open(entry, scope), self.services, scope)
+            await prepare_task(env.env, entry, self.task_base, config.setup_timeout)  # before any model call
             result = await run_agent(
                 self.client,
                 env,
@@ -188,7 +192,7 @@ class Worker:
                 },
             )
             # In the same environment, still open; its commands stay out of the conversation and tool_stats.
-            verification = await verify_sample(config.verify, entry, record, result.turns, env.env)
+            verification = await verify_sample(config.verify, entry, record, result.turns, env.env, self.task_base)
             for key in ("output", "error"):  # a Python verifier's info and prints may quote a secret too
                 if isinstance(verification[key], str):
                     verification[key] = env.redact(verification[key])
@@ -258,6 +262,8 @@ def _failure(exc: Exception) -> PromptError:
         kind, attempts = error_type(exc.kind), exc.attempts
     elif isinstance(exc, SetupError):
         kind, attempts = "environment", 1
+    elif isinstance(exc, SetupFailed):
+        kind, attempts = "setup_failed", 1
     else:
         kind, attempts = f"crash_{type(exc).__name__}", 1
     message = str(exc) or type(exc).__name__

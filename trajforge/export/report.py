@@ -30,6 +30,7 @@ from trajforge.runfolder.folder import RunFolder, entry_key, write_atomic
 FILE = "report.html"
 TEXT_LIMIT = 4000
 HISTOGRAM_BINS = 20
+SETUP_FAILED = "setup_failed"  # the task's own setup failed: not the model's failure, listed apart
 # What must never appear raw inside the JSON block: a `</script>` or `<!--` would end or bend it.
 ESCAPES = {
     b"<": b"\\u003c",
@@ -175,15 +176,17 @@ class ReportData:
         }
 
 
-def failed_prompts(folder: RunFolder, settled: set[str], limit: int) -> tuple[list[dict], int]:
+def failed_prompts(folder: RunFolder, settled: set[str], limit: int, setup: bool = False) -> tuple[list[dict], int]:
     """(the last error of each prompt with work left to run, at most `limit` of them; how many);
-    `settled`: the entry keys with nothing left to run."""
+    `settled`: the entry keys with nothing left to run. `setup`: only the prompts whose task's setup
+    failed (no model call made), else only the others: the two are shown apart."""
     last: dict[str, dict] = {}
     for line in folder.error_lines():
         source = line.get("source")
         key = entry_key(source) if isinstance(source, dict) else repr(line.get("prompt_index"))
         if key not in settled:
             last[key] = line
+    last = {key: line for key, line in last.items() if (line.get("error_type") == SETUP_FAILED) == setup}
     shown = []
     for line in list(last.values())[:limit]:
         source = line.get("source") if isinstance(line.get("source"), dict) else {}
@@ -233,6 +236,7 @@ def page(data: dict) -> bytes:
 
 def write_report(folder: RunFolder, stats: dict, collected: ReportData, settled: set[str]) -> None:
     failed, failed_total = failed_prompts(folder, settled, collected.limit)
+    setup_failed, setup_failed_total = failed_prompts(folder, settled, collected.limit, setup=True)
     trajectories = collected.trajectories()
     data = {
         "run_name": stats.get("run_name", ""),
@@ -251,5 +255,7 @@ def write_report(folder: RunFolder, stats: dict, collected: ReportData, settled:
         "trajectories": trajectories,
         "failed": failed,
         "failed_total": failed_total,
+        "setup_failed": setup_failed,
+        "setup_failed_total": setup_failed_total,
     }
     write_atomic(folder.path / FILE, lambda handle: handle.write(page(data)))

@@ -21,11 +21,15 @@ BATCH_FILE = re.compile(r"batch_(\d+)\.jsonl$")
 FILE_MODE = 0o666  # every file of the run folder: the umask decides, as for any file the user makes
 
 
+TASK_KEYS = ("files", "workspace", "setup", "tests")  # what the agent finds, and what judges it (tasks.py)
+
+
 def entry_key(entry: dict) -> str:
-    """What makes two dataset entries the same task: the prompt and where it runs."""
-    return json.dumps(
-        [entry.get("prompt"), entry.get("image"), entry.get("docker_image"), entry.get("cwd")], ensure_ascii=False
-    )
+    """What makes two dataset entries the same task: the prompt and where it runs, with what the task
+    brings (only when it brings any, so keys of runs made before tasks stay the same)."""
+    key = [entry.get("prompt"), entry.get("image"), entry.get("docker_image"), entry.get("cwd")]
+    task = {name: entry[name] for name in TASK_KEYS if name in entry}
+    return json.dumps([*key, task] if task else key, ensure_ascii=False, sort_keys=True)
 
 
 def record_key(record: dict) -> str:

@@ -238,14 +238,15 @@
   }
 
   // -- failed prompts ---------------------------------------------------------------------------
-  function failed() {
-    document.getElementById("failed-note").textContent = data.failed_total
-      ? `${data.failed_total} prompts without a trajectory failed (the last error of each` +
-        (data.failed.length < data.failed_total ? `; ${data.failed.length} listed` : "") +
+  // Setup failures are the task's, not the model's (no model call was made): they are listed apart.
+  function failed(id, rows, total, what, none) {
+    document.getElementById(`${id}-note`).textContent = total
+      ? `${total} ${what} (the last error of each` +
+        (rows.length < total ? `; ${rows.length} listed` : "") +
         "); --resume runs them again."
-      : "No failed prompts.";
-    const list = document.getElementById("failed-list");
-    for (const f of data.failed) {
+      : none;
+    const list = document.getElementById(`${id}-list`);
+    for (const f of rows) {
       list.append(el("li", {}, el("span", { class: "first-line" }, `#${f.prompt_index} `, f.first_line || "(empty prompt)"),
         " ", el("span", { class: "badge failed" }, f.error_type), ` after ${f.attempts} attempt(s)`,
         el("pre", {}, f.message)));
@@ -255,5 +256,7 @@
   overview();
   charts();
   browser();
-  failed();
+  failed("failed", data.failed, data.failed_total, "prompts without a trajectory failed", "No failed prompts.");
+  failed("setup-failed", data.setup_failed || [], data.setup_failed_total || 0,
+    "tasks failed in their setup, before any model call", "No task failed in its setup.");
 })();

@@ -1,0 +1,137 @@
+"""--check_tasks: are the tasks sound, before any money is spent? No model is called.
+
+Every entry is tried twice, each time in a fresh environment of the run's backend: setup -> solution ->
+tests -> verify must pass (the oracle), and setup -> tests -> verify must fail (an agent that does
+nothing). One line per entry goes to task_check.jsonl in the run folder; the tasks that are not sound are
+printed as a table. Entries run at once up to --num_workers x --concurrency, on one event loop (the
+commands are processes or containers of their own, so that is parallel where it matters).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+
+import orjson
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from trajforge.config import RunConfig
+from trajforge.dataset import Entry, load_dataset
+from trajforge.environments import Backend, SetupError, backend_for, choose, prepare_run, remove_leftovers
+from trajforge.runfolder.folder import RunFolder, write_atomic
+from trajforge.tasks import SetupFailed, prepare_task
+from trajforge.verify import capped, verify_sample
+
+FILE = "task_check.jsonl"
+
+
+@dataclass(frozen=True)
+class TaskCheck:
+    index: int
+    oracle_passed: bool
+    noop_passed: bool
+    ok: bool
+    outputs: dict  # {"oracle": text, "noop": text}: what the setup, solution and verification said
+
+
+def checked_entry(entry: dict) -> dict:
+    """The entry as the check verifies it: an object spec keeps only its command (without a model there
+    is no final answer and no tool call to look at)."""
+    spec = entry.get("verify")
+    if isinstance(spec, dict):
+        rest = {key: value for key, value in entry.items() if key != "verify"}
+        return {**rest, "verify": spec["command"]} if "command" in spec else rest
+    return entry
+
+
+async def attempt(backend: Backend, config: RunConfig, entry: Entry, oracle: bool, base: Path) -> tuple[bool, str]:
+    """(passed, what it said) for one try of a task: with its solution (`oracle`) or without."""
+    data = checked_entry(entry.data)
+    if oracle and "solution" not in data:
+        return False, "the entry has no `solution` to check"
+    if config.verify.verifier is None and "verify" not in data:
+        return False, "nothing verifies this entry (no `verify` command and no --verifier)"
+    said = []
+    try:
+        env = await backend.open(data, f"check-{entry.index}-{'oracle' if oracle else 'noop'}")
+    except SetupError as exc:
+        return False, f"environment: {exc}"
+    try:
+        await prepare_task(env, data, base, config.setup_timeout)
+        if oracle:
+            done = await env.exec(data["solution"], config.setup_timeout, capped=False)
+            why = f" ({done.error})" if done.error else ""
+            said.append(f"solution: exit {done.exit_code}{why}\n{done.output}")
+        record = {"prompt_index": entry.index, "conversations": [], "metadata": {"source": json.dumps(data)}}
+        verification = await verify_sample(config.verify, data, record, [], env, base)
+        said.append(f"verify: reward {verification['reward']}\n{verification['output']}")
+        if verification["error"]:
+            said.append(f"verify error: {verification['error']}")
+        return bool(verification["passed"]), capped("\n".join(said))
+    except SetupFailed as exc:
+        return False, capped(str(exc))
+    finally:
+        await env.close()
+
+
+async def check_all(config: RunConfig, entries: list[Entry]) -> list[TaskCheck]:
+    backend = backend_for(config.environment)
+    base = Path(config.dataset_file).resolve().parent
+    slots = asyncio.Semaphore(config.num_workers * config.concurrency)
+
+    async def one(entry: Entry) -> TaskCheck:
+        async with slots:
+            (oracle, said), (noop, idle) = await asyncio.gather(
+                attempt(backend, config, entry, True, base), attempt(backend, config, entry, False, base)
+            )
+        return TaskCheck(entry.index, oracle, noop, oracle and not noop, {"oracle": said, "noop": idle})
+
+    return list(await asyncio.gather(*(one(entry) for entry in entries)))
+
+
+def unsound_table(checks: list[TaskCheck], entries: list[Entry]) -> Table:
+    prompts = {entry.index: entry.data["prompt"] for entry in entries}
+    table = Table(title="Tasks that are not sound", title_justify="left")
+    for column in ("index", "prompt", "oracle", "no-op", "why"):
+        table.add_column(column)
+    for check in checks:
+        if check.ok:
+            continue
+        why = []
+        if not check.oracle_passed:
+            why.append("the oracle fails: " + check.outputs["oracle"].strip().splitlines()[-1][:80])
+        if check.noop_passed:
+            why.append("doing nothing passes")
+        prompt = prompts[check.index].splitlines()[0][:50]
+        oracle, noop = ("passed" if flag else "failed" for flag in (check.oracle_passed, check.noop_passed))
+        table.add_row(str(check.index), escape(prompt), oracle, noop, escape("; ".join(why)))
+    return table
+
+
+def check_tasks(config: RunConfig, console: Console) -> int:
+    """The whole --check_tasks invocation: 0 when every task is sound, 1 otherwise."""
+    environment, unsandboxed = choose(config.environment)
+    config = replace(config, environment=environment)
+    if unsandboxed:
+        console.print(f"[yellow]warning:[/] {escape(unsandboxed)}")
+    entries = load_dataset(config.dataset_file, config.max_samples)
+    folder = RunFolder(config.run_dir)
+    with folder.locked():
+        prepare_run(environment, False)
+        try:
+            checks = asyncio.run(check_all(config, entries))
+        finally:
+            with contextlib.suppress(SetupError):
+                remove_leftovers(environment)
+        lines = b"".join(orjson.dumps(asdict(check)) + b"\n" for check in checks)
+        write_atomic(folder.path / FILE, lambda handle: handle.write(lines))
+    sound = sum(check.ok for check in checks)
+    if sound < len(checks):
+        console.print(unsound_table(checks, entries))
+    console.print(f"{sound} of {len(checks)} tasks sound (no model was called); details in {folder.path / FILE}")
+    return 0 if sound == len(checks) else 1

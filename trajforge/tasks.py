@@ -1,0 +1,140 @@
+"""Tasks as data: an entry's `files`/`workspace` (put in place before the agent starts), its `setup`
+(run before the first model call), its hidden `tests` (written only right before verification) and its
+`solution` (the oracle, for --check_tasks).
+
+`workspace` and a directory-valued `tests` are relative to the dataset file. Every path lands inside the
+sample's working directory (files) or a fresh tests directory: none may be absolute or climb out with `..`.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import os
+import posixpath
+from pathlib import Path
+
+from trajforge.environments import Environment
+from trajforge.environments.shell import Executable
+
+TASK_FIELDS = ("files", "workspace", "setup", "tests", "solution")
+SETUP_OUTPUT_CAP = 4000  # characters of a failed setup's output kept in the error
+
+
+class SetupFailed(Exception):
+    """The entry's setup exited non-zero or timed out: the sample fails as `setup_failed`, no model call made."""
+
+
+def _path_problem(field: str, path) -> str | None:
+    if not isinstance(path, str) or not path or "\0" in path:
+        return f'"{field}" has a path that is not a non-empty string: {path!r}'
+    normal = posixpath.normpath(path)
+    if posixpath.isabs(path) or normal == ".." or normal.startswith("../") or normal == ".":
+        return f'"{field}" path {path!r} leaves the workspace'
+    return None
+
+
+def _mapping_problem(field: str, value) -> str | None:
+    for path, content in value.items():
+        if problem := _path_problem(field, path):
+            return problem
+        if isinstance(content, dict):
+            if set(content) != {"base64"} or not isinstance(content["base64"], str):
+                return f'"{field}" {path!r}: an object value must be {{"base64": "..."}}'
+            try:
+                base64.b64decode(content["base64"], validate=True)
+            except binascii.Error:
+                return f'"{field}" {path!r}: not valid base64'
+        elif not isinstance(content, str):
+            return f'"{field}" {path!r} must be text or {{"base64": "..."}}, got {type(content).__name__}'
+    return None
+
+
+def _directory_problem(field: str, value, base: Path) -> str | None:
+    if not isinstance(value, str) or not value or "\0" in value:
+        return f'"{field}" must be a directory (relative to the dataset file)'
+    if not (base / value).is_dir():
+        return f'"{field}" {value!r} is not a directory (relative to the dataset file, {base})'
+    return None
+
+
+def task_problem(data: dict, base: Path) -> str | None:
+    """Why an entry's task fields cannot be used, or None. `base`: the dataset file's folder."""
+    for field in ("setup", "solution"):
+        if field in data and not (isinstance(data[field], str) and data[field].strip()):
+            return f'"{field}" must be a non-empty shell command'
+    if "workspace" in data and (problem := _directory_problem("workspace", data["workspace"], base)):
+        return problem
+    for field in ("files", "tests"):
+        value = data.get(field)
+        if value is None and field not in data:
+            continue
+        if field == "tests" and isinstance(value, str):
+            problem = _directory_problem(field, value, base)
+        elif isinstance(value, dict):
+            problem = _mapping_problem(field, value)
+        else:
+            problem = f'"{field}" must be an object of path -> text' + (" or a directory" if field == "tests" else "")
+        if problem:
+            return problem
+    return None
+
+
+def _decoded(mapping: dict) -> dict[str, bytes]:
+    return {
+        path: base64.b64decode(content["base64"]) if isinstance(content, dict) else content.encode()
+        for path, content in mapping.items()
+    }
+
+
+def read_directory(root: Path) -> dict[str, bytes]:
+    """Every regular file under `root`, by relative path, executables marked; symlinks are left out (one
+    could point anywhere)."""
+    found: dict[str, bytes] = {}
+    for folder, dirs, names in os.walk(root):
+        dirs[:] = sorted(d for d in dirs if not os.path.islink(os.path.join(folder, d)))
+        for name in sorted(names):
+            path = os.path.join(folder, name)
+            if os.path.isfile(path) and not os.path.islink(path):
+                data = Path(path).read_bytes()
+                found[os.path.relpath(path, root)] = Executable(data) if os.access(path, os.X_OK) else data
+    return found
+
+
+def workspace_files(entry: dict, base: Path) -> dict[str, bytes]:
+    """What goes into the sample's working directory first: the `workspace` folder, then `files` over it."""
+    found = read_directory(base / entry["workspace"]) if "workspace" in entry else {}
+    return found | _decoded(entry.get("files") or {})
+
+
+def test_files(entry: dict, base: Path) -> dict[str, bytes]:
+    """The entry's hidden tests, by relative path (empty when it has none)."""
+    tests = entry.get("tests")
+    if isinstance(tests, str):
+        return read_directory(base / tests)
+    return _decoded(tests or {})
+
+
+async def prepare_task(env: Environment, entry: dict, base: Path, timeout: float) -> None:
+    """Before the first model call: the files in place, then the setup run in the sample's environment
+    (the agent's sandbox and limits, its working directory). SetupFailed when the setup does not succeed."""
+    try:
+        await env.write_files(workspace_files(entry, base))
+    except OSError as exc:  # e.g. "a" a file and "a/b" one too, or the workspace folder changed since the load
+        raise SetupFailed(f"the task's files could not be written: {exc}") from None
+    setup = entry.get("setup")
+    if not setup:
+        return
+    done = await env.exec(setup, timeout, capped=False)
+    if done.timed_out or done.exit_code:
+        why = done.error or f"exit status {done.exit_code}"
+        output = done.output[-SETUP_OUTPUT_CAP:]
+        raise SetupFailed(f"setup {setup!r} failed ({why}); its output:\n{output}")
+
+
+async def reveal_tests(env: Environment, entry: dict, base: Path) -> None:
+    """Right before the verify command: end whatever the agent left running, write the hidden tests into
+    a fresh directory and point $TESTS_DIR (and a Python verifier's env.tests_dir) at it."""
+    tests = test_files(entry, base)
+    if tests or "tests" in entry:
+        await env.add_tests(tests)
