@@ -8,7 +8,8 @@ The convention, for whoever writes documentation (tests/test_docs_examples.py en
     ```jsonl file=PATH            the same for data (a dataset)
     ```python not-run: REASON     Python that is not a file of an example
 
-Any other block (```json, ```text, a bare ```) shows a shape and is not an example. A shell example runs
+Any other block (```json, ```text, a bare ```) shows a shape and is not an example; nor is an inline
+command with `...` in prose (a fragment). A shell example runs
 with bash -e in a folder holding the checkout's batch_runner.py and data/*.jsonl, with `python` the test's
 interpreter, inside a network namespace of its own with only loopback: every local server an example
 names (http://127.0.0.1:PORT) is the scripted model on that port, and a URL outside can never be

@@ -84,9 +84,9 @@ def unclean(folder: Path) -> list[str]:
     """What went wrong in the examples' run folders: failed prompts, verifier errors."""
     found = []
     for run_dir in sorted(p for p in (folder / "data").iterdir() if (p / "checkpoint.json").exists()):
-        errors = run_dir / "errors.jsonl"
-        if errors.exists() and errors.read_text().strip():
-            found.append(f"{run_dir.name}: failed prompts: {errors.read_text()[:500]}")
+        failed = json.loads((run_dir / "checkpoint.json").read_text())["failed_prompts"]
+        if failed:
+            found.append(f"{run_dir.name}: failed prompts {failed}: {(run_dir / 'errors.jsonl').read_text()[-500:]}")
         for batch in sorted(run_dir.glob("batch_*.jsonl")):
             for line in batch.read_text().splitlines():
                 verification = json.loads(line)["metadata"].get("verification") or {}
