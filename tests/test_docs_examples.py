@@ -1,12 +1,13 @@
 """Every example of README.md and docs/*.md runs, offline, against the scripted model, as a reader would
 paste it (the convention and how a document's blocks run: tests/docs_examples.py). An example that cannot
 run offline says why; every other one must run, exit as it says, and leave run folders without a failed
-prompt or a verifier error."""
+prompt or a verifier error. And docs/internals.md's Layout names every module of the package."""
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -33,6 +34,15 @@ def test_every_example_runs_or_says_why_not():
                 problems.append(f"{block.where}: a python block is a file= of an example or not-run: why")
     assert not problems, "\n".join(problems)
     assert any(block.runs for examples in EXAMPLES.values() for block in examples)
+
+
+def test_the_layout_names_every_module_and_only_those():
+    layout = (ROOT / "docs" / "internals.md").read_text()
+    listed = set(re.findall(r"^  ([\w/]+\.py) ", layout, re.M))
+    package = ROOT / "trajforge"
+    modules = {path.relative_to(package).as_posix() for path in package.rglob("*.py")}
+    assert sorted(m for m in modules - listed if not m.endswith("__init__.py")) == []
+    assert sorted(listed - modules) == []
 
 
 def example_folder(tmp_path: Path, examples: list[Block]) -> Path:
