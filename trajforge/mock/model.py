@@ -8,7 +8,9 @@ costly tool: a browser context is about half a second of CPU) only for a task ab
 names a URL, a page or a site or asks to browse, visit or click, or when nothing else on offer reads
 the web. A request whose user message carries an
 image is answered as a vision model would; `image_reply` answers the images API.
-A prompt can steer it with directives such as ``[mock turns=3 reasoning=think fail=429 times=2]``:
+A prompt can steer it with directives such as ``[mock turns=3 reasoning=think fail=429 times=2]``
+(an unknown word or a bad value is answered with HTTP 400 naming it, so a misspelt directive cannot make a
+test pass without testing anything):
 
     turns=N          tool-calling turns before the final answer (default: what the plan needs)
     reasoning=KIND   reasoning | reasoning_content | reasoning_details | all (the three at once) | think |
@@ -154,21 +156,50 @@ class Directives:
 
     @classmethod
     def parse(cls, prompt: str) -> Directives:
+        """The directives of a prompt; an unknown word or a bad value raises DirectiveError naming it, so a
+        misspelt directive fails its test instead of quietly testing the defaults."""
         found = cls()
-        for match in DIRECTIVE.finditer(prompt):
-            for word in match.group(1).split():
-                key, _, value = word.partition("=")
-                if key in FLAGS:
-                    setattr(found, key, True)
-                elif key in ("turns", "fail", "times", "calls", "cached"):
-                    setattr(found, key, int(value))
-                elif key in ("retry_after", "latency", "sleep", "trickle", "huge_mb", "cost"):
-                    setattr(found, key, float(value))
-                elif key in ("reasoning", "image", "overflow", "stop", "model"):
-                    setattr(found, key, value)
-                elif key == "command":
-                    found.command = unquote(value)
+        words = [word.partition("=") for match in DIRECTIVE.finditer(prompt) for word in match.group(1).split()]
+        unknown = [key for key, _, _ in words if key not in KNOWN]
+        if unknown:
+            raise DirectiveError(f"unknown mock directive {', '.join(unknown)}; known: {' '.join(KNOWN)}")
+        for key, equals, value in words:
+            setattr(found, key, _value(key, bool(equals), value))
         return found
+
+
+class DirectiveError(ValueError):
+    """A ``[mock ...]`` directive the scripted model does not know, or a value it cannot take."""
+
+
+NUMBERS = {key: int for key in ("turns", "fail", "times", "calls", "cached")}
+NUMBERS |= {key: float for key in ("retry_after", "latency", "sleep", "trickle", "huge_mb", "cost")}
+CHOICES = {
+    "reasoning": ("reasoning", "reasoning_content", "reasoning_details", "all", "think", "scratchpad", "none"),
+    "image": ("b64", "url"),
+    "overflow": tuple(OVERFLOWS),
+    "stop": ("length", "content_filter"),
+}
+TEXTS = ("model", "command")
+KNOWN = sorted((*FLAGS, *NUMBERS, *CHOICES, *TEXTS))
+
+
+def _value(key: str, equals: bool, value: str):
+    """What one directive word (of a known key) sets its key to."""
+    if key in FLAGS:
+        if equals:
+            raise DirectiveError(f"mock directive {key!r} takes no value (got {key}={value})")
+        return True
+    if not equals:
+        raise DirectiveError(f"mock directive {key!r} needs a value ({key}=...)")
+    if key in NUMBERS:
+        try:
+            return NUMBERS[key](value)
+        except ValueError:
+            raise DirectiveError(f"mock directive {key}={value}: not a number") from None
+    if key in CHOICES and value not in CHOICES[key]:
+        raise DirectiveError(f"mock directive {key}={value}: one of {', '.join(CHOICES[key])}")
+    return unquote(value) if key == "command" else value
 
 
 def _first_command(steer: Directives, messages: list[dict], session: int) -> str | None:

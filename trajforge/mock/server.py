@@ -134,6 +134,9 @@ class MockServer:
             return await self._chat(json.loads(body or b"{}"), path, headers, writer, site, reader)
         if method == "POST" and path.endswith("/images/generations"):
             request = json.loads(body or b"{}")
+            refused = await self._refuse_directives(writer, path, request, str(request.get("prompt") or ""))
+            if refused is not None:
+                return refused
             self._log(path, request, 200, str(request.get("prompt") or ""), time.time())
             return await self._send(writer, 200, mock_model.image_reply(request, site, self.cost))
         return await self._send(writer, 404, _error(404, f"no route for {method} {path}"))
@@ -141,6 +144,9 @@ class MockServer:
     async def _chat(self, request: dict, path: str, headers: dict, writer, site: str, reader=None) -> bool:
         arrived = time.time()
         prompt = mock_model.prompt_text(request.get("messages") or [])
+        refused = await self._refuse_directives(writer, path, request, prompt)
+        if refused is not None:
+            return refused
         attempt = self.attempts[prompt]
         self.attempts[prompt] += 1
         if mock_model.turn_of(request.get("messages") or []) == 0:
@@ -189,6 +195,15 @@ class MockServer:
             completion["choices"][0]["error"] = _error(502, reply.error)["error"]
         completion["usage"] = reply.usage
         return await self._send(writer, 200, completion)
+
+    async def _refuse_directives(self, writer, path: str, request: dict, prompt: str) -> bool | None:
+        """A 400 naming a directive the model does not know (a misspelt one would test nothing), else None."""
+        try:
+            mock_model.Directives.parse(prompt)
+        except mock_model.DirectiveError as error:
+            self._log(path, request, 400, prompt, time.time())
+            return await self._send(writer, 400, _error(400, str(error)))
+        return None
 
     def _log(self, path: str, request: dict, status: int, prompt: str = "", arrived: float = 0.0) -> None:
         """One answered request (`arrived`: when it came in, as time.time())."""
