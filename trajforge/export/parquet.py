@@ -50,6 +50,7 @@ METADATA = pa.struct(
         ("usage", USAGE),
         ("verification", VERIFICATION),
         ("source", pa.string()),
+        ("token_drift", pa.string()),  # JSON text of the turns where the template was not append-only
     ]
 )
 STAT = pa.struct([("tool", pa.string()), ("count", pa.int64()), ("success", pa.int64()), ("failure", pa.int64())])

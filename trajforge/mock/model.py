@@ -42,6 +42,8 @@ A prompt can steer it with directives such as ``[mock turns=3 reasoning=think fa
                      a cost from the tokens, or a fixed one, or none: MockServer(cost=...))
     no_cost          the replies report no cost at all, as vLLM or llama.cpp do
     cached=N         N of the prompt tokens were cached (`usage.prompt_tokens_details.cached_tokens`)
+    no_token_ids     asked for token ids (``return_token_ids``), the replies carry none, as most servers
+    template=drift   the fake chat template (mock/tokens.py) drops the reasoning of earlier turns
 
 Hostile replies, to show that none can crash or hang a prompt (the first turn's calls, or every reply
 while ``times=N`` lasts):
@@ -111,7 +113,7 @@ greet();
 
 FLAGS = ("bad_json", "unknown_tool", "flagged", "upstream_error", "empty", "snoop")
 FLAGS += ("name_list", "calls_string", "args_number", "no_ids", "dup_ids", "endless", "quote", "echo_key")
-FLAGS += ("no_model", "alternate", "no_cost")
+FLAGS += ("no_model", "alternate", "no_cost", "no_token_ids")
 BY_TOKENS = "tokens"  # the server's default cost: a made-up price per token
 
 
@@ -151,6 +153,8 @@ class Directives:
     cost: float | None = None
     no_cost: bool = False
     cached: int = 0
+    no_token_ids: bool = False
+    template: str = "append"
 
     @classmethod
     def parse(cls, prompt: str) -> Directives:
@@ -164,7 +168,7 @@ class Directives:
                     setattr(found, key, int(value))
                 elif key in ("retry_after", "latency", "sleep", "trickle", "huge_mb", "cost"):
                     setattr(found, key, float(value))
-                elif key in ("reasoning", "image", "overflow", "stop", "model"):
+                elif key in ("reasoning", "image", "overflow", "stop", "model", "template"):
                     setattr(found, key, value)
                 elif key == "command":
                     found.command = unquote(value)
