@@ -5,7 +5,9 @@ keeps can be computed again from the server's own request log."""
 
 from __future__ import annotations
 
+import re
 from collections import Counter
+from pathlib import Path
 
 import pytest
 from agent_run import agent
@@ -18,6 +20,7 @@ from trajforge.export.rl import segments
 from trajforge.mock import tokens as mock_tokens
 from trajforge.model.tokens import drift, token_mode, turn_tokens
 
+ROOT = Path(__file__).resolve().parents[1]
 ONE_SLOT = ["--distribution=terminal_only", "--environment=local", "--num_workers=1", "--concurrency=1"]
 TOKEN_KEYS = {"return_token_ids", "logprobs"}
 TOKEN_FIELDS = ("prompt_token_ids", "token_ids", "logprobs")
@@ -192,6 +195,18 @@ def test_tokens_jsonl_and_rl_rows_hold_what_the_server_sent(run_here, server):
         assert loaded.num_rows == 5 and loaded[0]["response_mask"] == rows[0]["response_mask"]
     loaded = datasets.load_dataset("json", data_files=str(result.run_dir / "tokens.jsonl"), split="train")
     assert loaded.num_rows == 3
+
+    # The data loader docs/tokens.md shows, run on these rows as it is written there.
+    blocks = re.findall(r"```python\n(.*?)```", (ROOT / "docs" / "tokens.md").read_text(), re.S)
+    code = "\n".join(blocks).replace("data/my_run/export/rl.jsonl", str(result.run_dir / "export" / "rl.jsonl"))
+    scope: dict = {}
+    exec(code, scope)
+    batch = scope["batch"]
+    assert len(batch["input_ids"]) == 5 and {len(ids) for ids in batch["input_ids"]} == {
+        max(len(row["prompt_ids"]) + len(row["response_ids"]) for row in rows)
+    }
+    assert sum(map(sum, batch["loss_mask"])) == sum(sum(row["response_mask"]) for row in rows)
+    assert scope["batches"][0] == batch
 
 
 def test_replies_from_the_response_cache_keep_their_ids(run_here, server):
