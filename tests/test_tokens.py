@@ -18,6 +18,7 @@ from trajforge.agent.calls import read_tool_calls
 from trajforge.agent.loop import _assistant_message, exact_message
 from trajforge.export.rl import segments
 from trajforge.mock import tokens as mock_tokens
+from trajforge.model.stream import assemble
 from trajforge.model.tokens import drift, token_mode, turn_tokens
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -64,6 +65,24 @@ def test_turn_tokens_reads_vllm_and_llama_cpp_replies():
     assert missing.startswith("the reply had no prompt_token_ids (its fields: choices; choices[0]: logprobs, message)")
     plain = {"id": "x", "choices": [{"message": {}, "finish_reason": "stop"}]}
     assert turn_tokens(plain)[0] == {"prompt_token_ids": None, "token_ids": None, "logprobs": None}
+    hostile = {
+        "prompt_token_ids": "1 2",
+        "choices": [{"token_ids": [1, True], "logprobs": {"content": [{"logprob": "low"}, 3]}}],
+    }
+    assert turn_tokens(hostile)[0] == dict.fromkeys(TOKEN_FIELDS)
+    assert turn_tokens({"choices": "none"})[0] == dict.fromkeys(TOKEN_FIELDS)
+
+
+def test_streamed_chunks_are_joined_and_hostile_ones_ignored():
+    chunks = [
+        {"prompt_token_ids": [1, 2], "choices": [{"delta": {"content": "a"}, "token_ids": [5]}]},
+        {"prompt_token_ids": [9], "choices": [{"delta": {"content": "b"}, "token_ids": [6, 7]}, "junk"]},
+        {"choices": [{"delta": {}, "token_ids": "8", "logprobs": {"content": "x"}}]},
+    ]
+    data = assemble(chunks)
+    assert data["prompt_token_ids"] == [1, 2] and data["choices"][0]["token_ids"] == [5, 6, 7]
+    assert data["choices"][0]["message"]["content"] == "ab" and "logprobs" not in data["choices"][0]
+    assert "prompt_token_ids" not in assemble([{"choices": [{"delta": {"content": "a"}}]}])  # a plain stream
 
 
 def test_segments_split_where_the_prompt_ids_do_not_go_on():
@@ -153,6 +172,7 @@ def test_tokens_jsonl_and_rl_rows_hold_what_the_server_sent(run_here, server):
         (line["prompt_index"], line["sample_index"]) for line in tokens
     ]
     assert all("tokens" not in t for t in trajectories)
+    assert "| `--token_ids` | on |" in (result.run_dir / "README.md").read_text()  # the dataset card names the flag
     assert [len(line["turns"]) for line in tokens] == [t["api_calls"] for t in trajectories]
     by_prompt = {source(t)["prompt"]: (t, line) for t, line in zip(trajectories, tokens, strict=True)}
     assert len(server.chat_requests()) == sum(t["api_calls"] for t in trajectories)
