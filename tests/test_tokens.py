@@ -275,3 +275,18 @@ def test_export_rl_needs_token_ids(run_here, server):
     result = run_here([{"prompt": "x"}], *ONE_SLOT, "--export=rl")
     assert result.code == 2 and "--export=rl builds its rows from token ids" in result.stderr
     assert server.chat_requests() == []
+
+
+def test_keep_best_and_passed_choose_the_same_lines_of_tokens_jsonl(run_here, server):
+    solve = {"prompt": "answer [mock turns=1 alternate command=echo%2042%20>%20answer.txt]"}
+    solve["verify"] = 'test "$(cat answer.txt)" = 42'  # passes in even sessions only
+    best = run_here([solve], *ONE_SLOT, "--n_samples=3", "--token_ids", "--keep=best")
+    assert best.code == 0, best.stdout + best.stderr
+    assert [t["metadata"]["sample_index"] for t in best.trajectories] == [0]
+    assert [line["sample_index"] for line in best.jsonl("tokens.jsonl")] == [0]
+    passed = run_here([solve], *ONE_SLOT, "--n_samples=3", "--resume", "--keep=passed")  # a merge again
+    assert [t["metadata"]["sample_index"] for t in passed.trajectories] == [0, 2]
+    assert [line["sample_index"] for line in passed.jsonl("tokens.jsonl")] == [0, 2]
+    every = run_here([solve], *ONE_SLOT, "--n_samples=3", "--resume")
+    keys = [(line["prompt_index"], line["sample_index"]) for line in every.jsonl("tokens.jsonl")]
+    assert keys == [(t["prompt_index"], t["metadata"]["sample_index"]) for t in every.trajectories] and len(keys) == 3
