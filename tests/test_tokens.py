@@ -290,3 +290,19 @@ def test_keep_best_and_passed_choose_the_same_lines_of_tokens_jsonl(run_here, se
     every = run_here([solve], *ONE_SLOT, "--n_samples=3", "--resume")
     keys = [(line["prompt_index"], line["sample_index"]) for line in every.jsonl("tokens.jsonl")]
     assert keys == [(t["prompt_index"], t["metadata"]["sample_index"]) for t in every.trajectories] and len(keys) == 3
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_llama_cpp_shaped_server_gives_completion_ids_from_its_logprobs(run_here, server, stream):
+    """llama.cpp has no return_token_ids; its chat logprobs entries name each token's id (docs/tokens.md)."""
+    flags = [*ONE_SLOT, "--token_ids", "--export=rl", *(["--stream"] if stream else [])]
+    result = run_here([{"prompt": "notes [mock ids=llamacpp]"}], *flags)
+    assert result.code == 0, result.stdout + result.stderr
+    (line,) = result.jsonl("tokens.jsonl")
+    assert [turn["prompt_token_ids"] for turn in line["turns"]] == [None] * 3
+    assert all(len(turn["token_ids"]) == len(turn["logprobs"]) > 0 for turn in line["turns"])
+    direct = agent(server, "notes [mock ids=llamacpp]", token_ids="on")  # the same first request, in-process
+    assert direct.tokens[0]["token_ids"] == line["turns"][0]["token_ids"]
+    assert "answered without token ids: the reply had no prompt_token_ids" in result.stdout
+    assert result.jsonl("export/rl.jsonl") == []  # no prompt ids: nothing to build a row on
+    assert result.statistics["token_ids"]["turns_without_ids"] == 3

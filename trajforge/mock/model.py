@@ -44,6 +44,7 @@ A prompt can steer it with directives such as ``[mock turns=3 reasoning=think fa
     cached=N         N of the prompt tokens were cached (`usage.prompt_tokens_details.cached_tokens`)
     no_token_ids     asked for token ids (``return_token_ids``), the replies carry none, as most servers
     template=drift   the fake chat template (mock/tokens.py) drops the reasoning of earlier turns
+    ids=llamacpp     token ids as llama.cpp's server gives them: only in the logprobs entries, no prompt ids
 
 Hostile replies, to show that none can crash or hang a prompt (the first turn's calls, or every reply
 while ``times=N`` lasts):
@@ -155,6 +156,7 @@ class Directives:
     cached: int = 0
     no_token_ids: bool = False
     template: str = "append"
+    ids: str = "vllm"
 
     @classmethod
     def parse(cls, prompt: str) -> Directives:
@@ -168,7 +170,7 @@ class Directives:
                     setattr(found, key, int(value))
                 elif key in ("retry_after", "latency", "sleep", "trickle", "huge_mb", "cost"):
                     setattr(found, key, float(value))
-                elif key in ("reasoning", "image", "overflow", "stop", "model", "template"):
+                elif key in ("reasoning", "image", "overflow", "stop", "model", "template", "ids"):
                     setattr(found, key, value)
                 elif key == "command":
                     found.command = unquote(value)

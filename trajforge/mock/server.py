@@ -192,7 +192,7 @@ class MockServer:
             completion["choices"][0]["error"] = _error(502, reply.error)["error"]
         completion["usage"] = reply.usage
         if ids:
-            mock_tokens.attach(completion, request, reply.message, steer.template == "drift")
+            mock_tokens.attach(completion, request, reply.message, steer.template == "drift", steer.ids)
         return await self._send(writer, 200, completion)
 
     def _log(self, path: str, request: dict, status: int, prompt: str = "", arrived: float = 0.0) -> None:
@@ -255,8 +255,8 @@ class MockServer:
         if include_usage:
             event({}, choices=[], usage=reply.usage)
         if ids is not None:
-            drift = mock_model.Directives.parse(mock_model.prompt_text(ids.get("messages") or [])).template == "drift"
-            mock_tokens.spread(chunks, ids, message, drift)
+            steer = mock_model.Directives.parse(mock_model.prompt_text(ids.get("messages") or []))
+            mock_tokens.spread(chunks, ids, message, steer.template == "drift", steer.ids)
         for chunk in chunks:
             writer.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
         writer.write(b"data: [DONE]\n\n")

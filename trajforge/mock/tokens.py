@@ -65,12 +65,13 @@ def logprob(position: int, token: int) -> float:
     return -round(((token * 31 + position * 7) % 97) / 100 + 0.01, 4)
 
 
-def entries(tokens: list[int], start: int = 0) -> list[dict]:
-    """`logprobs.content` as vLLM sends it: one entry per completion token."""
-    return [
+def entries(tokens: list[int], start: int = 0, server: str = "vllm") -> list[dict]:
+    """`logprobs.content` as vLLM sends it: one entry per completion token (llama.cpp's name its id too)."""
+    out = [
         {"token": bytes([t]).decode("latin-1"), "logprob": logprob(start + i, t), "bytes": [t], "top_logprobs": []}
         for i, t in enumerate(tokens)
     ]
+    return [{"id": t} | entry for t, entry in zip(tokens, out, strict=True)] if server == "llamacpp" else out
 
 
 def of_reply(request: dict, message: dict, drift: bool) -> tuple[list[int], list[int]]:
@@ -79,15 +80,16 @@ def of_reply(request: dict, message: dict, drift: bool) -> tuple[list[int], list
     return prompt, ids(body(message) + END)
 
 
-def attach(completion: dict, request: dict, message: dict, drift: bool) -> None:
-    """A plain reply's ids, where vLLM puts them: `prompt_token_ids` at the top, the completion's per choice."""
+def attach(completion: dict, request: dict, message: dict, drift: bool, server: str = "vllm") -> None:
+    """A plain reply's ids, where vLLM puts them: `prompt_token_ids` at the top, the completion's per
+    choice; llama.cpp ignores return_token_ids and names each token's id in its logprobs entry."""
     prompt, completion_ids = of_reply(request, message, drift)
     choice = completion["choices"][0]
-    if request.get("return_token_ids"):
+    if request.get("return_token_ids") and server == "vllm":
         completion["prompt_token_ids"] = prompt
         choice["token_ids"] = completion_ids
     if request.get("logprobs"):
-        choice["logprobs"] = {"content": entries(completion_ids)}
+        choice["logprobs"] = {"content": entries(completion_ids, 0, server)}
 
 
 def pieces(completion_ids: list[int], count: int) -> list[list[int]]:
@@ -101,18 +103,19 @@ def asked(request: dict) -> bool:
     return bool(request.get("return_token_ids") or request.get("logprobs"))
 
 
-def spread(chunks: list[dict], request: dict, message: dict, drift: bool) -> None:
+def spread(chunks: list[dict], request: dict, message: dict, drift: bool, server: str = "vllm") -> None:
     """A stream's ids, where vLLM puts them: `prompt_token_ids` in the first chunk, then each chunk's
     choice carries the ids (and logprobs) of its own piece of the completion."""
     prompt, completion_ids = of_reply(request, message, drift)
     carrying = [chunk for chunk in chunks if chunk.get("choices")]
-    if request.get("return_token_ids"):
+    ids = request.get("return_token_ids") and server == "vllm"
+    if ids:
         carrying[0]["prompt_token_ids"] = prompt
     start = 0
     for chunk, piece in zip(carrying, pieces(completion_ids, len(carrying)), strict=True):
         choice = chunk["choices"][0]
-        if request.get("return_token_ids"):
+        if ids:
             choice["token_ids"] = piece
         if request.get("logprobs"):
-            choice["logprobs"] = {"content": entries(piece, start)}
+            choice["logprobs"] = {"content": entries(piece, start, server)}
         start += len(piece)
