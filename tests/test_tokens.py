@@ -306,3 +306,14 @@ def test_a_llama_cpp_shaped_server_gives_completion_ids_from_its_logprobs(run_he
     assert "answered without token ids: the reply had no prompt_token_ids" in result.stdout
     assert result.jsonl("export/rl.jsonl") == []  # no prompt ids: nothing to build a row on
     assert result.statistics["token_ids"]["turns_without_ids"] == 3
+
+
+@pytest.mark.parametrize("hostile", ["name_list", "calls_string", "args_number", "no_ids", "dup_ids"])
+def test_hostile_calls_go_back_as_the_loop_reads_them(server, hostile):
+    """Only well-formed calls are echoed as sent; the others as the loop read them, which the
+    continuity check may then call drift (the server's reply was not one a template renders)."""
+    result = agent(server, f"x [mock {hostile}]", token_ids="on")
+    assert result.exit_reason == "completed" and len(result.tokens) == result.api_calls
+    echoed = server.chat_requests()[1]["body"]["messages"][1]
+    assert all(isinstance(call["function"]["name"], str) for call in echoed["tool_calls"])
+    assert all(isinstance(call["function"]["arguments"], str) for call in echoed["tool_calls"])

@@ -141,7 +141,7 @@ def exact_message(message: dict, turn: Turn) -> dict:
     calls = []
     for entry, call in zip(sent, turn.calls, strict=True):
         function = entry.get("function") if isinstance(entry, dict) else None
-        if isinstance(function, dict) and isinstance(function.get("arguments"), str):
+        if isinstance(function, dict) and all(isinstance(function.get(key), str) for key in ("name", "arguments")):
             calls.append(entry | {"id": call.id})
         else:
             function = {"name": call.name, "arguments": call.arguments}
