@@ -317,3 +317,13 @@ def test_hostile_calls_go_back_as_the_loop_reads_them(server, hostile):
     echoed = server.chat_requests()[1]["body"]["messages"][1]
     assert all(isinstance(call["function"]["name"], str) for call in echoed["tool_calls"])
     assert all(isinstance(call["function"]["arguments"], str) for call in echoed["tool_calls"])
+
+
+def test_a_resume_keeps_token_ids_on_or_off(run_here, server):
+    plain = run_here([{"prompt": "x [mock turns=0]"}], *ONE_SLOT)
+    assert plain.code == 0
+    refused = run_here([{"prompt": "x [mock turns=0]"}], *ONE_SLOT, "--resume", "--token_ids")
+    assert refused.code == 2 and "--token_ids: this run" in refused.stderr
+    ids = run_here([{"prompt": "y [mock turns=0]"}], *ONE_SLOT, "--token_ids", run_name="ids")
+    stricter = run_here([{"prompt": "y [mock turns=0]"}], *ONE_SLOT, "--resume", "--token_ids=required", run_name="ids")
+    assert (ids.code, stricter.code) == (0, 0) and len(stricter.jsonl("tokens.jsonl")) == 1
