@@ -59,6 +59,7 @@ def main(
     max_tool_calls_per_turn: int | None = None,
     max_retries: int = 6,
     stream: bool = False,
+    token_ids: str | None = None,
     output_dir: str = "data",
     vision_model: str | None = None,
     image_model: str | None = None,

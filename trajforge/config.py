@@ -18,6 +18,7 @@ from trajforge.dataset import UsageError
 from trajforge.environments import KINDS, EnvironmentSettings
 from trajforge.export import FORMATS
 from trajforge.model.settings import ModelSettings
+from trajforge.model.tokens import token_mode
 from trajforge.money.pricing import Prices
 from trajforge.money.spending import MoneySettings
 from trajforge.run_settings import Remembered, digest, remembered, settle_flags
@@ -319,6 +320,9 @@ RUN_SETTINGS: tuple[Remembered, ...] = (
     Remembered("verify_timeout", 300.0, as_seconds),
     Remembered("pass_threshold", 0.5, as_number),
     Remembered("verifier", None, _verifier_spec),
+    # Token ids shape the data (tokens.jsonl, the cache keys); on and required differ only in what a
+    # reply without them does, so a resume may switch between those two.
+    Remembered("token_ids", False, token_mode, agrees=lambda kept, now: (kept == "off") == (now == "off")),
 )
 
 
@@ -424,7 +428,11 @@ def build_config(flags: dict) -> RunConfig:
         max_retries=as_int(flags["max_retries"], "max_retries", 0),
         stream=as_bool(flags["stream"], "stream"),
         prices=_prices(flags),
+        token_ids=token_mode(flags["token_ids"]),
     )
+    exports = export_formats(flags["export"])
+    if "rl" in exports and model.token_ids == "off":
+        raise UsageError("--export=rl builds its rows from token ids: add --token_ids (a new run, or one made with it)")
     return RunConfig(
         dataset_file=Path(str(flags["dataset_file"])),
         batch_size=as_int(flags["batch_size"], "batch_size", 1),
@@ -469,7 +477,7 @@ def build_config(flags: dict) -> RunConfig:
         ),
         keep=choice(flags["keep"], "keep", KEEP),
         stop_after_passes=as_int(flags["stop_after_passes"], "stop_after_passes", 1, optional=True),
-        exports=export_formats(flags["export"]),
+        exports=exports,
         report=as_bool(flags["report"], "report"),
         report_max_trajectories=as_int(flags["report_max_trajectories"], "report_max_trajectories", 0),
         money=_money(flags, run_dir, model.max_retries, model.request_timeout),

@@ -36,6 +36,7 @@ from trajforge.export.publish import publish
 from trajforge.export.report import ReportData
 from trajforge.helpers import Helpers
 from trajforge.model.client import endpoint_problem
+from trajforge.model.tokens import TokensMissing
 from trajforge.money.report import money_statistics
 from trajforge.money.store import Store
 from trajforge.progress import ProgressView, Tally, print_budget_stop, print_summary
@@ -144,7 +145,10 @@ class BatchRunner:
         self.helpers.release()
         collected = ReportData(config.report_max_trajectories) if config.report else None
         observe = collected.observe if collected else None
-        totals = merge(self.folder, config.require_reasoning, tool_names, self.warn, config.keep, observe)
+        tokens = config.model.token_ids != "off" or self.folder.tokens.exists()
+        totals = merge(self.folder, config.require_reasoning, tool_names, self.warn, config.keep, observe, tokens)
+        if totals.tokens.missing and config.model.token_ids == "on":
+            self.warn(f"--token_ids: {config.model.base_url} answered without token ids: {totals.tokens.missing}")
         # The batch files, not the events that raced a kill or Ctrl-C, say what is done.
         final = self.matched(entries, totals.finished, totals.passed)
         remaining = final.unfinished
@@ -178,6 +182,7 @@ class BatchRunner:
             "errors": error_counts,
             "redactions": totals.redactions,
             "verification": totals.verification | {"skipped_after_pass": final.skipped},
+            "token_ids": totals.tokens.statistics(),
         }
         write_json_atomic(self.folder.statistics, stats)
         paths = {"Trajectories": self.folder.trajectories, "Statistics": self.folder.statistics}
@@ -203,6 +208,9 @@ class BatchRunner:
                 f"{escape(state.halt_message or 'a reply came without one')}. Set --price_input and --price_output "
                 "(USD per million tokens), then rerun with --resume: the paid replies are answered from the cache."
             )
+            return 2
+        if state.halted == TokensMissing.reason:  # --token_ids=required
+            self.console.print(f"[red]Stopped:[/] --token_ids=required, but {escape(state.halt_message)}.")
             return 2
         if state.halted == "budget":
             print_budget_stop(self.console, stats, money, spent_before, sys.argv)

@@ -26,6 +26,8 @@ class AgentResult:
     exit_reason: str  # completed, max_turns, timeout, length, content_filter, cost_limit, token_limit
     usage: dict
     model_reported: str = ""  # the model name the endpoint reported in its first reply that named one
+    tokens: list[dict] | None = None  # with --token_ids: per model call, {prompt_token_ids, token_ids, logprobs}
+    tokens_missing: str = ""  # with --token_ids: what the first reply without them lacked
 
 
 # A final answer that ended for one of these reasons is cut off (max_tokens) or withheld by the
@@ -87,6 +89,9 @@ async def run_agent(
                 result.retries += reply.retries
                 result.model_reported = result.model_reported or reply.model
                 add_usage(result.usage, reply.usage)
+                if reply.tokens is not None:
+                    result.tokens = (result.tokens or []) + [reply.tokens]
+                    result.tokens_missing = result.tokens_missing or reply.tokens_missing
                 reasoning, content = split_reasoning(message)
                 calls = read_tool_calls(message, result.api_calls, max_tool_calls)
                 turn = Turn(content, reasoning, [call for call, _ in calls], reply.finish_reason)
@@ -97,7 +102,8 @@ async def run_agent(
                 if not turn.calls:
                     result.exit_reason = reply.finish_reason if reply.finish_reason in CUT_OFF else "completed"
                     break
-                messages.append(_assistant_message(message, turn))
+                exact = client.settings.token_ids != "off"  # plain runs send what they always sent (cache keys)
+                messages.append(exact_message(message, turn) if exact else _assistant_message(message, turn))
                 messages += await _answer(session, calls, tools, log)
     except TimeoutError:
         if not limit.expired():
@@ -119,6 +125,28 @@ async def _answer(session: ToolSession, calls: list, tools: dict[str, Tool], log
             log(f"  {call.name} result", json.dumps(call.result))
         answers.append({"role": "tool", "tool_call_id": call.id, "content": json.dumps(call.result)})
     return answers
+
+
+ECHOED = ("content", "reasoning", "reasoning_content", "reasoning_details")
+
+
+def exact_message(message: dict, turn: Turn) -> dict:
+    """The reply as the model wrote it (--token_ids): its content untouched, its reasoning in the field
+    the server sent it in, each call's arguments byte for byte, so that a template that renders the
+    conversation again renders the same tokens. Only a call id the loop had to make up is ours."""
+    reply = {"role": "assistant"} | {key: message[key] for key in ECHOED if key in message}
+    sent = message.get("tool_calls")
+    if not isinstance(sent, list) or len(sent) != len(turn.calls):  # hostile: as the loop reads the calls
+        return reply | {"tool_calls": _assistant_message(message, turn)["tool_calls"]}
+    calls = []
+    for entry, call in zip(sent, turn.calls, strict=True):
+        function = entry.get("function") if isinstance(entry, dict) else None
+        if isinstance(function, dict) and all(isinstance(function.get(key), str) for key in ("name", "arguments")):
+            calls.append(entry | {"id": call.id})
+        else:
+            function = {"name": call.name, "arguments": call.arguments}
+            calls.append({"id": call.id, "type": "function", "function": function})
+    return reply | {"tool_calls": calls}
 
 
 def _assistant_message(message: dict, turn: Turn) -> dict:

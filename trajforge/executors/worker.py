@@ -38,6 +38,7 @@ from trajforge.events import (
 )
 from trajforge.model.client import ModelClient
 from trajforge.model.retry import ModelCallFailed, RunStopped
+from trajforge.model.tokens import drift_text
 from trajforge.model.usage import add_usage
 from trajforge.money.errors import SpendStop
 from trajforge.money.spending import Spending, sample_scope
@@ -189,6 +190,7 @@ class Worker:
                     "run_name": config.run_name,
                     "duration_seconds": round(time.monotonic() - started, 3),
                     "sample_index": sample,
+                    "token_drift": drift_text(result.tokens or []),
                 },
             )
             # In the same environment, still open; its commands stay out of the conversation and tool_stats.
@@ -203,6 +205,8 @@ class Worker:
                 record["discarded"] = reason
             if env.redactions:  # for statistics.json; the merge takes it off, as it does `discarded`
                 record["redactions"] = dict(env.redactions)
+            if result.tokens is not None:  # for tokens.jsonl; the merge takes it off trajectories.jsonl
+                record["tokens"] = {"turns": result.tokens, "missing": result.tokens_missing}
             exits = nonzero_exits(result.turns)
             if exits:  # for the summary's tool table; taken off by the merge too
                 record["nonzero_exits"] = exits

@@ -82,6 +82,7 @@ def shaping_flags(config: RunConfig) -> dict[str, str]:
         "pass_threshold": config.verify.threshold,
         "verifier": config.verify.verifier,
         "seed": config.seed,
+        "token_ids": config.model.token_ids if config.model.token_ids != "off" else None,
         "max_samples": config.max_samples,
         "vision_model": config.tools.vision_model,
         "image_model": config.tools.image_model,

@@ -50,6 +50,7 @@ METADATA = pa.struct(
         ("usage", USAGE),
         ("verification", VERIFICATION),
         ("source", pa.string()),
+        ("token_drift", pa.string()),  # JSON text of the turns where the template was not append-only
     ]
 )
 STAT = pa.struct([("tool", pa.string()), ("count", pa.int64()), ("success", pa.int64()), ("failure", pa.int64())])
@@ -116,21 +117,23 @@ def row(record: dict) -> dict:
 
 
 class ParquetFile:
-    """Rows in groups of ROWS_PER_GROUP, so memory stays flat however many trajectories there are."""
+    """Rows in groups of ROWS_PER_GROUP, so memory stays flat however many trajectories there are;
+    `schema` and `to_row` (record -> row) are the trajectories' unless another export gives its own."""
 
-    def __init__(self, path: Path):
+    def __init__(self, path: Path, schema: pa.Schema = SCHEMA, to_row=row):
         self.out = AtomicFile(path)
-        self.writer = pq.ParquetWriter(self.out.handle, SCHEMA, compression="zstd")
+        self.schema, self.to_row = schema, to_row
+        self.writer = pq.ParquetWriter(self.out.handle, schema, compression="zstd")
         self.rows: list[dict] = []
 
     def write(self, record: dict) -> None:
-        self.rows.append(row(record))
+        self.rows.append(self.to_row(record))
         if len(self.rows) >= ROWS_PER_GROUP:
             self._flush()
 
     def _flush(self) -> None:
         if self.rows:
-            self.writer.write_table(pa.Table.from_pylist(self.rows, schema=SCHEMA))
+            self.writer.write_table(pa.Table.from_pylist(self.rows, schema=self.schema))
             self.rows = []
 
     def commit(self) -> None:

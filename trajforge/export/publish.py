@@ -13,7 +13,7 @@ from pathlib import Path
 import orjson
 
 from trajforge.config import RunConfig
-from trajforge.export import FILES, FORMATS, atif, card, llamafactory, openai, report
+from trajforge.export import FILES, FORMATS, atif, card, llamafactory, openai, report, rl
 from trajforge.export.files import JsonArray, JsonLines
 from trajforge.export.record import Conversation, parse
 from trajforge.export.report import ReportData, write_report
@@ -22,7 +22,9 @@ from trajforge.runfolder.folder import RunFolder, write_atomic
 EXPORT_DIR = "export"
 
 
-def _writer(name: str, path: Path):
+def _writer(name: str, path: Path, folder: RunFolder, formats: list[str]):
+    if name == "rl":  # from tokens.jsonl, read beside trajectories.jsonl
+        return rl.RlFile(path, folder.tokens, parquet="parquet" in formats)
     if name == "parquet":
         from trajforge.export.parquet import ParquetFile  # pyarrow only when asked: a second to import
 
@@ -32,7 +34,7 @@ def _writer(name: str, path: Path):
 
 def _row(name: str, conversation: Conversation | None, record: dict, version: str):
     """What the writer of format `name` takes for one record."""
-    if name == "parquet":
+    if name in ("parquet", "rl"):
         return record  # its writer maps the record onto its schema
     if name == "atif":
         return atif.row(conversation, record, version)
@@ -51,8 +53,8 @@ def write_exports(folder: RunFolder, formats: list[str], run_name: str, version:
         return {}
     directory = folder.path / EXPORT_DIR
     directory.mkdir(exist_ok=True)
-    writers = {name: _writer(name, directory / FILES[name]) for name in formats}
-    needs_parse = any(name != "parquet" for name in formats)
+    writers = {name: _writer(name, directory / FILES[name], folder, formats) for name in formats}
+    needs_parse = any(name not in ("parquet", "rl") for name in formats)
     try:
         with open(folder.trajectories, "rb") as lines:
             for line in lines:

@@ -44,6 +44,9 @@ test pass without testing anything):
                      a cost from the tokens, or a fixed one, or none: MockServer(cost=...))
     no_cost          the replies report no cost at all, as vLLM or llama.cpp do
     cached=N         N of the prompt tokens were cached (`usage.prompt_tokens_details.cached_tokens`)
+    no_token_ids     asked for token ids (``return_token_ids``), the replies carry none, as most servers
+    template=drift   the fake chat template (mock/tokens.py) drops the reasoning of earlier turns
+    ids=llamacpp     token ids as llama.cpp's server gives them: only in the logprobs entries, no prompt ids
 
 Hostile replies, to show that none can crash or hang a prompt (the first turn's calls, or every reply
 while ``times=N`` lasts):
@@ -113,7 +116,7 @@ greet();
 
 FLAGS = ("bad_json", "unknown_tool", "flagged", "upstream_error", "empty", "snoop")
 FLAGS += ("name_list", "calls_string", "args_number", "no_ids", "dup_ids", "endless", "quote", "echo_key")
-FLAGS += ("no_model", "alternate", "no_cost")
+FLAGS += ("no_model", "alternate", "no_cost", "no_token_ids")
 BY_TOKENS = "tokens"  # the server's default cost: a made-up price per token
 
 
@@ -153,6 +156,9 @@ class Directives:
     cost: float | None = None
     no_cost: bool = False
     cached: int = 0
+    no_token_ids: bool = False
+    template: str = "append"
+    ids: str = "vllm"
 
     @classmethod
     def parse(cls, prompt: str) -> Directives:
@@ -179,6 +185,8 @@ CHOICES = {
     "image": ("b64", "url"),
     "overflow": tuple(OVERFLOWS),
     "stop": ("length", "content_filter"),
+    "template": ("append", "drift"),
+    "ids": ("vllm", "llamacpp"),
 }
 TEXTS = ("model", "command")
 KNOWN = sorted((*FLAGS, *NUMBERS, *CHOICES, *TEXTS))

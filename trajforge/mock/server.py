@@ -21,6 +21,7 @@ import time
 from collections import Counter
 
 from trajforge.mock import model as mock_model
+from trajforge.mock import tokens as mock_tokens
 from trajforge.mock.wire import ThreadedServer
 
 CLIENT_GONE = 499  # logged for a request whose client hung up before its answer (nginx's "client closed request")
@@ -185,8 +186,10 @@ class MockServer:
         }
         if steer.no_model:
             del completion["model"]
+        ids = mock_tokens.asked(request) and not steer.no_token_ids and not reply.empty  # vLLM's return_token_ids
         if request.get("stream"):
-            await self._stream(writer, completion, reply, (request.get("stream_options") or {}).get("include_usage"))
+            include_usage = (request.get("stream_options") or {}).get("include_usage")
+            await self._stream(writer, completion, reply, include_usage, request if ids else None)
             return False
         if reply.empty:
             return await self._send(writer, 200, completion)
@@ -194,6 +197,8 @@ class MockServer:
         if reply.finish_reason == "error":
             completion["choices"][0]["error"] = _error(502, reply.error)["error"]
         completion["usage"] = reply.usage
+        if ids:
+            mock_tokens.attach(completion, request, reply.message, steer.template == "drift", steer.ids)
         return await self._send(writer, 200, completion)
 
     async def _refuse_directives(self, writer, path: str, request: dict, prompt: str) -> bool | None:
@@ -225,17 +230,22 @@ class MockServer:
         await writer.drain()
         return True
 
-    async def _stream(self, writer, completion: dict, reply: mock_model.Reply, include_usage: bool) -> None:
-        """Server-sent events the way OpenAI streams: role, reasoning, content and tool-call deltas."""
+    async def _stream(
+        self, writer, completion: dict, reply: mock_model.Reply, include_usage: bool, ids: dict | None = None
+    ) -> None:
+        """Server-sent events the way OpenAI streams: role, reasoning, content and tool-call deltas; with
+        `ids` (the request, when it asked for token ids) each chunk carries its ids as vLLM's do."""
         writer.write(
             b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
             b"Connection: close\r\n\r\n"
         )
 
+        chunks: list[dict] = []  # written together at the end, as before: one drain
+
         def event(delta: dict, finish: str | None = None, **extra) -> None:
             chunk = dict(completion, object="chat.completion.chunk", **extra)
             chunk.setdefault("choices", [{"index": 0, "delta": delta, "finish_reason": finish}])
-            writer.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
+            chunks.append(chunk)
 
         if reply.empty:
             writer.write(b"data: [DONE]\n\n")
@@ -259,6 +269,11 @@ class MockServer:
         event({}, reply.finish_reason)
         if include_usage:
             event({}, choices=[], usage=reply.usage)
+        if ids is not None:
+            steer = mock_model.Directives.parse(mock_model.prompt_text(ids.get("messages") or []))
+            mock_tokens.spread(chunks, ids, message, steer.template == "drift", steer.ids)
+        for chunk in chunks:
+            writer.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
         writer.write(b"data: [DONE]\n\n")
         await writer.drain()
 

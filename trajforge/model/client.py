@@ -28,6 +28,7 @@ from trajforge.model.retry import (
 )
 from trajforge.model.settings import ModelSettings
 from trajforge.model.stream import answer, assemble, finish_reason, reported
+from trajforge.model.tokens import REQUEST, TokensMissing, lacks_ids, turn_tokens
 from trajforge.money.errors import CostUnknown
 from trajforge.money.pricing import priced, tokens
 from trajforge.money.spending import Spending, cache_key
@@ -48,6 +49,8 @@ class Completion:
     retries: int
     finish_reason: str = ""  # as the server said it: stop, tool_calls, length, content_filter; "" when none
     model: str = ""  # the model name the server reports in its reply; "" when none
+    tokens: dict | None = None  # with --token_ids: {prompt_token_ids, token_ids, logprobs}, None where missing
+    tokens_missing: str = ""  # with --token_ids: what the reply lacked, or ""
 
 
 class ModelClient:
@@ -93,9 +96,11 @@ class ModelClient:
         data, cost, retries = await self.paid(
             "/chat/completions", body, scope, post, self.settings.prices, log, on_retry
         )
-        return Completion(
-            answer(data), reply_usage(data) | {"cost": cost}, retries, finish_reason(data), reported(data)
-        )
+        tokens, missing = turn_tokens(data) if self.settings.token_ids != "off" else (None, "")
+        if self.settings.token_ids == "required" and lacks_ids(tokens):
+            raise TokensMissing(f"{self.settings.base_url}: {missing}")
+        usage = reply_usage(data) | {"cost": cost}
+        return Completion(answer(data), usage, retries, finish_reason(data), reported(data), tokens, missing)
 
     async def paid(
         self,
@@ -233,7 +238,7 @@ class ModelClient:
             body["tools"] = tools
         if self.settings.max_tokens:
             body["max_tokens"] = self.settings.max_tokens
-        return body | self.settings.extra_body
+        return body | self.settings.extra_body | (REQUEST if self.settings.token_ids != "off" else {})
 
     async def post_json(self, path: str, body: dict) -> dict:
         """POST `body` to the endpoint and return the JSON answer.

@@ -20,6 +20,7 @@ class ModelSettings:
     max_retries: int = 6
     stream: bool = False
     prices: Prices | None = None  # --price_input/--price_output/--price_cached_input, for this model's calls
+    token_ids: str = "off"  # --token_ids: off, on or required (model/tokens.py)
     cache_as: str = ""  # the endpoint as the response cache names it, when not base_url (the mock's changing port)
 
     @property

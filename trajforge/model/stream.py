@@ -7,6 +7,7 @@ import json
 from collections.abc import Iterable
 
 from trajforge.model.retry import BadReply
+from trajforge.model.tokens import gather_chunk
 
 MESSAGE_TEXT = ("content", "reasoning", "reasoning_content")
 DETAIL_TEXT = ("text", "summary", "signature", "data")  # the fields of a reasoning_details item sent in pieces
@@ -50,6 +51,7 @@ def assemble(chunks: Iterable[object]) -> dict:
             continue
         data["usage"] = chunk.get("usage") or data.get("usage")
         data["model"] = reported(chunk) or data.get("model", "")
+        gather_chunk(data, chunk)  # --token_ids: the ids and logprobs of this chunk, when it has any
         for choice in _dicts(chunk.get("choices")):
             answered = True
             data["choices"][0].update({k: choice[k] for k in ("finish_reason", "error") if choice.get(k)})

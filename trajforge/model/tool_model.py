@@ -16,9 +16,11 @@ from trajforge.money.spending import Spending
 
 class ToolModel:
     def __init__(self, settings: ModelSettings, chat_model: str, spending: Spending | None = None):
+        # A tool's model calls are not the agent's turns: no token ids (--token_ids) for them.
         # The prices are those of --model: a different --vision_model is priced only by what the endpoint reports.
         prices = settings.prices if chat_model == settings.model else None
-        self._client = ModelClient(replace(settings, model=chat_model, stream=False, prices=prices), spending)
+        own = replace(settings, model=chat_model, stream=False, prices=prices, token_ids="off")
+        self._client = ModelClient(own, spending)
 
     async def chat(self, messages: list[dict], scope: str = "") -> tuple[dict, dict]:
         """(assistant message, usage with its cost) of the chat model's reply to `messages`, offered no

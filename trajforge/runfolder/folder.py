@@ -100,6 +100,11 @@ class RunFolder:
         return self.path / "preferences.jsonl"
 
     @property
+    def tokens(self) -> Path:
+        """tokens.jsonl (--token_ids): the token ids of each trajectory of trajectories.jsonl, line by line."""
+        return self.path / "tokens.jsonl"
+
+    @property
     def errors(self) -> Path:
         return self.path / "errors.jsonl"
 
@@ -135,6 +140,7 @@ class RunFolder:
     def remove_leftovers(self) -> None:
         """Temporary files of an atomic write that a kill interrupted."""
         merged = ("trajectories.jsonl", "statistics.json", "checkpoint.json", "run.json", "preferences.jsonl")
+        merged += ("tokens.jsonl",)
         for name in (*merged, "README.md", "report.html"):
             for leftover in self.path.glob(f".{name}.*"):
                 leftover.unlink(missing_ok=True)

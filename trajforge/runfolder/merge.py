@@ -17,6 +17,7 @@ import orjson
 from trajectory import EMPTY_THINK
 from trajforge.runfolder.folder import RunFolder, sample_key, write_atomic
 from trajforge.runfolder.preferences import Candidate, best, pair, preference_line
+from trajforge.runfolder.token_lines import TokenTotals, token_line, write_with_tokens
 from trajforge.secrets import KINDS
 
 
@@ -35,6 +36,7 @@ class Totals:
     passed: Counter = field(default_factory=Counter)  # the same, for samples whose verification passed
     redactions: dict = field(default_factory=lambda: dict.fromkeys(KINDS, 0))  # secrets masked, by kind
     verification: dict = field(default_factory=dict)
+    tokens: TokenTotals = field(default_factory=TokenTotals)
 
 
 def dropped(reason: str | None, require_reasoning: bool) -> bool:
@@ -93,8 +95,8 @@ class Verified:
 
 def _clean(line: bytes, record: dict) -> bytes:
     """The line as trajectories.jsonl has it: without the batch file's own keys."""
-    own = [record.pop(key, None) for key in ("discarded", "redactions", "nonzero_exits")]
-    return line if own == [None, None, None] else orjson.dumps(record) + b"\n"
+    own = [record.pop(key, None) for key in ("discarded", "redactions", "nonzero_exits", "tokens")]
+    return line if own == [None] * len(own) else orjson.dumps(record) + b"\n"
 
 
 def merge(
@@ -104,8 +106,10 @@ def merge(
     warn: Callable[[str], None],
     keep: str = "all",
     observe: Callable[[dict, str | None], None] | None = None,
+    tokens: bool = False,
 ) -> Totals:
-    """`observe(record, why it was dropped or None)` sees every finished sample (the report's data)."""
+    """`observe(record, why it was dropped or None)` sees every finished sample (the report's data);
+    with `tokens`, tokens.jsonl gets a line for each line of trajectories.jsonl."""
     totals = Totals()
     tools = {name: {"count": 0, "success": 0, "failure": 0} for name in tool_names}
     turns = with_reasoning = 0
@@ -119,7 +123,7 @@ def merge(
         totals.completed += record["completed"]
         totals.partial += record["partial"]
 
-    def first_pass(handle) -> None:
+    def first_pass(handle, ids=None) -> None:
         nonlocal turns, with_reasoning
         for position, (line, record) in enumerate(folder.batch_lines(warn)):
             for turn in record["conversations"]:
@@ -144,6 +148,7 @@ def merge(
                 verified.add(key, verification)
                 totals.passed[key, sample] += passed
             reason = record.get("discarded")
+            totals.tokens.add(record)
             exits.update(record.get("nonzero_exits") or {})
             for kind, count in (record.get("redactions") or {}).items():
                 totals.redactions[kind] = totals.redactions.get(kind, 0) + count
@@ -163,17 +168,19 @@ def merge(
                     Candidate(position, passed, reward, record.get("api_calls", 0), sample)
                 )
             if handle is not None and (keep == "all" or (keep == "passed" and passed)):
+                if ids is not None:
+                    ids.write(token_line(record))
                 handle.write(_clean(line, record))
                 count_written(record)
 
     if keep == "best":
         first_pass(None)
     else:
-        write_atomic(folder.trajectories, first_pass)
+        write_with_tokens(folder, tokens, first_pass)
     chosen = {c.position for c in map(best, candidates.values()) if c} if keep == "best" else set()
     pairs = [found for found in map(pair, candidates.values()) if found]
     if keep == "best" or pairs:
-        _second_pass(folder, warn, chosen, pairs, count_written, keep == "best")
+        _second_pass(folder, warn, chosen, pairs, count_written, keep == "best", tokens)
     elif verified.samples:
         write_atomic(folder.preferences, lambda handle: None)  # no pair now: none from an earlier merge
     totals.verification = verified.summary(len(pairs))
@@ -188,13 +195,15 @@ def merge(
     return totals
 
 
-def _second_pass(folder: RunFolder, warn, chosen: set[int], pairs: list, count_written, write_best: bool) -> None:
+def _second_pass(
+    folder: RunFolder, warn, chosen: set[int], pairs: list, count_written, write_best: bool, tokens: bool
+) -> None:
     """Write the best samples (when `write_best`) and the preference pairs, reading the lines they are
     on. A pair is written as soon as both its samples have been read."""
     wanted = {position: index for index, both in enumerate(pairs) for position in (both[0].position, both[1].position)}
     halves: dict[int, dict[int, dict]] = {}  # pair index -> position -> record
 
-    def write(trajectories, preferences) -> None:
+    def write(trajectories, preferences, ids=None) -> None:
         for position, (line, record) in enumerate(folder.batch_lines(warn)):
             if position in wanted:
                 index = wanted[position]
@@ -206,10 +215,12 @@ def _second_pass(folder: RunFolder, warn, chosen: set[int], pairs: list, count_w
                     preferences.write(orjson.dumps(line_out) + b"\n")
                     del halves[index]
             if position in chosen and trajectories is not None:
+                if ids is not None:
+                    ids.write(token_line(record))
                 trajectories.write(_clean(line, dict(record)))
                 count_written(record)
 
     if write_best:
-        write_atomic(folder.trajectories, lambda t: write_atomic(folder.preferences, lambda p: write(t, p)))
+        write_with_tokens(folder, tokens, lambda t, ids: write_atomic(folder.preferences, lambda p: write(t, p, ids)))
     else:
         write_atomic(folder.preferences, lambda p: write(None, p))
