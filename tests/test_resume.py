@@ -38,8 +38,8 @@ def test_rate_limit_with_retry_after_completes_in_the_same_run(run_here, server)
     assert busy[0]["body"] == busy[1]["body"] == busy[2]["body"]  # the same request, sent again
     assert result.statistics["retries"] == 2
     # Both waits are the server's Retry-After (0.3 s), not the client's own random backoff.
-    waits = re.findall(r"\[prompt 0\] retry (\d)/2 in ([\d.]+)s", result.stdout)
-    assert waits == [("1", "0.3"), ("2", "0.3")], result.stdout
+    waits = re.findall(r"\[prompt 0\] retry (\d)/2 in ([\d.]+)s", result.stderr)
+    assert waits == [("1", "0.3"), ("2", "0.3")], result.stderr
 
 
 def test_server_errors_fail_the_prompt_and_resume_retries_only_it(run_here, server):
@@ -157,7 +157,7 @@ def test_torn_last_line_is_ignored_and_rerun(run_here, server):
     batch.write_bytes(b"".join(lines[:-1]) + lines[-1][: len(lines[-1]) // 2])
     second = run_here(entries, *TOOLS, "--resume")
     assert second.code == 0, second.stderr
-    assert "batch_0.jsonl line 3 is incomplete" in second.stdout
+    assert "batch_0.jsonl line 3 is incomplete" in second.stderr
     assert sources(second) == Counter(e["prompt"] for e in entries)
     # Three calls the first time; after the tear the prompt runs again, answered from the response cache.
     assert asked(server)[torn] == 3 and second.statistics["cache"]["hits"] == 3

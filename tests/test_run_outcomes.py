@@ -172,7 +172,7 @@ def test_a_model_without_reasoning_or_tool_calls_is_said_at_once_with_the_flag(r
     assert "This invocation: 3 of 3 planned prompts ended (0 failed, 3 discarded, 0 retries)" in result.stdout
     assert "nan" not in result.stdout
     kept = run_here(entries, *TOOLS, "--resume", "--require_reasoning=False")
-    assert kept.code == 0 and len(kept.trajectories) == 3 and "warning" not in kept.stdout
+    assert kept.code == 0 and len(kept.trajectories) == 3 and "warning" not in kept.stderr
 
 
 def test_without_the_reasoning_filter_the_progress_line_counts_no_discard(run_here, server):
@@ -182,7 +182,7 @@ def test_without_the_reasoning_filter_the_progress_line_counts_no_discard(run_he
     assert "2/2 prompts ended, 0 failed, 0 discarded, 1 retries" in result.stdout
     assert "This invocation: 2 of 2 planned prompts ended (0 failed, 0 discarded, 1 retries)" in result.stdout
     assert before_summary(result, "api_http_500: prompt 1, retrying: Error code: 500")
-    assert "warning" not in result.stdout  # reasoning is not required; tools were called
+    assert "warning" not in result.stderr  # reasoning is not required; tools were called
 
 
 def test_the_tool_table_shows_commands_that_exited_non_zero(run_here):

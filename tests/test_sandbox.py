@@ -224,5 +224,5 @@ def test_a_default_run_without_bwrap_warns_once_and_runs_locally(run_here, monke
     result = run_here([{"prompt": "one"}, {"prompt": "two"}, {"prompt": "three"}], "--distribution=terminal_only")
     assert result.code == 0, result.stderr
     assert result.statistics["environment"] == "local"
-    assert result.stdout.count("no sandbox") == 1 and "--environment=local" in result.stdout
+    assert result.stderr.count("no sandbox") == 1 and "--environment=local" in result.stdout
     assert all("mock-model-was-here" in str(t["conversations"]) for t in result.trajectories)

@@ -16,6 +16,7 @@ from rich.markup import escape
 from toolset_distributions import DISTRIBUTIONS, usable
 from trajforge.advice import Advice
 from trajforge.config import RunConfig
+from trajforge.continuation import continue_command
 from trajforge.dataset import Entry, UsageError, load_dataset
 from trajforge.environments import SetupError, choose, prepare_run, remove_leftovers
 from trajforge.events import (
@@ -36,6 +37,7 @@ from trajforge.export.publish import publish
 from trajforge.export.report import ReportData
 from trajforge.helpers import Helpers
 from trajforge.model.client import endpoint_problem
+from trajforge.model.served import model_problem
 from trajforge.money.report import money_statistics
 from trajforge.money.store import Store
 from trajforge.progress import ProgressView, Tally, print_budget_stop, print_summary
@@ -45,13 +47,18 @@ from trajforge.runfolder.state import RunState
 from trajforge.samples import Plan, plan_samples
 from trajforge.tools import registry
 
+UNPRICED = (
+    "Set --price_input and --price_output (USD per million tokens) on this command (the paid replies are "
+    "answered from the cache):"
+)
 CHECKPOINT_EVERY = 1.0  # seconds; batch files, not the checkpoint, are the record of what is done
 
 
 class BatchRunner:
-    def __init__(self, config: RunConfig, console: Console, helpers: Helpers):
+    def __init__(self, config: RunConfig, console: Console, helpers: Helpers, notes: Console | None = None):
         self.config = config
-        self.console = console
+        self.console = console  # results: the summary, the paths, the command that goes on (stdout)
+        self.notes = notes or Console(stderr=True, highlight=False, soft_wrap=True)  # warnings, progress
         self.helpers = helpers  # started by batch_runner.py: up by the time they are needed
         self.folder = RunFolder(config.run_dir)
         self.money = Store(config.run_dir)  # the response cache, the ledger and the budget: money/store.py
@@ -60,7 +67,7 @@ class BatchRunner:
     def warn(self, text: str) -> None:
         if text not in self.warned:
             self.warned.add(text)
-            self.console.print(f"[yellow]warning:[/] {escape(text)}")
+            self.notes.print(f"[yellow]warning:[/] {escape(text)}")
 
     # -- planning ------------------------------------------------------------------------------
     def plan(self, entries: list[Entry]) -> Plan:
@@ -126,6 +133,8 @@ class BatchRunner:
                 else (f"{len(pending)} samples of {len(plan.unfinished)} prompts to run")
             )
             self.console.print(f"Resuming {config.run_name}: {len(plan.done)} prompts already done, {todo}")
+            for change in config.changes:  # said once, by the invocation that makes it
+                self.notes.print(change, markup=False)
         tool_names = sorted(registry.TOOLS)
         by_index = {e.index: e.data for e in entries}
         state = RunState(self.folder, config.run_name, str(config.dataset_file), by_index, plan.done, started)
@@ -189,25 +198,36 @@ class BatchRunner:
         paths.update(publish(self.folder, stats, config, collected, settled))
         tally.seconds = time.monotonic() - started
         print_summary(self.console, stats, tally, paths)
+        return self.ending(state, interrupted, stats, spent_before, tally)
+
+    def ending(self, state: RunState, interrupted: bool, stats: dict, spent_before: float, tally: Tally) -> int:
+        """The exit status, and for an exit that can be continued, what happened and the one command
+        that goes on (no placeholders: a secret given as a flag is left out, with a note to pass it)."""
+        changes: dict[str, str] = {}
         if interrupted:
-            self.console.print("[red]Interrupted.[/] Finished prompts are saved; rerun with --resume to go on.")
-            return 130
-        if state.stopped:
-            self.console.print(
-                f"[red]Stopped:[/] {escape(state.stopped)}. Fix the key or account, then rerun with --resume."
+            code, text = 130, "[red]Interrupted.[/] Finished prompts are saved; rerun with --resume to go on:"
+        elif state.stopped:
+            code, text = (
+                1,
+                f"[red]Stopped:[/] {escape(state.stopped)}. Fix the key or account, then rerun with --resume:",
             )
-            return 1
-        if state.halted == "cost_unknown":
-            self.console.print(
-                "[red]Stopped:[/] a cost limit (--max_cost, --max_cost_per_prompt) needs the cost of every call, but "
-                f"{escape(state.halt_message or 'a reply came without one')}. Set --price_input and --price_output "
-                "(USD per million tokens), then rerun with --resume: the paid replies are answered from the cache."
-            )
-            return 2
-        if state.halted == "budget":
-            print_budget_stop(self.console, stats, money, spent_before, sys.argv)
-            return 3
-        return 1 if remaining else 0
+        elif state.halted == "cost_unknown":
+            why = escape(state.halt_message or "a reply came without one")
+            code, text = 2, f"[red]Stopped:[/] a cost limit needs the cost of every call, but {why}. {UNPRICED}"
+        elif state.halted == "budget":
+            budget = print_budget_stop(self.console, stats, self.money.totals(), spent_before, tally)
+            code, text, changes = 3, "", {"max_cost": f"{budget:.2f}"}
+        elif stats["remaining"]:
+            code, text = 1, "Some entries have no final outcome yet; rerun with --resume to retry them:"
+        else:
+            return 0
+        if text:
+            self.console.print(text)
+        command, notes = continue_command(sys.argv, changes)
+        self.console.print(command, markup=False, highlight=False)
+        for note in notes:
+            self.console.print(f"(a secret is never saved: {note})", markup=False, highlight=False)
+        return code
 
     def execute(self, setup: WorkerSetup, batches: list[Batch], state: RunState, tally: Tally) -> bool:
         """Run the batches on the executor and follow its events, counting them in `tally`; returns True
@@ -222,7 +242,7 @@ class BatchRunner:
         previous = signal.signal(signal.SIGTERM, _interrupt)
         try:
             executor.start(batches)
-            with ProgressView(self.console, tally, config.require_reasoning, self.money.totals()) as view:
+            with ProgressView(self.notes, tally, config.require_reasoning, self.money.totals()) as view:
 
                 def ended(event: PromptEnded | SampleSkipped) -> None:
                     outstanding.discard(event.unit)
@@ -273,13 +293,16 @@ class BatchRunner:
 
 def check_endpoint(config: RunConfig) -> None:
     """Before any worker starts: UsageError (exit 2) when the endpoint does not answer at all, rather
-    than every prompt retrying for minutes and failing the same way."""
-    problem = endpoint_problem(config.model)
+    than every prompt retrying for minutes and failing the same way, or lists models without --model."""
+    problem, served = endpoint_problem(config.model)
     if problem:
         raise UsageError(
             f"--base_url {config.model.base_url} cannot be reached: {problem}. No prompt was sent; check that "
             "the server runs and the URL is right, then run the same command again."
         )
+    wrong = model_problem(config.model.model, served)
+    if wrong:
+        raise UsageError(f"{wrong} (a --resume of a run with no finished prompt may change it).")
 
 
 def _interrupt(signum, frame) -> None:

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 from trajectory import Turn
 from trajforge.environments import Environment
+from trajforge.flagtable import default
 
 OUTPUT_CAP = 2000  # characters of a verifier's output kept in the record
 CHECKS = ("command", "final_contains", "final_excludes", "tools_called")
@@ -27,7 +28,7 @@ KEYS = ("passed", "reward", "output", "duration_seconds", "error")
 
 @dataclass(frozen=True)
 class VerifySettings:
-    timeout: float = 300.0  # seconds for one sample's whole verification
+    timeout: float = default("verify_timeout")  # seconds for one sample's whole verification
     threshold: float = 0.5  # reward a sample needs to pass
     verifier: str | None = None  # "/abs/path/file.py:function" or "module:function"; wins over `verify`
 
