@@ -178,8 +178,9 @@ Flags are written `--name=value` (or `--name value`); a boolean is `--name` or `
 flag stops the run with exit 2, naming the closest one.
 
 **Numbering.** Dataset entries are numbered from 0 everywhere the runner names them: `prompt_index` in
-the records, `errors.jsonl` and the checkpoint, and `prompt N` in messages. A message about the dataset
-file itself also gives the file's line, counted from 1 as editors do: `line 51 (prompt 50)`.
+the records, `errors.jsonl` and the checkpoint, and `prompt N` in messages (its position among the
+dataset's non-blank lines). Only the dataset check, which points into the file, names a file line,
+counted from 1 as editors do (`line 51`).
 
 **Output.** Results (the summary, output paths, the command that continues a run) go to stdout;
 warnings and the progress line go to stderr, so `| head` and `> file` keep only results.
