@@ -12,9 +12,10 @@ import re
 import signal
 import subprocess
 from collections import Counter
+from pathlib import Path
 
 import pytest
-from conftest import released, settled, source, wait_for
+from conftest import API_KEY, released, settled, source, wait_for
 
 TOOLS = ["--distribution=terminal_only", "--max_retries=2"]
 
@@ -174,6 +175,17 @@ def _start(run, entries, *flags):
     )
 
 
+def paste(result_stdout: str, cwd: Path) -> subprocess.CompletedProcess:
+    """The command the run printed last, pasted into a shell, with the key in the environment as the
+    line's note says (it never carries the key itself)."""
+    lines = result_stdout.strip().splitlines()
+    command = next(line for line in reversed(lines) if "--resume" in line and not line.startswith("("))
+    assert "<" not in command and ">" not in command and API_KEY not in command, command
+    assert any("pass --api_key again or set OPENROUTER_API_KEY" in line for line in lines)
+    env = {k: v for k, v in os.environ.items() if not k.endswith("API_KEY")} | {"OPENAI_API_KEY": API_KEY}
+    return subprocess.run(["sh", "-c", command], cwd=cwd, capture_output=True, text=True, env=env, timeout=300)
+
+
 def _lines(run) -> int:
     folder = run.tmp_path / "out" / "run"
     return sum(p.read_bytes().count(b"\n") for p in folder.glob("batch_*.jsonl")) if folder.exists() else 0
@@ -225,5 +237,7 @@ def test_ctrl_c_saves_and_says_how_to_resume(run, run_here, server):
     assert len(checkpoint["completed_prompts"]) == stats["trajectories"] >= 2
     assert not (folder / "errors.jsonl").exists()  # abandoned prompts are not failures
     server.latency = 0
+    pasted = paste(stdout, run.tmp_path)  # the command it printed, pasted into a shell, goes on
+    assert pasted.returncode == 0, pasted.stdout + pasted.stderr
     result = run_here(entries, *TOOLS, "--resume", batch_size=3)
     assert result.code == 0 and sources(result) == Counter(e["prompt"] for e in entries)

@@ -8,32 +8,16 @@ Every run here passes --base_url (the scripted server's), so none needs a networ
 from __future__ import annotations
 
 import json
-import os
 import re
-import signal
-import subprocess
-from pathlib import Path
 
-from conftest import API_KEY, wait_for
 from test_money import FLAGS
-from test_resume import _lines, _start
+from test_resume import paste
 from test_samples import CHECK, ONE_SLOT, SOLVE
 
 from trajforge.config import build_config
 from trajforge.flagtable import given
 
 TOOLS = ["--distribution=terminal_only", "--environment=local"]
-
-
-def paste(result_stdout: str, cwd: Path) -> subprocess.CompletedProcess:
-    """The command the run printed last, pasted into a shell, with the key in the environment as the
-    line's note says (it never carries the key itself)."""
-    lines = result_stdout.strip().splitlines()
-    command = next(line for line in reversed(lines) if "--resume" in line and not line.startswith("("))
-    assert "<" not in command and ">" not in command and API_KEY not in command, command
-    assert any("pass --api_key again or set OPENROUTER_API_KEY" in line for line in lines)
-    env = {k: v for k, v in os.environ.items() if not k.endswith("API_KEY")} | {"OPENAI_API_KEY": API_KEY}
-    return subprocess.run(["sh", "-c", command], cwd=cwd, capture_output=True, text=True, env=env, timeout=300)
 
 
 def test_defect_1_a_resume_keeps_keep_best(run_here, server):
@@ -86,19 +70,9 @@ def test_defect_4_the_budget_stop_prints_a_command_that_continues(run, server):
     assert stats["trajectories"] == 6 and stats["budget"]["stopped"] is False
 
 
-def test_ctrl_c_and_failed_prompts_print_a_command_that_continues(run, server):
-    server.latency = 0.3
-    entries = [{"prompt": f"slow {i}"} for i in range(12)]
-    proc = _start(run, entries, *TOOLS, "--num_workers=2")
-    wait_for(lambda: _lines(run) >= 2, what="two finished prompts")
-    os.killpg(proc.pid, signal.SIGINT)
-    stdout, stderr = proc.communicate(timeout=60)
-    assert proc.returncode == 130, stdout + stderr
-    server.latency = 0
-    pasted = paste(stdout, run.tmp_path)
-    assert pasted.returncode == 0, pasted.stdout + pasted.stderr
-
-    failing = run([{"prompt": "flaky [mock fail=500 times=1 turns=0]"}], *TOOLS, "--max_retries=0", run_name="f")
+def test_failed_prompts_print_a_command_that_continues(run, server):
+    """Ctrl-C's command: test_resume.test_ctrl_c_saves_and_says_how_to_resume."""
+    failing = run([{"prompt": "flaky [mock fail=500 times=1 turns=0]"}], *TOOLS, "--max_retries=0")
     assert failing.code == 1, failing.stdout + failing.stderr
     pasted = paste(failing.stdout, run.tmp_path)
     assert pasted.returncode == 0, pasted.stdout + pasted.stderr

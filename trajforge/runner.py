@@ -120,36 +120,21 @@ class BatchRunner:
         self.folder.remove_leftovers()
         if not config.resume or self.folder.load_settings() != config.settings:  # or run.json lacks a setting
             write_json_atomic(self.folder.settings, config.settings)
-        first = self.folder.next_batch_num()
-        size = config.batch_size
+        first, size = self.folder.next_batch_num(), config.batch_size
         batches = [
             Batch(first + i, [(e.index, sample, e.data) for e, sample in pending[start : start + size]])
             for i, start in enumerate(range(0, len(pending), size))
         ]
         if config.resume:
-            todo = (
-                f"{len(pending)} to run"
-                if config.n_samples == 1
-                else (f"{len(pending)} samples of {len(plan.unfinished)} prompts to run")
-            )
-            self.console.print(f"Resuming {config.run_name}: {len(plan.done)} prompts already done, {todo}")
-            for change in config.changes:  # said once, by the invocation that makes it
-                self.notes.print(change, markup=False)
+            self.announce(plan)
         tool_names = sorted(registry.TOOLS)
         by_index = {e.index: e.data for e in entries}
         state = RunState(self.folder, config.run_name, str(config.dataset_file), by_index, plan.done, started)
-        interrupted = False
         tally = Tally(planned=len(pending), unit="samples" if config.n_samples > 1 else "prompts")
         self.money.begin()
         spent_before = self.money.totals().spent
         self.money.close()  # no connection of ours may cross the fork into the workers
-        if batches:
-            prepare_run(config.environment, config.resume)
-            live = self.helpers.ready(config, "browser" in weights)
-            if not self.helpers.serves_the_model:
-                check_endpoint(live)
-            setup = WorkerSetup(live, weights, toolsets, tool_names, plan.passes, plan.copies)
-            interrupted = self.execute(setup, batches, state, tally)
+        interrupted = bool(batches) and self.start(batches, plan, (weights, toolsets, tool_names), state, tally)
         self.helpers.release()
         collected = ReportData(config.report_max_trajectories) if config.report else None
         observe = collected.observe if collected else None
@@ -190,8 +175,7 @@ class BatchRunner:
         }
         write_json_atomic(self.folder.statistics, stats)
         paths = {"Trajectories": self.folder.trajectories, "Statistics": self.folder.statistics}
-        if self.folder.preferences.exists():
-            paths["Preference pairs"] = self.folder.preferences
+        paths |= {"Preference pairs": self.folder.preferences} if self.folder.preferences.exists() else {}
         # The report lists the errors of entries with nothing left to run again (a failed sample of an
         # entry whose other samples finished is still to do).
         settled = {entry_key(e.data) for e in entries} - {entry_key(e.data) for e in remaining}
@@ -199,6 +183,29 @@ class BatchRunner:
         tally.seconds = time.monotonic() - started
         print_summary(self.console, stats, tally, paths)
         return self.ending(state, interrupted, stats, spent_before, tally)
+
+    def start(self, batches: list[Batch], plan: Plan, tools: tuple, state: RunState, tally: Tally) -> bool:
+        """Check the endpoint and run the batches (see execute); `tools`: (weights, toolsets, tool names)."""
+        weights, toolsets, tool_names = tools
+        prepare_run(self.config.environment, self.config.resume)
+        live = self.helpers.ready(self.config, "browser" in weights)
+        if not self.helpers.serves_the_model:
+            check_endpoint(live)
+        setup = WorkerSetup(live, weights, toolsets, tool_names, plan.passes, plan.copies)
+        return self.execute(setup, batches, state, tally)
+
+    def announce(self, plan: Plan) -> None:
+        """What a resume has left to do, and the may-change settings it changes (said once, by the
+        invocation that makes the change)."""
+        config, pending = self.config, plan.pending
+        todo = (
+            f"{len(pending)} to run"
+            if config.n_samples == 1
+            else f"{len(pending)} samples of {len(plan.unfinished)} prompts to run"
+        )
+        self.console.print(f"Resuming {config.run_name}: {len(plan.done)} prompts already done, {todo}")
+        for change in config.changes:
+            self.notes.print(change, markup=False)
 
     def ending(self, state: RunState, interrupted: bool, stats: dict, spent_before: float, tally: Tally) -> int:
         """The exit status, and for an exit that can be continued, what happened and the one command
