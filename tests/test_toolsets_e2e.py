@@ -98,7 +98,7 @@ def test_without_a_search_provider_web_extract_is_still_offered(run_here, monkey
     assert result.stderr.count("warning:") == 1
     assert (
         "warning: web_search is not available here, so it is not offered: no search provider configured: "
-        "set WEB_SEARCH_URL to a SearXNG instance, or TAVILY_API_KEY or BRAVE_API_KEY" in result.stdout
+        "set WEB_SEARCH_URL to a SearXNG instance, or TAVILY_API_KEY or BRAVE_API_KEY" in result.stderr
     )
     for record in result.trajectories:
         assert offered_tools(record) == {"web_extract"}
@@ -123,7 +123,7 @@ def test_a_browser_that_cannot_start_is_reported_once_and_left_out(run_here, tmp
     assert result.code == 0, result.stderr
     assert result.stderr.count("warning: browser") == 1  # (another warning says that no tool was called)
     assert f"warning: browser is not available here, so it is not offered: {tmp_path}/no-chromium could not" in (
-        result.stdout.replace("\n", "")
+        result.stderr.replace("\n", "")
     )
     (record,) = result.trajectories
     assert "browser" not in record["toolsets_used"]
