@@ -213,7 +213,7 @@ def test_a_default_run_is_sandboxed_and_says_so(bwrap, run):
     result = run(entries, "--distribution=terminal_only")
     assert result.code == 0, result.stderr
     assert result.statistics["environment"] == "bwrap"
-    assert "--environment=bwrap" in result.stdout and "no sandbox" not in result.stdout
+    assert "--environment=bwrap" in result.stdout and "no sandbox" not in result.stderr
     outputs = {t["prompt_index"]: tool_results(t) for t in result.trajectories}
     assert "--unshare-all" in outputs[0] and "batch_runner.py" not in outputs[0] and API_KEY not in outputs[0]
     assert "mock-model-was-here" in outputs[1] and "/project" in outputs[1]
