@@ -21,7 +21,7 @@ from trajforge.flagtable import FLAGS, GROUPS, OPENROUTER, PER_INVOCATION, refer
 from trajforge.model.settings import ModelSettings
 from trajforge.verify import VerifySettings
 
-HELP_LINE = re.compile(r"^  --(\w+)(=\w+)? +(.+); (default .+|required)( \[kept\])?$")
+HELP_LINE = re.compile(r"^  --(\w+)(=\w+)? +(.+); (default .+|required.*?)( \[kept\])?$")
 
 
 def test_mains_signature_is_the_tables():

@@ -49,9 +49,13 @@ REQ, MOD, RUN, BOX, VER, USD, OUT = GROUPS
 
 FLAGS: tuple[Flag, ...] = (
     Flag("dataset_file", str, None, "the JSONL dataset, one entry a line", REQ, shown="required"),
-    Flag("batch_size", int, None, "entries per batch file batch_N.jsonl", REQ, _M, shown="required"),
+    Flag(
+        "batch_size", int, None, "entries per batch file batch_N.jsonl", REQ, _M, shown="required (a resume: the run's)"
+    ),
     Flag("run_name", str, None, "the run folder's name, <output_dir>/<run_name>", REQ, shown="required"),
-    Flag("model", str, "anthropic/claude-sonnet-4.6", "the model to call; mock starts the scripted one", MOD, _R),
+    Flag(
+        "model", str, "anthropic/claude-sonnet-4.6", "the model to call (mock: the scripted one, started here)", MOD, _R
+    ),
     Flag("base_url", str, OPENROUTER, "the OpenAI-compatible endpoint", MOD, _R),
     Flag("api_key", str, None, "the endpoint's key (never saved)", MOD, shown="$OPENROUTER_API_KEY or $OPENAI_API_KEY"),
     Flag("max_tokens", int, None, "completion tokens per model call", MOD, _R, shown="the server's"),
@@ -163,7 +167,7 @@ def help_text(version: str) -> str:
         for flag in (flag for flag in FLAGS if flag.group == group):
             left = f"  --{flag.name}{_placeholder(flag)}"
             said = flag.default_text()
-            said = said if said == "required" else f"default {said}"
+            said = said if said.startswith("required") else f"default {said}"
             lines.append(f"{left:<32}{flag.help}; {said}" + (" [kept]" if flag.kept else ""))
     return "\n".join(lines) + "\n"
 
