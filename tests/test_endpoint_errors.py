@@ -307,7 +307,7 @@ def test_a_connection_broken_during_the_run_fails_with_its_own_type(run_here, ra
     assert (error["error_type"], error["attempts"]) == ("api_connection_reset", 2)
     assert error["message"].startswith("connection reset by the server: ")
     # The first message of the type is printed as it happens, with the retry; the summary counts it.
-    assert "api_connection_reset: prompt 0, retrying: connection reset by the server" in result.stdout
+    assert "api_connection_reset: prompt 0, retrying: connection reset by the server" in result.stderr
     assert "1 failed, 0 discarded, 1 retries" in result.stdout
 
 
@@ -320,5 +320,5 @@ def test_a_context_overflow_fails_the_prompt_at_once_and_says_what_to_change(run
     assert (error["error_type"], error["attempts"]) == ("context_length", 1)
     assert "--max_turns" in error["message"] and "--max_tokens" in error["message"]
     assert len([r for r in server.chat_requests() if "too long" in r["prompt"]]) == 1  # never retried
-    assert "context_length: prompt 0 failed: " in result.stdout
+    assert "context_length: prompt 0 failed: " in result.stderr
     assert result.statistics["errors"] == {"context_length": 1} and len(result.trajectories) == 1

@@ -79,7 +79,7 @@ def test_a_budget_stops_the_run_with_exit_3_and_resume_pays_for_nothing_twice(ru
     assert not (first.run_dir / "errors.jsonl").exists()  # and are not failures
     assert "Budget reached" in first.stdout and f"of {stats['total_prompts']} dataset entries remain" in first.stdout
     assert "--resume --max_cost=" in first.stdout
-    assert f"${spent:.4f} spent" in first.stdout  # the progress line (here a plain one: stdout is no terminal)
+    assert f"${spent:.4f} spent" in first.stderr  # the progress line (here a plain one: stdout is no terminal)
     assert_no_step_answered_twice(server)
 
     again = run_here(entries, *flags, "--resume", "--max_cost=1")

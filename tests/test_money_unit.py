@@ -5,16 +5,18 @@ budget and pause rules (a real SQLite file in tmp_path)."""
 from __future__ import annotations
 
 import os
+import shlex
 import subprocess
 import sys
 
 import pytest
 
 from trajforge.agent.loop import PromptLimits
+from trajforge.continuation import continue_command
 from trajforge.money.bucket import Bucket, backoff
 from trajforge.money.errors import BudgetReached, CostUnknown
 from trajforge.money.pricing import Prices, estimate, priced
-from trajforge.money.report import continue_command, next_budget, projected
+from trajforge.money.report import next_budget, projected
 from trajforge.money.spending import cache_key, sample_scope
 from trajforge.money.store import Call, Store
 
@@ -122,21 +124,24 @@ def test_per_prompt_limits():
     assert PromptLimits(max_cost=0.01).reached(usage | {"cost": None}) is None  # unknown: the client stops it
 
 
-def test_the_command_to_continue_keeps_the_flags_sets_the_budget_and_hides_secrets():
+def test_the_command_to_continue_keeps_the_flags_sets_the_budget_and_leaves_secrets_out():
+    """Issue 24's defect 4: `--api_key=<as before>` was a shell redirection; now the key is left out
+    with a note, and the line is shell-quoted."""
     argv = ["batch_runner.py", "--dataset_file=d.jsonl", "--max_cost", "5", "--api_key=sk-SECRET", "--resume"]
     argv += ["--max-cost=7", "--run_name", "my run", "--verbose", "--noresume"]
-    command = continue_command(argv, 12.5)
-    assert command == (
-        "python batch_runner.py --dataset_file=d.jsonl --api_key=<as before> --run_name 'my run' --verbose "
-        "--resume --max_cost=12.50"
-    )
-    assert "SECRET" not in command
+    command, notes = continue_command(argv, {"max_cost": "12.50"})
+    kept = ["--dataset_file=d.jsonl", "--run_name", "my run", "--verbose"]
+    assert command == shlex.join([sys.executable, "batch_runner.py", *kept, "--resume", "--max_cost=12.50"])
+    assert "SECRET" not in command and "<" not in command
+    assert notes == ["pass --api_key again or set OPENROUTER_API_KEY (or OPENAI_API_KEY)"]
 
 
 def test_the_next_budget_and_the_projection():
     assert next_budget(3.0, 3.0, finished=10, total=40) == 12.0
     assert next_budget(3.0, 3.0, finished=0, total=40) == 6.0
     assert next_budget(0.001, 3.0, finished=10, total=11) == 3.3  # never less than the budget so far
+    assert next_budget(1.0, 1.0, finished=10, total=20, guess=1.6) == 2.0  # it covers the projected total too
+    assert next_budget(1.0, 1.0, finished=10, total=12, guess=1.6) == 1.76
     assert projected(1.0, 3.0, ended=4, planned=10) == pytest.approx(6.0)
     assert projected(1.0, 1.0, ended=0, planned=10) is None
 

@@ -81,7 +81,7 @@ def test_record_format_summary_and_huggingface_loading(run_here):
     assert record["tool_error_counts"]["terminal"] == 0
 
     # Not a terminal: plain progress lines and the summary.
-    assert "4/4 prompts ended, 0 failed" in result.stdout
+    assert "4/4 prompts ended, 0 failed" in result.stderr
     for text in ("Tool usage", "terminal", "Reasoning coverage: 100.0%", "Tokens:", "trajectories.jsonl"):
         assert text in result.stdout
 
@@ -326,5 +326,5 @@ def test_seed_makes_toolsets_reproducible(run_here):
 def test_verbose_logs_previews(run_here):
     result = run_here([{"prompt": "talk"}], *TOOLS, "--verbose", "--log_prefix_chars=12")
     assert result.code == 0, result.stderr
-    assert "[prompt 0] turn 1 (tool calls: terminal, write_file): Turn 1: to m…" in result.stdout
-    assert 'terminal result: {"output"' in result.stdout
+    assert "[prompt 0] turn 1 (tool calls: terminal, write_file): Turn 1: to m…" in result.stderr
+    assert 'terminal result: {"output"' in result.stderr

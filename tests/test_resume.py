@@ -12,9 +12,10 @@ import re
 import signal
 import subprocess
 from collections import Counter
+from pathlib import Path
 
 import pytest
-from conftest import released, settled, source, wait_for
+from conftest import API_KEY, released, settled, source, wait_for
 
 TOOLS = ["--distribution=terminal_only", "--max_retries=2"]
 
@@ -38,8 +39,8 @@ def test_rate_limit_with_retry_after_completes_in_the_same_run(run_here, server)
     assert busy[0]["body"] == busy[1]["body"] == busy[2]["body"]  # the same request, sent again
     assert result.statistics["retries"] == 2
     # Both waits are the server's Retry-After (0.3 s), not the client's own random backoff.
-    waits = re.findall(r"\[prompt 0\] retry (\d)/2 in ([\d.]+)s", result.stdout)
-    assert waits == [("1", "0.3"), ("2", "0.3")], result.stdout
+    waits = re.findall(r"\[prompt 0\] retry (\d)/2 in ([\d.]+)s", result.stderr)
+    assert waits == [("1", "0.3"), ("2", "0.3")], result.stderr
 
 
 def test_server_errors_fail_the_prompt_and_resume_retries_only_it(run_here, server):
@@ -157,7 +158,7 @@ def test_torn_last_line_is_ignored_and_rerun(run_here, server):
     batch.write_bytes(b"".join(lines[:-1]) + lines[-1][: len(lines[-1]) // 2])
     second = run_here(entries, *TOOLS, "--resume")
     assert second.code == 0, second.stderr
-    assert "batch_0.jsonl line 3 is incomplete" in second.stdout
+    assert "batch_0.jsonl line 3 is incomplete" in second.stderr
     assert sources(second) == Counter(e["prompt"] for e in entries)
     # Three calls the first time; after the tear the prompt runs again, answered from the response cache.
     assert asked(server)[torn] == 3 and second.statistics["cache"]["hits"] == 3
@@ -172,6 +173,17 @@ def _start(run, entries, *flags):
         text=True,
         start_new_session=True,
     )
+
+
+def paste(result_stdout: str, cwd: Path) -> subprocess.CompletedProcess:
+    """The command the run printed last, pasted into a shell, with the key in the environment as the
+    line's note says (it never carries the key itself)."""
+    lines = result_stdout.strip().splitlines()
+    command = next(line for line in reversed(lines) if "--resume" in line and not line.startswith("("))
+    assert "<" not in command and ">" not in command and API_KEY not in command, command
+    assert any("pass --api_key again or set OPENROUTER_API_KEY" in line for line in lines)
+    env = {k: v for k, v in os.environ.items() if not k.endswith("API_KEY")} | {"OPENAI_API_KEY": API_KEY}
+    return subprocess.run(["sh", "-c", command], cwd=cwd, capture_output=True, text=True, env=env, timeout=300)
 
 
 def _lines(run) -> int:
@@ -225,5 +237,7 @@ def test_ctrl_c_saves_and_says_how_to_resume(run, run_here, server):
     assert len(checkpoint["completed_prompts"]) == stats["trajectories"] >= 2
     assert not (folder / "errors.jsonl").exists()  # abandoned prompts are not failures
     server.latency = 0
+    pasted = paste(stdout, run.tmp_path)  # the command it printed, pasted into a shell, goes on
+    assert pasted.returncode == 0, pasted.stdout + pasted.stderr
     result = run_here(entries, *TOOLS, "--resume", batch_size=3)
     assert result.code == 0 and sources(result) == Counter(e["prompt"] for e in entries)

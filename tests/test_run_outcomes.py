@@ -155,8 +155,8 @@ def test_metadata_keeps_the_alias_and_the_model_the_endpoint_reports(run_here):
 
 
 def before_summary(result: Result, text: str) -> bool:
-    """`text` was printed while the run went, before the summary."""
-    return -1 < result.stdout.find(text) < result.stdout.find("─ Run run ─")
+    """`text` was printed while the run went (on stderr, with the progress line), not in the summary."""
+    return text in result.stderr.replace("\n", " ") and text not in result.stdout
 
 
 def test_a_model_without_reasoning_or_tool_calls_is_said_at_once_with_the_flag(run_here):
@@ -168,21 +168,21 @@ def test_a_model_without_reasoning_or_tool_calls_is_said_at_once_with_the_flag(r
     assert before_summary(result, "warning: tools were offered to 3 of all 3 samples and not one tool was called")
     assert "No trajectory was kept: 3 sample(s) had no reasoning" in result.stdout
     # The progress line and the summary count the same discards.
-    assert "3/3 prompts ended, 0 failed, 3 discarded, 0 retries" in result.stdout
+    assert "3/3 prompts ended, 0 failed, 3 discarded, 0 retries" in result.stderr
     assert "This invocation: 3 of 3 planned prompts ended (0 failed, 3 discarded, 0 retries)" in result.stdout
-    assert "nan" not in result.stdout
+    assert "nan" not in result.stdout + result.stderr
     kept = run_here(entries, *TOOLS, "--resume", "--require_reasoning=False")
-    assert kept.code == 0 and len(kept.trajectories) == 3 and "warning" not in kept.stdout
+    assert kept.code == 0 and len(kept.trajectories) == 3 and "warning" not in kept.stderr
 
 
 def test_without_the_reasoning_filter_the_progress_line_counts_no_discard(run_here, server):
     entries = [{"prompt": "plain [mock reasoning=none]"}, {"prompt": "retried [mock fail=500 times=1 retry_after=0]"}]
     result = run_here(entries, *TOOLS, "--require_reasoning=False")
     assert result.code == 0 and len(result.trajectories) == 2
-    assert "2/2 prompts ended, 0 failed, 0 discarded, 1 retries" in result.stdout
+    assert "2/2 prompts ended, 0 failed, 0 discarded, 1 retries" in result.stderr
     assert "This invocation: 2 of 2 planned prompts ended (0 failed, 0 discarded, 1 retries)" in result.stdout
     assert before_summary(result, "api_http_500: prompt 1, retrying: Error code: 500")
-    assert "warning" not in result.stdout  # reasoning is not required; tools were called
+    assert "warning" not in result.stderr  # reasoning is not required; tools were called
 
 
 def test_the_tool_table_shows_commands_that_exited_non_zero(run_here):

@@ -40,16 +40,18 @@ def kept(**changes) -> dict:
 # -- the table and settle(), in-process ------------------------------------------------------------------------
 
 
-def test_every_remembered_flag_is_a_flag_left_none_and_no_execution_setting_is_remembered():
+def test_every_kept_flag_is_a_flag_left_none_and_the_execution_details_are_not_kept():
     parameters = inspect.signature(batch_runner.main).parameters
     names = [row.flag for row in RUN_SETTINGS]
     assert len(names) == len(set(names))
     for name in names:
         assert parameters[name].default is None, f"--{name} must default to None so that --resume can tell it apart"
-    free = {"dataset_file", "max_samples", "num_workers", "concurrency", "executor", "ray_address", "ray_shared_fs"}
+    free = {"dataset_file", "max_samples", "executor", "ray_address", "ray_shared_fs", "output_dir", "run_name"}
     free |= {"command_timeout", "request_timeout", "prompt_timeout", "max_retries", "verbose", "log_prefix_chars"}
-    free |= {"require_reasoning", "api_key", "resume", "output_dir", "run_name", "batch_size", "keep_workspaces"}
+    free |= {"require_reasoning", "api_key", "resume", "keep_workspaces", "no_cache", "export", "report"}
     assert not free & set(names)
+    may_change = {row.flag for row in RUN_SETTINGS if row.may_change}
+    assert {"num_workers", "concurrency", "batch_size", "keep", "price_input", "price_output", "max_cost"} <= may_change
 
 
 def test_left_out_flags_take_the_runs_values_given_ones_must_agree():
@@ -182,7 +184,9 @@ def test_a_resume_goes_on_with_the_runs_settings_and_refuses_others(run_here, se
     assert second.code == 0, second.stdout + second.stderr
     assert {r["toolsets_used"] == ["file", "terminal"] for r in second.trajectories} == {True}
     assert second.statistics["model"] == "test-model" and second.statistics["distribution"] == "terminal_only"
-    assert json.loads((first.run_dir / "run.json").read_text()) == stored  # the first invocation's, unchanged
+    # Workers and concurrency are the run's from now on, and the change is said once.
+    assert json.loads((first.run_dir / "run.json").read_text()) == stored | {"num_workers": 1, "concurrency": 2}
+    assert "--num_workers: 4 -> 1" in second.stderr and "--concurrency: 1 -> 2" in second.stderr
     assert second.statistics["duration_seconds"] > took > 0  # both invocations' (the refused one never began)
 
 

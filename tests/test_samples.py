@@ -70,7 +70,7 @@ def test_alternating_samples_exact_passes_keep_and_one_preference_pair(run_here,
         "preference_pairs": 1,
         "skipped_after_pass": 0,
     }
-    assert "Verification: 2/4 samples passed (50%" in first.stdout and "passed 2/4 (50%)" in first.stdout
+    assert "Verification: 2/4 samples passed (50%" in first.stdout and "passed 2/4 (50%)" in first.stderr
     datasets = pytest.importorskip("datasets")  # verified and unverified rows load together
     loaded = datasets.load_dataset("json", data_files=str(first.run_dir / "trajectories.jsonl"), split="train")
     assert loaded.num_rows == 8 and sorted(loaded["metadata"], key=lambda m: str(m["reward"]))[0]["reward"] == 0.0

@@ -213,7 +213,7 @@ def test_a_default_run_is_sandboxed_and_says_so(bwrap, run):
     result = run(entries, "--distribution=terminal_only")
     assert result.code == 0, result.stderr
     assert result.statistics["environment"] == "bwrap"
-    assert "--environment=bwrap" in result.stdout and "no sandbox" not in result.stdout
+    assert "--environment=bwrap" in result.stdout and "no sandbox" not in result.stderr
     outputs = {t["prompt_index"]: tool_results(t) for t in result.trajectories}
     assert "--unshare-all" in outputs[0] and "batch_runner.py" not in outputs[0] and API_KEY not in outputs[0]
     assert "mock-model-was-here" in outputs[1] and "/project" in outputs[1]
@@ -224,5 +224,5 @@ def test_a_default_run_without_bwrap_warns_once_and_runs_locally(run_here, monke
     result = run_here([{"prompt": "one"}, {"prompt": "two"}, {"prompt": "three"}], "--distribution=terminal_only")
     assert result.code == 0, result.stderr
     assert result.statistics["environment"] == "local"
-    assert result.stdout.count("no sandbox") == 1 and "--environment=local" in result.stdout
+    assert result.stderr.count("no sandbox") == 1 and "--environment=local" in result.stdout
     assert all("mock-model-was-here" in str(t["conversations"]) for t in result.trajectories)

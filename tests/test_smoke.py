@@ -4,6 +4,7 @@ dataset with the scripted model, and --list_distributions."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 
@@ -24,7 +25,10 @@ def test_the_demo_command_on_the_example_dataset(tmp_path):
         env={"PATH": "/usr/bin:/bin"},
     )
     assert proc.returncode == 0, proc.stderr
-    assert proc.stderr == ""  # no stray warnings (unclosed sessions, child watchers) on a clean run
+    # No stray warnings (unclosed sessions, child watchers) on a clean run: stderr holds the progress line and
+    # the runner's own warnings (a tool not offered here) alone.
+    progress = re.compile(r"\[\d\d:\d\d:\d\d\] \d+/\d+ prompts ended, |warning: \w+ is not available here")
+    assert proc.stderr and all(progress.match(line) for line in proc.stderr.splitlines()), proc.stderr
     assert len((tmp_path / "demo" / "trajectories.jsonl").read_text().splitlines()) == 8
     assert "Verification: 2/3 samples passed" in proc.stdout  # the entries with `verify` show a pass rate
 

@@ -56,7 +56,7 @@ def test_default_distribution_offers_and_exercises_every_toolset(run_here, serve
         entries, "--distribution=default", *MODELS, "--allow_private_urls", "--num_workers=2", batch_size=1
     )
     assert result.code == 0, result.stdout + result.stderr
-    assert "warning" not in result.stdout  # every toolset is available
+    assert "warning" not in result.stderr  # every toolset is available
 
     every_tool = {t.name for toolset in ALL_SIX for t in BY_TOOLSET[toolset]}
     exercised = every_tool - {"patch", "search_files"}  # the mock model edits no file in place
@@ -95,10 +95,10 @@ def test_without_a_search_provider_web_extract_is_still_offered(run_here, monkey
         "--allow_private_urls",
     )
     assert result.code == 0, result.stderr
-    assert result.stdout.count("warning:") == 1
+    assert result.stderr.count("warning:") == 1
     assert (
         "warning: web_search is not available here, so it is not offered: no search provider configured: "
-        "set WEB_SEARCH_URL to a SearXNG instance, or TAVILY_API_KEY or BRAVE_API_KEY" in result.stdout
+        "set WEB_SEARCH_URL to a SearXNG instance, or TAVILY_API_KEY or BRAVE_API_KEY" in result.stderr
     )
     for record in result.trajectories:
         assert offered_tools(record) == {"web_extract"}
@@ -121,9 +121,9 @@ def test_a_browser_that_cannot_start_is_reported_once_and_left_out(run_here, tmp
     monkeypatch.setenv("WEB_SEARCH_URL", "http://127.0.0.1:9")  # configured, never asked: the mock searches no web
     result = run_here([{"prompt": "browse [mock turns=0]"}], "--distribution=browser_use", *MODELS)
     assert result.code == 0, result.stderr
-    assert result.stdout.count("warning: browser") == 1  # (another warning says that no tool was called)
+    assert result.stderr.count("warning: browser") == 1  # (another warning says that no tool was called)
     assert f"warning: browser is not available here, so it is not offered: {tmp_path}/no-chromium could not" in (
-        result.stdout.replace("\n", "")
+        result.stderr.replace("\n", "")
     )
     (record,) = result.trajectories
     assert "browser" not in record["toolsets_used"]

@@ -10,24 +10,24 @@ import os
 import random
 import socket
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from toolset_distributions import DISTRIBUTIONS
 from trajforge.dataset import UsageError
 from trajforge.environments import KINDS, EnvironmentSettings
 from trajforge.export import FORMATS
+from trajforge.flagtable import FLAGS, MAY_CHANGE, OPENROUTER, default
 from trajforge.model.settings import ModelSettings
 from trajforge.model.tokens import token_mode
 from trajforge.money.pricing import Prices
 from trajforge.money.spending import MoneySettings
-from trajforge.run_settings import Remembered, digest, remembered, settle_flags
+from trajforge.run_settings import Remembered, changes, digest, itself, remembered, settle_flags
 from trajforge.runfolder.folder import RunFolder
 from trajforge.secrets import Secrets
 from trajforge.tools.settings import ToolSettings
 from trajforge.verify import VerifySettings
 
-OPENROUTER = "https://openrouter.ai/api/v1"
 PROVIDER_SORTS = ("price", "throughput", "latency")
 REASONING_EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh")
 NO_KEY = "not-needed"  # what we send to a local server when the user gave no key: no secret
@@ -45,35 +45,39 @@ class RunConfig:
     model: ModelSettings
     environment: EnvironmentSettings
     tools: ToolSettings
-    max_turns: int = 10
-    max_tool_calls_per_turn: int = 32  # calls of one reply that run; the others are answered with an error
-    prompt_timeout: float = 3600.0  # seconds for a whole session, model calls and tools: then partial
-    num_workers: int = 4
-    concurrency: int = 1
+    max_turns: int = default("max_turns")
+    # Calls of one reply that run (the others are answered with an error); seconds for a whole session.
+    max_tool_calls_per_turn: int = default("max_tool_calls_per_turn")
+    prompt_timeout: float = default("prompt_timeout")
+    num_workers: int = default("num_workers")
+    concurrency: int = default("concurrency")
     resume: bool = False
     verbose: bool = False
     max_samples: int | None = None
-    log_prefix_chars: int = 100
+    log_prefix_chars: int = default("log_prefix_chars")
     # The ephemeral system prompt and the prefill: sent on every call, never saved (nor printed).
     ephemeral_system_prompt: str | None = field(default=None, repr=False)
     prefill: list[dict] = field(default_factory=list, repr=False)
     seed: int = 0  # the run seed: --seed, else picked at random by the run's first invocation and kept
     require_reasoning: bool = True
     mock: bool = False  # --model=mock: start the scripted server
-    executor: str = "pool"  # "pool" (local processes) or "ray"
+    executor: str = default("executor")  # "pool" (local processes) or "ray"
     ray_address: str | None = None  # None: a private local Ray instance
     ray_shared_fs: bool = False  # Ray tasks write batch files themselves (the run folder is on every node)
     settings: dict = field(default_factory=dict, repr=False)  # what the run folder's run.json remembers
-    n_samples: int = 1  # samples (independent sessions) per dataset entry
+    n_samples: int = default("n_samples")  # samples (independent sessions) per dataset entry
     verify: VerifySettings = field(default_factory=VerifySettings)
-    keep: str = "all"  # what the merge writes: all samples, passed ones, or the best one per entry
+    keep: str = default("keep")  # what the merge writes: all samples, passed ones, or the best one per entry
     stop_after_passes: int | None = None  # an entry's remaining samples are not started after this many passes
     exports: tuple[str, ...] = ()  # --export: formats written under export/ at every merge
-    report: bool = True  # report.html at every merge
-    report_max_trajectories: int = 2000  # trajectories the report's browser embeds
+    report: bool = default("report")  # report.html at every merge
+    report_max_trajectories: int = default("report_max_trajectories")  # trajectories the report's browser embeds
     money: MoneySettings = field(default_factory=MoneySettings)  # cache, budget, per-prompt and rate limits
-    setup_timeout: float = 600.0  # seconds for a task's `setup` (and, with --check_tasks, its `solution`)
+    setup_timeout: float = default(
+        "setup_timeout"
+    )  # seconds for a task's `setup` (and, with --check_tasks, its `solution`)
     check_tasks: bool = False  # check every task (oracle passes, a no-op fails) instead of running the model
+    changes: tuple[str, ...] = ()  # may-change settings this resume changed: "--max_cost: 1.00 -> 2.00"
 
     @property
     def preamble(self) -> list[dict]:
@@ -290,45 +294,69 @@ def _same_prefill(kept, now) -> bool:
     return (kept and kept["sha256"]) == (now and now["sha256"])
 
 
-# The settings a run folder remembers: the lead and later issues add rows here (verification, prices).
-# Everything else (workers, concurrency, executor, timeouts, retries, verbosity, the dataset and
-# --max_samples, --require_reasoning) may change from one invocation to the next.
-RUN_SETTINGS: tuple[Remembered, ...] = (
-    Remembered("model", "anthropic/claude-sonnet-4.6"),
-    Remembered("base_url", OPENROUTER, _url),
-    Remembered("distribution", "default", _one_of(tuple(DISTRIBUTIONS))),
-    Remembered("max_turns", 10, _number(1)),
-    Remembered("max_tokens", None, _number(1, optional=True)),
-    Remembered("max_tool_calls_per_turn", 32, _number(1)),
-    Remembered("providers_allowed", None, _names),
-    Remembered("providers_ignored", None, _names),
-    Remembered("providers_order", None, _names),
-    Remembered("provider_sort", None, _one_of(PROVIDER_SORTS)),
-    Remembered("reasoning_effort", None, _one_of(REASONING_EFFORTS)),
-    Remembered("reasoning_disabled", False, as_bool),
-    Remembered("ephemeral_system_prompt", None, _secret, _secret_back),
-    Remembered("prefill_messages_file", None, _prefill_file, _prefill_back, _same_prefill),
-    Remembered("environment", "auto", _one_of(KINDS)),
-    Remembered("default_image", "python:3.11-slim", _image),
-    Remembered("sandbox_network", False, as_bool),
-    Remembered("allow_private_urls", False, as_bool),
-    Remembered("vision_model", None),  # None: the main model (what run.json keeps is the model it was)
-    Remembered("image_model", "gpt-image-1"),
-    Remembered("seed", None, _number(0, optional=True)),  # None: the first invocation picks one (build_config)
-    # Samples per entry may grow on a resume (only the new sample indices run); verification shapes rewards.
-    Remembered("n_samples", 1, _number(1), agrees=operator.le),
-    Remembered("verify_timeout", 300.0, as_seconds),
-    Remembered("pass_threshold", 0.5, as_number),
-    Remembered("verifier", None, _verifier_spec),
+def _amount(positive: bool = True) -> Callable:
+    return lambda value, flag: as_amount(value, flag, positive=positive)
+
+
+# The checks of the flags run.json keeps (flagtable: remembered or may change) whose value is more than
+# text: (normal, restore, agrees) as run_settings.Remembered takes them.
+CHECKS: dict[str, tuple] = {
+    "base_url": (_url,),
+    "distribution": (_one_of(tuple(DISTRIBUTIONS)),),
+    "max_turns": (_number(1),),
+    "max_tokens": (_number(1, optional=True),),
+    "max_tool_calls_per_turn": (_number(1),),
+    "providers_allowed": (_names,),
+    "providers_ignored": (_names,),
+    "providers_order": (_names,),
+    "provider_sort": (_one_of(PROVIDER_SORTS),),
+    "reasoning_effort": (_one_of(REASONING_EFFORTS),),
+    "reasoning_disabled": (as_bool,),
+    "ephemeral_system_prompt": (_secret, _secret_back),
+    "prefill_messages_file": (_prefill_file, _prefill_back, _same_prefill),
+    "environment": (_one_of(KINDS),),
+    "default_image": (_image,),
+    "sandbox_network": (as_bool,),
+    "allow_private_urls": (as_bool,),
+    "seed": (_number(0, optional=True),),  # None: the first invocation picks one (build_config)
+    # Samples per entry may grow on a resume (only the new sample indices run).
+    "n_samples": (_number(1), itself, operator.le),
+    "verify_timeout": (as_seconds,),
+    "pass_threshold": (as_number,),
+    "verifier": (_verifier_spec,),
+    "keep": (_one_of(KEEP),),
+    "batch_size": (_number(1, optional=True),),
+    "num_workers": (_number(1),),
+    "concurrency": (_number(1),),
+    "stop_after_passes": (_number(1, optional=True),),
+    "price_input": (_amount(positive=False),),
+    "price_output": (_amount(positive=False),),
+    "price_cached_input": (_amount(positive=False),),
+    "max_cost": (_amount(),),
+    "max_cost_per_prompt": (_amount(),),
+    "max_tokens_per_prompt": (_number(1, optional=True),),
     # Token ids shape the data (tokens.jsonl, the cache keys); on and required differ only in what a
     # reply without them does, so a resume may switch between those two.
-    Remembered("token_ids", False, token_mode, agrees=lambda kept, now: (kept == "off") == (now == "off")),
+    "token_ids": (token_mode, itself, lambda kept, now: (kept == "off") == (now == "off")),
+}
+RUN_SETTINGS: tuple[Remembered, ...] = tuple(
+    Remembered(flag.name, flag.default, *CHECKS.get(flag.name, ()), may_change=flag.resume == MAY_CHANGE)
+    for flag in FLAGS
+    if flag.kept
 )
+# Before any prompt of a run has finished, nothing was made with these: a resume may still change them.
+UNTIL_FIRST_PROMPT = ("model", "base_url")
 
 
-def settle(flags: dict, kept: dict | None = None, where: Path | None = None) -> dict:
-    """The flags with RUN_SETTINGS settled against run.json (`kept`) or their defaults."""
-    flags = settle_flags(RUN_SETTINGS, flags, kept, where)
+def settle(flags: dict, kept: dict | None = None, where: Path | None = None, fresh: bool = False) -> dict:
+    """The flags with RUN_SETTINGS settled against run.json (`kept`) or their defaults. `fresh`: no
+    prompt of the run has finished, so --model and --base_url may still change."""
+    rows = RUN_SETTINGS
+    if fresh and kept:
+        rows = tuple(replace(row, may_change=True) if row.flag in UNTIL_FIRST_PROMPT else row for row in rows)
+        if kept.get("vision_model") == kept.get("model"):  # it was the main model: it follows a new --model
+            kept = {name: value for name, value in kept.items() if name != "vision_model"}
+    flags = settle_flags(rows, flags, kept, where)
     if flags["vision_model"] is None:
         flags["vision_model"] = flags["model"]
     return flags
@@ -391,37 +419,38 @@ def _executor(flags: dict) -> str:
     return executor
 
 
-def build_config(flags: dict) -> RunConfig:
-    """Check every flag; raise UsageError naming the first bad one."""
-    for flag in ("dataset_file", "batch_size", "run_name"):
+def _opened(flags: dict) -> tuple[dict, dict | None, Path]:
+    """The flags settled against the run folder's run.json (on --resume), what run.json held, and
+    the run folder; UsageError for a missing required flag or a run name that is no folder name."""
+    for flag in ("dataset_file", "run_name"):
         if flags[flag] is None:
             raise UsageError(f"--{flag} is required (see --help)")
     run_name = str(flags["run_name"])
     if not run_name.strip() or "/" in run_name or run_name in (".", ".."):
         raise UsageError(f"--run_name must be a plain folder name, got {run_name!r}")
     run_dir = Path(str(flags["output_dir"])) / run_name
-    resume = as_bool(flags["resume"], "resume")
     folder = RunFolder(run_dir)
-    kept = folder.load_settings() if resume else None
-    flags = settle(flags, kept, folder.settings)
+    kept = folder.load_settings() if as_bool(flags["resume"], "resume") else None
+    fresh = kept is not None and next(iter(folder.batch_lines(lambda _: None)), None) is None
+    flags = settle(flags, kept, folder.settings, fresh)
+    if flags["batch_size"] is None:
+        raise UsageError("--batch_size is required (see --help)")
     if flags["seed"] is None:  # the run seed: drawn once, then kept in run.json like a given one
         flags["seed"] = random.SystemRandom().randrange(2**31)
-    distribution = str(flags["distribution"])
-    if distribution not in DISTRIBUTIONS:
-        raise UsageError(f"--distribution {distribution!r} does not exist; choose one of: {', '.join(DISTRIBUTIONS)}")
-    model_name = str(flags["model"])
-    default_image = _image(flags["default_image"], "default_image")
-    mock = model_name == "mock"
-    check_tasks = as_bool(flags["check_tasks"], "check_tasks")
-    base_url = str(flags["base_url"])
-    reasoning_disabled = as_bool(flags["reasoning_disabled"], "reasoning_disabled")
-    require = flags["require_reasoning"]
-    prefill = load_prefill(flags["prefill_messages_file"])
-    ephemeral = flags["ephemeral_system_prompt"]
-    model = ModelSettings(
+    if str(flags["distribution"]) not in DISTRIBUTIONS:
+        raise UsageError(
+            f"--distribution {flags['distribution']!r} does not exist; choose one of: {', '.join(DISTRIBUTIONS)}"
+        )
+    return flags, kept, run_dir
+
+
+def _model(flags: dict) -> ModelSettings:
+    model_name, base_url = str(flags["model"]), str(flags["base_url"])
+    return ModelSettings(
         model=model_name,
         base_url=base_url,
-        api_key=_api_key(flags, base_url, mock or check_tasks),  # a task check calls no model
+        # A task check calls no model, so it needs no key.
+        api_key=_api_key(flags, base_url, model_name == "mock" or as_bool(flags["check_tasks"], "check_tasks")),
         max_tokens=as_int(flags["max_tokens"], "max_tokens", 1, optional=True),
         extra_body=_extra_body(flags),
         request_timeout=as_seconds(flags["request_timeout"], "request_timeout"),
@@ -430,41 +459,56 @@ def build_config(flags: dict) -> RunConfig:
         prices=_prices(flags),
         token_ids=token_mode(flags["token_ids"]),
     )
+
+
+def _environment(flags: dict, run_dir: Path) -> EnvironmentSettings:
+    return EnvironmentSettings(
+        kind=choice(flags["environment"], "environment", KINDS),
+        command_timeout=as_seconds(flags["command_timeout"], "command_timeout"),
+        keep_workspaces=as_bool(flags["keep_workspaces"], "keep_workspaces"),
+        default_image=_image(flags["default_image"], "default_image"),
+        sandbox_network=as_bool(flags["sandbox_network"], "sandbox_network"),
+        run_name=run_dir.name,
+        run_dir=str(run_dir.resolve()),  # labels this run's containers, whatever the cwd of a later --resume
+    )
+
+
+def build_config(flags: dict) -> RunConfig:
+    """Check every flag; raise UsageError naming the first bad one."""
+    flags, kept, run_dir = _opened(flags)
+    model = _model(flags)
     exports = export_formats(flags["export"])
     if "rl" in exports and model.token_ids == "off":
         raise UsageError("--export=rl builds its rows from token ids: add --token_ids (a new run, or one made with it)")
+    require, ephemeral = flags["require_reasoning"], flags["ephemeral_system_prompt"]
     return RunConfig(
         dataset_file=Path(str(flags["dataset_file"])),
         batch_size=as_int(flags["batch_size"], "batch_size", 1),
-        run_name=run_name,
+        run_name=run_dir.name,
         run_dir=run_dir,
-        distribution=distribution,
+        distribution=str(flags["distribution"]),
         model=model,
-        environment=EnvironmentSettings(
-            kind=choice(flags["environment"], "environment", KINDS),
-            command_timeout=as_seconds(flags["command_timeout"], "command_timeout"),
-            keep_workspaces=as_bool(flags["keep_workspaces"], "keep_workspaces"),
-            default_image=default_image,
-            sandbox_network=as_bool(flags["sandbox_network"], "sandbox_network"),
-            run_name=run_name,
-            run_dir=str(run_dir.resolve()),  # labels this run's containers, whatever the cwd of a later --resume
-        ),
+        environment=_environment(flags, run_dir),
         tools=tool_settings(flags),
         max_turns=as_int(flags["max_turns"], "max_turns", 1),
         max_tool_calls_per_turn=as_int(flags["max_tool_calls_per_turn"], "max_tool_calls_per_turn", 1),
         prompt_timeout=as_seconds(flags["prompt_timeout"], "prompt_timeout"),
         num_workers=as_int(flags["num_workers"], "num_workers", 1),
         concurrency=as_int(flags["concurrency"], "concurrency", 1),
-        resume=resume,
+        resume=as_bool(flags["resume"], "resume"),
         verbose=as_bool(flags["verbose"], "verbose"),
         max_samples=as_int(flags["max_samples"], "max_samples", 1, optional=True),
         log_prefix_chars=as_int(flags["log_prefix_chars"], "log_prefix_chars", 0),
         ephemeral_system_prompt=None if ephemeral is None else str(ephemeral),
-        prefill=prefill,
+        prefill=load_prefill(flags["prefill_messages_file"]),
         seed=as_int(flags["seed"], "seed", 0),
         # Without reasoning from the model, the no-reasoning filter would drop every sample.
-        require_reasoning=not reasoning_disabled if require is None else as_bool(require, "require_reasoning"),
-        mock=mock,
+        require_reasoning=(
+            not as_bool(flags["reasoning_disabled"], "reasoning_disabled")
+            if require is None
+            else as_bool(require, "require_reasoning")
+        ),
+        mock=model.model == "mock",
         executor=_executor(flags),
         ray_address=None if flags["ray_address"] is None else str(flags["ray_address"]),
         ray_shared_fs=as_bool(flags["ray_shared_fs"], "ray_shared_fs"),
@@ -482,5 +526,6 @@ def build_config(flags: dict) -> RunConfig:
         report_max_trajectories=as_int(flags["report_max_trajectories"], "report_max_trajectories", 0),
         money=_money(flags, run_dir, model.max_retries, model.request_timeout),
         setup_timeout=as_seconds(flags["setup_timeout"], "setup_timeout"),
-        check_tasks=check_tasks,
+        check_tasks=as_bool(flags["check_tasks"], "check_tasks"),
+        changes=tuple(changes(RUN_SETTINGS, flags, kept)),
     )

@@ -11,7 +11,7 @@ from rich.table import Table
 
 from trajectory import EXIT_CODE_TOOLS
 from trajforge.events import PromptDone, PromptEnded, PromptFailed, Retrying, RunRefused, SampleSkipped
-from trajforge.money.report import PRICE_HINT, continue_command, next_budget, projected, spent, usd
+from trajforge.money.report import PRICE_HINT, next_budget, projected, spent, usd
 from trajforge.money.store import Totals
 from trajforge.runfolder.merge import dropped
 
@@ -229,10 +229,7 @@ def print_summary(console: Console, stats: dict, tally: Tally, paths: dict) -> N
             "them without calling the model again: rerun with --resume --require_reasoning=False."
         )
     if stats["failed"]:
-        console.print(
-            f"[red]{stats['failed']} prompt(s) failed[/] (see errors.jsonl); rerun the same command with --resume "
-            "to retry them."
-        )
+        console.print(f"[red]{stats['failed']} prompt(s) failed[/] (see errors.jsonl).")
 
 
 def _print_money(console: Console, stats: dict) -> None:
@@ -246,15 +243,17 @@ def _print_money(console: Console, stats: dict) -> None:
         console.print(f"Budget: {usd(budget['spent'])} spent of {usd(budget['max_cost'])} (--max_cost)")
 
 
-def print_budget_stop(console: Console, stats: dict, totals: Totals, spent_before: float, argv: list[str]) -> None:
-    """The run stopped at its budget: what was spent of what, what remains and how to go on."""
+def print_budget_stop(console: Console, stats: dict, totals: Totals, spent_before: float, tally: Tally) -> float:
+    """The run stopped at its budget: what was spent of what, what remains; returns the budget that
+    lets it go on (the caller prints the command)."""
     paid, budget = spent(totals) or 0.0, stats["budget"]["max_cost"]
     finished = stats["total_prompts"] - stats["remaining"]
-    more = next_budget(paid, budget, finished, stats["total_prompts"])
+    guess = projected(spent_before, paid, tally.ended, tally.planned)
+    more = next_budget(paid, budget, finished, stats["total_prompts"], guess)
     console.print(
         f"[yellow]Budget reached:[/] {usd(paid)} spent of {usd(budget)} (--max_cost), this invocation "
         f"{usd(paid - spent_before)}; {stats['remaining']} of {stats['total_prompts']} dataset entries remain. "
         "Prompts stopped on the way are not saved; their paid calls are answered from the response cache. "
-        "To continue:"
+        f"To continue with a budget of {usd(more)}:"
     )
-    console.print(continue_command(argv, more), markup=False, highlight=False)
+    return more

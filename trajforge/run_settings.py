@@ -1,5 +1,6 @@
 """What a run folder remembers of its run (run.json): the settings that shape the data, kept by the
-first invocation so that --resume goes on with the same ones. The table itself is config.RUN_SETTINGS."""
+first invocation so that --resume goes on with the same ones. Which flags, and their rules, come from
+trajforge.flagtable; config.RUN_SETTINGS holds the rows with their checks."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ def digest(value) -> str:
     return "sha256:" + hashlib.sha256(json.dumps(value, ensure_ascii=False, sort_keys=True).encode()).hexdigest()
 
 
-def _itself(value, flag: str = ""):
+def itself(value, flag: str = ""):
     return value
 
 
@@ -34,10 +35,12 @@ class Remembered:
     flag: str
     default: object  # when neither the command line nor run.json gives it
     normal: Callable = _text  # (flag value, flag) -> what run.json keeps (JSON)
-    restore: Callable = _itself  # (what run.json keeps, flag) -> the flag value that --resume runs with
+    restore: Callable = itself  # (what run.json keeps, flag) -> the flag value that --resume runs with
     # (kept, now) -> may a resume go on with `now`? Equality; a setting that may grow on a resume (such as
     # a number of samples per prompt) says so here, and run.json then keeps the new value.
     agrees: Callable = operator.eq
+    # A flag that may change on a resume (workers, prices, budget): run.json's value is only the default.
+    may_change: bool = False
 
 
 def settle_flags(rows: tuple[Remembered, ...], flags: dict, kept: dict | None, where: Path | None) -> dict:
@@ -65,7 +68,7 @@ def settle_flags(rows: tuple[Remembered, ...], flags: dict, kept: dict | None, w
             raise UsageError(f"{where}: {row.flag} holds {stored!r}: {exc}") from None
         except (TypeError, KeyError, AttributeError):
             raise damaged from None
-        if not agrees:
+        if not agrees and not (row.may_change and given is not None):
             shown = json.dumps(stored, ensure_ascii=False)
             if given is None:  # restored, but not the same: a prefill file that changed, a damaged run.json
                 raise UsageError(f"--{row.flag}: the run (in {where}) was made with {shown}, which now reads {now!r}")
@@ -76,6 +79,24 @@ def settle_flags(rows: tuple[Remembered, ...], flags: dict, kept: dict | None, w
             )
         flags[row.flag] = value
     return flags
+
+
+def changes(rows: tuple[Remembered, ...], flags: dict, kept: dict | None) -> list[str]:
+    """What this invocation changes of a may-change setting of the run, as people read it:
+    "--max_cost: 1.0 -> 2.0". `flags` are the settled ones."""
+    out = []
+    for row in rows:
+        if row.may_change and kept is not None and row.flag in kept:
+            now = row.normal(flags[row.flag], row.flag)
+            if not row.agrees(kept[row.flag], now):
+                out.append(f"--{row.flag}: {_shown(kept[row.flag])} -> {_shown(now)}")
+    return out
+
+
+def _shown(value) -> str:
+    if isinstance(value, float):
+        return f"{value:.2f}" if round(value, 2) == value else f"{value:g}"
+    return "none" if value is None else str(value)
 
 
 def remembered(rows: tuple[Remembered, ...], flags: dict) -> dict:

@@ -16,6 +16,7 @@ from rich.markup import escape
 from toolset_distributions import DISTRIBUTIONS, usable
 from trajforge.advice import Advice
 from trajforge.config import RunConfig
+from trajforge.continuation import continue_command
 from trajforge.dataset import Entry, UsageError, load_dataset
 from trajforge.environments import SetupError, choose, prepare_run, remove_leftovers
 from trajforge.events import (
@@ -36,6 +37,7 @@ from trajforge.export.publish import publish
 from trajforge.export.report import ReportData
 from trajforge.helpers import Helpers
 from trajforge.model.client import endpoint_problem
+from trajforge.model.served import model_problem
 from trajforge.model.tokens import TokensMissing
 from trajforge.money.report import money_statistics
 from trajforge.money.store import Store
@@ -46,13 +48,18 @@ from trajforge.runfolder.state import RunState
 from trajforge.samples import Plan, plan_samples
 from trajforge.tools import registry
 
+UNPRICED = (
+    "Set --price_input and --price_output (USD per million tokens) on this command (the paid replies are "
+    "answered from the cache):"
+)
 CHECKPOINT_EVERY = 1.0  # seconds; batch files, not the checkpoint, are the record of what is done
 
 
 class BatchRunner:
-    def __init__(self, config: RunConfig, console: Console, helpers: Helpers):
+    def __init__(self, config: RunConfig, console: Console, helpers: Helpers, notes: Console | None = None):
         self.config = config
-        self.console = console
+        self.console = console  # results: the summary, the paths, the command that goes on (stdout)
+        self.notes = notes or Console(stderr=True, highlight=False, soft_wrap=True)  # warnings, progress
         self.helpers = helpers  # started by batch_runner.py: up by the time they are needed
         self.folder = RunFolder(config.run_dir)
         self.money = Store(config.run_dir)  # the response cache, the ledger and the budget: money/store.py
@@ -61,7 +68,7 @@ class BatchRunner:
     def warn(self, text: str) -> None:
         if text not in self.warned:
             self.warned.add(text)
-            self.console.print(f"[yellow]warning:[/] {escape(text)}")
+            self.notes.print(f"[yellow]warning:[/] {escape(text)}")
 
     # -- planning ------------------------------------------------------------------------------
     def plan(self, entries: list[Entry]) -> Plan:
@@ -114,34 +121,21 @@ class BatchRunner:
         self.folder.remove_leftovers()
         if not config.resume or self.folder.load_settings() != config.settings:  # or run.json lacks a setting
             write_json_atomic(self.folder.settings, config.settings)
-        first = self.folder.next_batch_num()
-        size = config.batch_size
+        first, size = self.folder.next_batch_num(), config.batch_size
         batches = [
             Batch(first + i, [(e.index, sample, e.data) for e, sample in pending[start : start + size]])
             for i, start in enumerate(range(0, len(pending), size))
         ]
         if config.resume:
-            todo = (
-                f"{len(pending)} to run"
-                if config.n_samples == 1
-                else (f"{len(pending)} samples of {len(plan.unfinished)} prompts to run")
-            )
-            self.console.print(f"Resuming {config.run_name}: {len(plan.done)} prompts already done, {todo}")
+            self.announce(plan)
         tool_names = sorted(registry.TOOLS)
         by_index = {e.index: e.data for e in entries}
         state = RunState(self.folder, config.run_name, str(config.dataset_file), by_index, plan.done, started)
-        interrupted = False
         tally = Tally(planned=len(pending), unit="samples" if config.n_samples > 1 else "prompts")
         self.money.begin()
         spent_before = self.money.totals().spent
         self.money.close()  # no connection of ours may cross the fork into the workers
-        if batches:
-            prepare_run(config.environment, config.resume)
-            live = self.helpers.ready(config, "browser" in weights)
-            if not self.helpers.serves_the_model:
-                check_endpoint(live)
-            setup = WorkerSetup(live, weights, toolsets, tool_names, plan.passes, plan.copies)
-            interrupted = self.execute(setup, batches, state, tally)
+        interrupted = bool(batches) and self.start(batches, plan, (weights, toolsets, tool_names), state, tally)
         self.helpers.release()
         collected = ReportData(config.report_max_trajectories) if config.report else None
         observe = collected.observe if collected else None
@@ -186,36 +180,68 @@ class BatchRunner:
         }
         write_json_atomic(self.folder.statistics, stats)
         paths = {"Trajectories": self.folder.trajectories, "Statistics": self.folder.statistics}
-        if self.folder.preferences.exists():
-            paths["Preference pairs"] = self.folder.preferences
+        paths |= {"Preference pairs": self.folder.preferences} if self.folder.preferences.exists() else {}
         # The report lists the errors of entries with nothing left to run again (a failed sample of an
         # entry whose other samples finished is still to do).
         settled = {entry_key(e.data) for e in entries} - {entry_key(e.data) for e in remaining}
         paths.update(publish(self.folder, stats, config, collected, settled))
         tally.seconds = time.monotonic() - started
         print_summary(self.console, stats, tally, paths)
+        return self.ending(state, interrupted, stats, spent_before, tally)
+
+    def start(self, batches: list[Batch], plan: Plan, tools: tuple, state: RunState, tally: Tally) -> bool:
+        """Check the endpoint and run the batches (see execute); `tools`: (weights, toolsets, tool names)."""
+        weights, toolsets, tool_names = tools
+        prepare_run(self.config.environment, self.config.resume)
+        live = self.helpers.ready(self.config, "browser" in weights)
+        if not self.helpers.serves_the_model:
+            check_endpoint(live)
+        setup = WorkerSetup(live, weights, toolsets, tool_names, plan.passes, plan.copies)
+        return self.execute(setup, batches, state, tally)
+
+    def announce(self, plan: Plan) -> None:
+        """What a resume has left to do, and the may-change settings it changes (said once, by the
+        invocation that makes the change)."""
+        config, pending = self.config, plan.pending
+        todo = (
+            f"{len(pending)} to run"
+            if config.n_samples == 1
+            else f"{len(pending)} samples of {len(plan.unfinished)} prompts to run"
+        )
+        self.console.print(f"Resuming {config.run_name}: {len(plan.done)} prompts already done, {todo}")
+        for change in config.changes:
+            self.notes.print(change, markup=False)
+
+    def ending(self, state: RunState, interrupted: bool, stats: dict, spent_before: float, tally: Tally) -> int:
+        """The exit status, and for an exit that can be continued, what happened and the one command
+        that goes on (no placeholders: a secret given as a flag is left out, with a note to pass it)."""
+        changes: dict[str, str] = {}
         if interrupted:
-            self.console.print("[red]Interrupted.[/] Finished prompts are saved; rerun with --resume to go on.")
-            return 130
-        if state.stopped:
-            self.console.print(
-                f"[red]Stopped:[/] {escape(state.stopped)}. Fix the key or account, then rerun with --resume."
+            code, text = 130, "[red]Interrupted.[/] Finished prompts are saved; rerun with --resume to go on:"
+        elif state.stopped:
+            code, text = (
+                1,
+                f"[red]Stopped:[/] {escape(state.stopped)}. Fix the key or account, then rerun with --resume:",
             )
-            return 1
-        if state.halted == "cost_unknown":
-            self.console.print(
-                "[red]Stopped:[/] a cost limit (--max_cost, --max_cost_per_prompt) needs the cost of every call, but "
-                f"{escape(state.halt_message or 'a reply came without one')}. Set --price_input and --price_output "
-                "(USD per million tokens), then rerun with --resume: the paid replies are answered from the cache."
-            )
-            return 2
-        if state.halted == TokensMissing.reason:  # --token_ids=required
-            self.console.print(f"[red]Stopped:[/] --token_ids=required, but {escape(state.halt_message)}.")
-            return 2
-        if state.halted == "budget":
-            print_budget_stop(self.console, stats, money, spent_before, sys.argv)
-            return 3
-        return 1 if remaining else 0
+        elif state.halted == "cost_unknown":
+            why = escape(state.halt_message or "a reply came without one")
+            code, text = 2, f"[red]Stopped:[/] a cost limit needs the cost of every call, but {why}. {UNPRICED}"
+        elif state.halted == TokensMissing.reason:  # --token_ids=required
+            code, text = 2, f"[red]Stopped:[/] --token_ids=required, but {escape(state.halt_message)}."
+        elif state.halted == "budget":
+            budget = print_budget_stop(self.console, stats, self.money.totals(), spent_before, tally)
+            code, text, changes = 3, "", {"max_cost": f"{budget:.2f}"}
+        elif stats["remaining"]:
+            code, text = 1, "Some entries have no final outcome yet; rerun with --resume to retry them:"
+        else:
+            return 0
+        if text:
+            self.console.print(text)
+        command, notes = continue_command(sys.argv, changes)
+        self.console.print(command, markup=False, highlight=False)
+        for note in notes:
+            self.console.print(f"(a secret is never saved: {note})", markup=False, highlight=False)
+        return code
 
     def execute(self, setup: WorkerSetup, batches: list[Batch], state: RunState, tally: Tally) -> bool:
         """Run the batches on the executor and follow its events, counting them in `tally`; returns True
@@ -230,7 +256,7 @@ class BatchRunner:
         previous = signal.signal(signal.SIGTERM, _interrupt)
         try:
             executor.start(batches)
-            with ProgressView(self.console, tally, config.require_reasoning, self.money.totals()) as view:
+            with ProgressView(self.notes, tally, config.require_reasoning, self.money.totals()) as view:
 
                 def ended(event: PromptEnded | SampleSkipped) -> None:
                     outstanding.discard(event.unit)
@@ -281,13 +307,16 @@ class BatchRunner:
 
 def check_endpoint(config: RunConfig) -> None:
     """Before any worker starts: UsageError (exit 2) when the endpoint does not answer at all, rather
-    than every prompt retrying for minutes and failing the same way."""
-    problem = endpoint_problem(config.model)
+    than every prompt retrying for minutes and failing the same way, or lists models without --model."""
+    problem, served = endpoint_problem(config.model)
     if problem:
         raise UsageError(
             f"--base_url {config.model.base_url} cannot be reached: {problem}. No prompt was sent; check that "
             "the server runs and the URL is right, then run the same command again."
         )
+    wrong = model_problem(config.model.model, served)
+    if wrong:
+        raise UsageError(f"{wrong} (a --resume of a run with no finished prompt may change it).")
 
 
 def _interrupt(signum, frame) -> None:

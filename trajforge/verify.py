@@ -20,6 +20,7 @@ from pathlib import Path
 
 from trajectory import Turn
 from trajforge.environments import Environment
+from trajforge.flagtable import default
 from trajforge.tasks import reveal_tests
 
 OUTPUT_CAP = 2000  # characters of a verifier's output kept in the record
@@ -29,7 +30,7 @@ KEYS = ("passed", "reward", "output", "duration_seconds", "error")
 
 @dataclass(frozen=True)
 class VerifySettings:
-    timeout: float = 300.0  # seconds for one sample's whole verification
+    timeout: float = default("verify_timeout")  # seconds for one sample's whole verification
     threshold: float = 0.5  # reward a sample needs to pass
     verifier: str | None = None  # "/abs/path/file.py:function" or "module:function"; wins over `verify`
 

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 from trajectory import Turn, split_reasoning
 from trajforge.agent.calls import read_tool_calls
+from trajforge.flagtable import default
 from trajforge.model.client import ModelClient, OnRetry
 from trajforge.model.retry import ModelCallFailed
 from trajforge.model.usage import add_usage, empty_usage, usage_total
@@ -60,7 +61,7 @@ async def run_agent(
     preamble: list[dict],
     log: Log | None = None,
     *,
-    max_tool_calls: int = 32,
+    max_tool_calls: int = default("max_tool_calls_per_turn"),
     timeout: float | None = None,
     on_retry: OnRetry | None = None,
     limits: PromptLimits = PromptLimits(),

@@ -14,6 +14,7 @@ import posixpath
 from dataclasses import dataclass, replace
 
 from trajforge.environments.contract import Backend, Environment, ExecResult, SetupError
+from trajforge.flagtable import default
 
 __all__ = ["Backend", "Environment", "ExecResult", "SetupError"]  # the contract, where callers look for it
 
@@ -24,7 +25,7 @@ FILE_LIMIT = 10_000_000  # bytes read_file will load
 @dataclass(frozen=True)
 class EnvironmentSettings:
     kind: str = "local"
-    command_timeout: float = 180.0
+    command_timeout: float = default("command_timeout")
     keep_workspaces: bool = False
     default_image: str = "python:3.11-slim"  # for prompts that name no `image` (docker, singularity, modal)
     sandbox_network: bool = False  # bwrap, docker, singularity and modal cut the network unless this is set

@@ -9,40 +9,13 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
-from importlib import metadata
-from pathlib import Path
 from urllib.parse import urlsplit
 
 from trajforge.config import RunConfig
 from trajforge.export import loading
 
 FILE = "README.md"
-ROOT = Path(__file__).resolve().parents[2]  # the checkout, when running from one
 MARKDOWN_SPECIAL = re.compile(r"([\\`*_\[\]<>|])")
-
-
-def project_version() -> str:
-    try:
-        return metadata.version("batch-runner")
-    except metadata.PackageNotFoundError:
-        return "unknown"
-
-
-def git_commit() -> str | None:
-    """The checkout's commit (with -dirty for uncommitted changes), when the code runs from a git checkout."""
-    if not (ROOT / ".git").exists():
-        return None
-    try:
-        done = subprocess.run(
-            ["git", "-C", str(ROOT), "describe", "--always", "--dirty", "--abbrev=12"],
-            capture_output=True,
-            text=True,
-            timeout=10,
-        )
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    return done.stdout.strip() or None
 
 
 def endpoint_host(config: RunConfig) -> str:

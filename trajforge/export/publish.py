@@ -18,6 +18,7 @@ from trajforge.export.files import JsonArray, JsonLines
 from trajforge.export.record import Conversation, parse
 from trajforge.export.report import ReportData, write_report
 from trajforge.runfolder.folder import RunFolder, write_atomic
+from trajforge.version import git_commit, project_version
 
 EXPORT_DIR = "export"
 
@@ -80,9 +81,9 @@ def publish(
     folder: RunFolder, stats: dict, config: RunConfig, collected: ReportData | None, settled: set[str]
 ) -> dict[str, Path]:
     """Write the exports, the card and (unless --report=false) the report; returns what to tell the user."""
-    version = card.project_version()
+    version = project_version()
     exports = write_exports(folder, formats_to_write(folder, config.exports), config.run_name, version)
-    text = card.render(stats, card.shaping_flags(config), exports, version, card.git_commit())
+    text = card.render(stats, card.shaping_flags(config), exports, version, git_commit())
     write_atomic(folder.path / card.FILE, lambda handle: handle.write(text.encode()))
     written = {"Dataset card": folder.path / card.FILE}
     if exports:

@@ -49,6 +49,8 @@ class MockServer:
         self.attempts: Counter[str] = Counter()
         self.sessions: Counter[str] = Counter()  # first-turn requests per prompt: sessions started
         self.port = 0
+        # What GET /models lists; None: no such route (404), as on servers without it, so no model is refused.
+        self.models: list[str] | None = None
         self._ids = itertools.count()
         self._served: ThreadedServer | None = None
 
@@ -129,8 +131,10 @@ class MockServer:
         if self.api_key and headers.get("authorization") != f"Bearer {self.api_key}":
             self._log(path, {}, 401)
             return await self._send(writer, 401, _error(401, "Invalid API key"))
-        if path.endswith("/models"):
-            return await self._send(writer, 200, {"object": "list", "data": [{"id": "mock", "object": "model"}]})
+        if path.endswith("/models") and self.models is not None:
+            return await self._send(
+                writer, 200, {"object": "list", "data": [{"id": m, "object": "model"} for m in self.models]}
+            )
         if method == "POST" and path.endswith("/chat/completions"):
             return await self._chat(json.loads(body or b"{}"), path, headers, writer, site, reader)
         if method == "POST" and path.endswith("/images/generations"):

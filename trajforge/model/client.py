@@ -26,6 +26,7 @@ from trajforge.model.retry import (
     classify,
     failure_message,
 )
+from trajforge.model.served import served_models
 from trajforge.model.settings import ModelSettings
 from trajforge.model.stream import answer, assemble, finish_reason, reported
 from trajforge.model.tokens import REQUEST, TokensMissing, lacks_ids, turn_tokens
@@ -203,18 +204,22 @@ class ModelClient:
             message = failure_message(exc, decision.kind)
             raise ModelCallFailed(decision.kind, message, attempt.retry_state.attempt_number) from exc
 
-    async def unreachable(self) -> str | None:
-        """None when the endpoint answers HTTP at all (any status: a 404 for GET /models too, since not
-        every server has it); else what kept it from answering, as failure_message says it."""
+    async def unreachable(self) -> tuple[str | None, list[str] | None]:
+        """(None when the endpoint answers HTTP at all (any status: a 404 for GET /models too, since not
+        every server has it), else what kept it from answering, as failure_message says it; the model ids
+        GET /models listed, or None)."""
         try:
             async with asyncio.timeout(min(self.settings.request_timeout, PROBE_TIMEOUT)):
-                await self.client.get("/models", cast_to=httpx.Response)
+                response = await self.client.get("/models", cast_to=httpx.Response)
         except openai.APIStatusError:
-            return None
+            return None, None
         except (openai.APIConnectionError, TimeoutError) as exc:
             kind = classify(exc).kind if isinstance(exc, openai.APIConnectionError) else "timeout"
-            return failure_message(exc, kind)
-        return None
+            return failure_message(exc, kind), None
+        try:
+            return None, served_models(response.json())
+        except ValueError:  # not JSON: a server that answers, without a list to compare
+            return None, None
 
     async def _attempt(self, request: Callable[[], Awaitable[T]]) -> T:
         """One try of `request()`, within --request_timeout from connecting to the reply's last byte
@@ -272,10 +277,11 @@ class ModelClient:
         return assemble(chunks)
 
 
-def endpoint_problem(settings: ModelSettings) -> str | None:
-    """One cheap check, before any prompt is sent, that the endpoint answers at all (see unreachable)."""
+def endpoint_problem(settings: ModelSettings) -> tuple[str | None, list[str] | None]:
+    """One cheap check, before any prompt is sent, that the endpoint answers at all, and the models it
+    lists (see unreachable)."""
 
-    async def probe() -> str | None:
+    async def probe() -> tuple[str | None, list[str] | None]:
         client = ModelClient(settings)
         try:
             return await client.unreachable()

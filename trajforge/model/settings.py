@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
+from trajforge.flagtable import default
 from trajforge.money.pricing import Prices
 
 
@@ -16,8 +17,8 @@ class ModelSettings:
     api_key: str = field(repr=False)
     max_tokens: int | None = None
     extra_body: dict = field(default_factory=dict)  # OpenRouter `provider` and `reasoning` options
-    request_timeout: float = 600.0  # seconds for a whole request: connecting and every byte of the reply
-    max_retries: int = 6
+    request_timeout: float = default("request_timeout")  # a whole request: connecting to the last byte
+    max_retries: int = default("max_retries")
     stream: bool = False
     prices: Prices | None = None  # --price_input/--price_output/--price_cached_input, for this model's calls
     token_ids: str = "off"  # --token_ids: off, on or required (model/tokens.py)
