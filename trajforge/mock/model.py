@@ -55,6 +55,12 @@ while ``times=N`` lasts):
     endless          the reply never ends: a stream sends keep-alive comments, a plain body spaces, forever
     trickle=S        the reply comes one byte every S seconds
     huge_mb=N        the reply's content is padded to N MB
+    args_deep=N      the first tool call's arguments nest a list N levels deep (``{"command": [[...]]}``)
+    args_surrogate   the first tool call's arguments hold a lone surrogate (``{"command": "echo \\ud800"}``)
+    content_surrogate  the content ends with a lone surrogate (``\ud800`` on the wire)
+    body_deep=N      the reply carries a field nested N levels deep (sent as text: any N)
+    bad_utf8         the reply's content holds a byte that is not UTF-8
+    usage=KIND       the reply's usage is broken: empty ({}), huge (1e300 tokens), negative, strings, list
 """
 
 from __future__ import annotations
@@ -111,7 +117,16 @@ greet();
 
 FLAGS = ("bad_json", "unknown_tool", "flagged", "upstream_error", "empty", "snoop")
 FLAGS += ("name_list", "calls_string", "args_number", "no_ids", "dup_ids", "endless", "quote", "echo_key")
-FLAGS += ("no_model", "alternate", "no_cost")
+FLAGS += ("no_model", "alternate", "no_cost", "args_surrogate", "content_surrogate", "bad_utf8")
+BROKEN_USAGE = {
+    "empty": {},
+    "huge": {"prompt_tokens": 1e300, "completion_tokens": 1e300, "total_tokens": 1e300},
+    "negative": {"prompt_tokens": -5, "completion_tokens": -5, "total_tokens": -10},
+    "strings": {"prompt_tokens": "12", "completion_tokens": "5", "total_tokens": "17"},
+    "list": [1, 2, 3],
+}
+DEEP = "__mock_deep__"  # where the server puts the text of a value nested `body_deep` levels
+BAD_BYTE = "__mock_bad_byte__"  # where the server puts a byte that is not UTF-8
 BY_TOKENS = "tokens"  # the server's default cost: a made-up price per token
 
 
@@ -151,6 +166,12 @@ class Directives:
     cost: float | None = None
     no_cost: bool = False
     cached: int = 0
+    args_deep: int = 0
+    args_surrogate: bool = False
+    content_surrogate: bool = False
+    body_deep: int = 0
+    bad_utf8: bool = False
+    usage: str | None = None
 
     @classmethod
     def parse(cls, prompt: str) -> Directives:
@@ -160,11 +181,11 @@ class Directives:
                 key, _, value = word.partition("=")
                 if key in FLAGS:
                     setattr(found, key, True)
-                elif key in ("turns", "fail", "times", "calls", "cached"):
+                elif key in ("turns", "fail", "times", "calls", "cached", "args_deep", "body_deep"):
                     setattr(found, key, int(value))
                 elif key in ("retry_after", "latency", "sleep", "trickle", "huge_mb", "cost"):
                     setattr(found, key, float(value))
-                elif key in ("reasoning", "image", "overflow", "stop", "model"):
+                elif key in ("reasoning", "image", "overflow", "stop", "model", "usage"):
                     setattr(found, key, value)
                 elif key == "command":
                     found.command = unquote(value)
@@ -198,6 +219,8 @@ class Reply:
     body: dict | None = None  # a failure's whole JSON body, as a given server sends it; None: a generic one
     endless: bool = False  # the reply never ends
     trickle: float = 0.0  # seconds between the bytes of the reply; 0: all at once
+    deep: int = 0  # the reply carries a field nested this many levels (0: none)
+    bad_utf8: bool = False  # the reply carries a byte that is not UTF-8
 
 
 def prompt_text(messages: list[dict]) -> str:
@@ -366,6 +389,11 @@ def reply(
         command = _first_command(steer, messages, session) if turn == 0 else None
         if command is not None and tool_calls[0]["function"]["name"] == "terminal":
             tool_calls[0]["function"]["arguments"] = json.dumps({"command": command})
+        if turn == 0 and steer.args_deep:
+            nested = "[" * steer.args_deep + "]" * steer.args_deep
+            tool_calls[0]["function"]["arguments"] = '{"command": ' + nested + "}"
+        if turn == 0 and steer.args_surrogate:
+            tool_calls[0]["function"]["arguments"] = '{"command": "echo \\ud800"}'
         if turn == 0 and steer.unknown_tool:
             tool_calls[0]["function"]["name"] = "hallucinated_tool"
         thought = f"Turn {turn + 1}: to make progress on '{prompt[:60]}' I will call " + ", ".join(
@@ -390,8 +418,14 @@ def reply(
     if steer.huge_mb and faulty:
         message["content"] += "x" * int(steer.huge_mb * 2**20)
     usage = _usage(messages, message, thought if steer.reasoning != "none" else "", _cost(steer, cost), steer.cached)
+    if faulty:
+        message["content"] += "\ud800" if steer.content_surrogate else ""
+        usage = BROKEN_USAGE.get(steer.usage, usage)
     endless, trickle = steer.endless and faulty, steer.trickle if faulty else 0.0
-    return Reply(message=message, finish_reason=finish, usage=usage, endless=endless, trickle=trickle), steer.latency
+    deep, bad = (steer.body_deep, steer.bad_utf8) if faulty else (0, False)
+    reply = Reply(message=message, finish_reason=finish, usage=usage, endless=endless, trickle=trickle)
+    reply.deep, reply.bad_utf8 = deep, bad
+    return reply, steer.latency
 
 
 def _preamble(messages: list[dict]) -> str:

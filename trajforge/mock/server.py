@@ -188,7 +188,7 @@ class MockServer:
         if reply.finish_reason == "error":
             completion["choices"][0]["error"] = _error(502, reply.error)["error"]
         completion["usage"] = reply.usage
-        return await self._send(writer, 200, completion)
+        return await self._send_bytes(writer, 200, _hostile(completion, reply), "application/json")
 
     def _log(self, path: str, request: dict, status: int, prompt: str = "", arrived: float = 0.0) -> None:
         """One answered request (`arrived`: when it came in, as time.time())."""
@@ -220,7 +220,8 @@ class MockServer:
         def event(delta: dict, finish: str | None = None, **extra) -> None:
             chunk = dict(completion, object="chat.completion.chunk", **extra)
             chunk.setdefault("choices", [{"index": 0, "delta": delta, "finish_reason": finish}])
-            writer.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
+            hostile = reply if finish is not None else None  # the last chunk with a choice carries the marks
+            writer.write(b"data: " + _hostile(chunk, hostile) + b"\n\n")
 
         if reply.empty:
             writer.write(b"data: [DONE]\n\n")
@@ -274,6 +275,18 @@ async def _endless(writer, stream: bool) -> None:
         writer.write(b": keep-alive\n\n" if stream else b" ")
         await writer.drain()
         await asyncio.sleep(0.05)
+
+
+def _hostile(payload: dict, reply: mock_model.Reply | None) -> bytes:
+    """`payload` as JSON, with what no encoder would write that `reply` asks for: a field nested
+    `reply.deep` levels, a byte that is not UTF-8."""
+    if reply is None or not (reply.deep or reply.bad_utf8):
+        return json.dumps(payload).encode()
+    marks = {"x_deep": mock_model.DEEP} if reply.deep else {}
+    marks |= {"x_bad": mock_model.BAD_BYTE} if reply.bad_utf8 else {}
+    data = json.dumps(payload | marks).encode()
+    data = data.replace(b'"' + mock_model.DEEP.encode() + b'"', b"[" * reply.deep + b"]" * reply.deep)
+    return data.replace(mock_model.BAD_BYTE.encode(), b"\xff")
 
 
 def _call_pieces(index: int, call) -> list:

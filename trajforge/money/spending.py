@@ -19,6 +19,7 @@ import orjson
 from trajforge.money.bucket import Bucket
 from trajforge.money.errors import BudgetReached, CostUnknown
 from trajforge.money.store import Call, Store
+from trajforge.safejson import dumps
 
 SETTLE_POLL = 0.1  # seconds between looks when a call waits for the calls in flight to settle
 
@@ -46,7 +47,7 @@ def cache_key(endpoint: str, path: str, body: dict, scope: str) -> str:
     """The response cache's key of one request: the endpoint, the request body (model, messages, tools,
     sampling options) and the sample it belongs to (`scope`), never anything volatile."""
     canonical = {"endpoint": endpoint.rstrip("/"), "path": path, "body": body, "scope": scope}
-    return hashlib.sha256(orjson.dumps(canonical, option=orjson.OPT_SORT_KEYS)).hexdigest()
+    return hashlib.sha256(dumps(canonical, option=orjson.OPT_SORT_KEYS)).hexdigest()
 
 
 def sample_scope(entry_key: str, occurrence: int, sample_index: int) -> str:
@@ -111,11 +112,24 @@ class Spending:
         self._thread.submit(self.store.strike, retry_after)
 
     async def settle(
-        self, key: str, data: dict, cost: float | None, tokens: int, reservation: int | None, charged: float
+        self, key: str, data: dict | None, cost: float | None, tokens: int, reservation: int | None, charged: float
     ) -> None:
-        """A paid reply: into the cache before it is used, its cost into the ledger."""
-        blob = self.redact(orjson.dumps(data).decode()).encode() if self.settings.cache else None
+        """A paid reply: its cost into the ledger, and into the cache (unless `data` is None: the
+        reply is not read yet, or not worth keeping)."""
+        blob = self._blob(data)
         await self._run(self.store.settle, key, blob, cost, tokens, reservation, charged if self.tokens else 0.0)
+
+    async def keep(self, key: str, data: dict, cost: float | None) -> None:
+        """A reply already in the ledger, read and found good: into the cache before it is used."""
+        blob = self._blob(data)
+        if blob is not None:
+            await self._run(self.store.keep, key, blob, cost)
+
+    def _blob(self, data: dict | None) -> bytes | None:
+        """A reply as the cache keeps it (its secrets masked; what orjson cannot encode, as text)."""
+        if data is None or not self.settings.cache:
+            return None
+        return self.redact(dumps(data).decode()).encode()
 
     async def release(self, reservation: int | None) -> None:
         if reservation is not None:

@@ -12,11 +12,10 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-import orjson
-
 from trajectory import EMPTY_THINK
 from trajforge.runfolder.folder import RunFolder, sample_key, write_atomic
 from trajforge.runfolder.preferences import Candidate, best, pair, preference_line
+from trajforge.safejson import dumps
 from trajforge.secrets import KINDS
 
 
@@ -94,7 +93,7 @@ class Verified:
 def _clean(line: bytes, record: dict) -> bytes:
     """The line as trajectories.jsonl has it: without the batch file's own keys."""
     own = [record.pop(key, None) for key in ("discarded", "redactions", "nonzero_exits")]
-    return line if own == [None, None, None] else orjson.dumps(record) + b"\n"
+    return line if own == [None, None, None] else dumps(record) + b"\n"
 
 
 def merge(
@@ -174,8 +173,8 @@ def merge(
     pairs = [found for found in map(pair, candidates.values()) if found]
     if keep == "best" or pairs:
         _second_pass(folder, warn, chosen, pairs, count_written, keep == "best")
-    elif verified.samples:
-        write_atomic(folder.preferences, lambda handle: None)  # no pair now: none from an earlier merge
+    if not pairs:  # no pair now: none from an earlier merge, and no empty file `datasets` cannot load
+        folder.preferences.unlink(missing_ok=True)
     totals.verification = verified.summary(len(pairs))
     totals.tool_statistics = _rates(tools, exits)
     totals.reasoning_statistics = {
@@ -203,13 +202,15 @@ def _second_pass(folder: RunFolder, warn, chosen: set[int], pairs: list, count_w
                 if len(found) == 2:
                     chosen_at, rejected_at = pairs[index][0].position, pairs[index][1].position
                     line_out = preference_line(found[chosen_at], found[rejected_at])
-                    preferences.write(orjson.dumps(line_out) + b"\n")
+                    preferences.write(dumps(line_out) + b"\n")
                     del halves[index]
             if position in chosen and trajectories is not None:
                 trajectories.write(_clean(line, dict(record)))
                 count_written(record)
 
-    if write_best:
+    if write_best and not pairs:
+        write_atomic(folder.trajectories, lambda t: write(t, None))
+    elif write_best:
         write_atomic(folder.trajectories, lambda t: write_atomic(folder.preferences, lambda p: write(t, p)))
     else:
         write_atomic(folder.preferences, lambda p: write(None, p))
