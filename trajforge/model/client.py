@@ -28,8 +28,7 @@ from trajforge.model.retry import (
 from trajforge.model.settings import ModelSettings
 from trajforge.model.stream import answer, assemble, finish_reason, reported
 from trajforge.money.errors import CostUnknown
-from trajforge.money.pricing import tokens
-from trajforge.money.reply_cost import billed, reply_cost, reply_usage
+from trajforge.money.reply_cost import reply_cost, reply_usage
 from trajforge.money.spending import Spending, cache_key
 from trajforge.money.store import Call
 from trajforge.safejson import dumps
@@ -139,12 +138,11 @@ class ModelClient:
             await spending.admit(charged)
             data = await post(body)
             cost = reply_cost(data, prices, size, max_tokens)
-            if billed(data):
-                await spending.settle(key, None, cost, tokens(reply_usage(data))["total_tokens"], None, charged)
+            charged_for = await spending.pay(key, data, cost, charged)  # money first: before it is read
             try:
                 check(data)
             except BadReply:
-                if cost is None and billed(data):
+                if cost is None and charged_for:
                     await self._cost_unknown(body)
                 raise
             await spending.keep(key, data, cost)
@@ -169,12 +167,10 @@ class ModelClient:
         request: Callable[[], Awaitable[T]],
         log=None,
         on_retry: OnRetry | None = None,
-        before: Callable[[], Awaitable[None]] | None = None,
     ) -> tuple[T, int]:
         """(result, retries) of `request()`, any call on this endpoint, retried by our policy; `on_retry`
-        hears of each failed attempt that is tried again; `before()` is awaited before each attempt (the
-        rate limits). Raises RunStopped when the endpoint refuses us, ModelCallFailed when the call
-        failed for good."""
+        hears of each failed attempt that is tried again. Raises RunStopped when the endpoint refuses us,
+        ModelCallFailed when the call failed for good."""
 
         def before_sleep(state) -> None:
             exc = state.outcome.exception()
@@ -198,8 +194,6 @@ class ModelClient:
         try:
             async for attempt in retrying:
                 with attempt:
-                    if before:
-                        await before()
                     result = await self._attempt(request)
             return result, attempt.retry_state.attempt_number - 1
         except Exception as exc:

@@ -18,6 +18,8 @@ import orjson
 
 from trajforge.money.bucket import Bucket
 from trajforge.money.errors import BudgetReached, CostUnknown
+from trajforge.money.pricing import tokens
+from trajforge.money.reply_cost import billed, reply_usage
 from trajforge.money.store import Call, Store
 from trajforge.safejson import dumps
 
@@ -118,6 +120,14 @@ class Spending:
         reply is not read yet, or not worth keeping)."""
         blob = self._blob(data)
         await self._run(self.store.settle, key, blob, cost, tokens, reservation, charged if self.tokens else 0.0)
+
+    async def pay(self, key: str, data: dict, cost: float | None, charged: float) -> bool:
+        """A reply as soon as it came, before anything of it is read: into the ledger when the endpoint
+        charges for it (reply_cost.billed); whether it does."""
+        if not billed(data):
+            return False
+        await self.settle(key, None, cost, tokens(reply_usage(data))["total_tokens"], None, charged)
+        return True
 
     async def keep(self, key: str, data: dict, cost: float | None) -> None:
         """A reply already in the ledger, read and found good: into the cache before it is used."""
