@@ -102,15 +102,30 @@ def test_every_hostile_reply_ends_as_a_tool_error_or_a_bad_reply_and_the_folder_
 
 @pytest.mark.parametrize("stream", [False, True])
 def test_paid_replies_holding_a_lone_surrogate_are_counted_and_the_budget_stops_them(run_here, server, stream):
-    entries = [{"prompt": f"paid {i} [mock content_surrogate cost=0.01 turns=0]"} for i in range(20)]
-    flags = [*FLAGS, "--concurrency=1", "--max_cost=0.05", *stream_flag(stream)]
-    first = run_here(entries, *flags)
+    """20 prompts of two replies each, every reply $0.01 and holding a lone surrogate, under $0.05."""
+    entries = [{"prompt": f"paid {i} [mock content_surrogate cost=0.01 turns=1]"} for i in range(20)]
+    flags = [*FLAGS, "--concurrency=1", *stream_flag(stream)]
+    first = run_here(entries, *flags, "--max_cost=0.05")
     assert first.code == 3, first.stdout + first.stderr  # the budget stopped the run
-    assert len(server.chat_requests()) == 5 == len(first.batch_lines)
+    assert len(server.chat_requests()) == 5 and len(first.batch_lines) == 2  # the third prompt stopped midway
     assert first.statistics["budget"]["spent"] == pytest.approx(0.05) and ledger(first.run_dir) == (5, 0)
     assert all(line["conversations"][-1]["value"].endswith(ESCAPED) for line in first.batch_lines)
-    again = run_here(entries, *flags, "--resume")
+    again = run_here(entries, *flags, "--max_cost=0.05", "--resume")
     assert again.code == 3 and len(server.chat_requests()) == 5  # nothing paid twice, nothing beyond the budget
+    more = run_here(entries, *flags, "--max_cost=1", "--resume")  # the cached reply of the third replays
+    assert more.code == 0, more.stdout + more.stderr
+    assert len(server.chat_requests()) == 40 and more.statistics["cache"]["hits"] == 2  # once per resume
+    assert len(more.batch_lines) == 20 and more.statistics["budget"]["spent"] == pytest.approx(0.4)
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_paid_reply_that_fails_is_still_counted(run_here, server, stream):
+    entries = [{"prompt": "charged [mock upstream_error cost=0.01 times=1 turns=0]"}]
+    result = run_here(entries, *FLAGS, "--concurrency=1", "--max_cost=1", *stream_flag(stream))
+    assert result.code == 0, result.stdout + result.stderr
+    assert len(server.chat_requests()) == 2 and ledger(result.run_dir) == (2, 0)  # the failed one, then the answer
+    assert result.statistics["budget"]["spent"] == pytest.approx(0.02)
+    assert result.trajectories[0]["metadata"]["usage"]["cost"] == pytest.approx(0.01)  # the prompt's own reply
 
 
 @pytest.mark.parametrize("kind", ["empty", "huge", "negative", "strings", "list"])

@@ -15,7 +15,8 @@ A prompt can steer it with directives such as ``[mock turns=3 reasoning=think fa
                      scratchpad | none
     fail=STATUS      answer this HTTP status (with ``times=N`` only the first N requests)
     flagged          the failure says the input was flagged by moderation (OpenRouter's 403)
-    upstream_error   answer 200 with an error in the choice instead of a message (``times=N`` as above)
+    upstream_error   answer 200 with an error in the choice instead of a message (``times=N`` as above); with
+                     ``cost=USD`` its usage reports that cost, as a provider that charges for a failed answer
     empty            answer 200 without any choice; streamed, only ``[DONE]`` (``times=N`` as above)
     snoop            the first terminal command prints its parent's command line (where keys hide)
     command=TEXT     the first terminal command is TEXT, percent-decoded (``%20`` for a space)
@@ -365,7 +366,9 @@ def reply(
         status, body = OVERFLOWS[steer.overflow]
         return Reply(status=status, body=body), steer.latency
     if steer.upstream_error and faulty:
-        return Reply(message={"role": "assistant", "content": ""}, finish_reason="error", error="upstream"), 0.0
+        charged = {"cost": steer.cost} if steer.cost is not None else {}
+        message = {"role": "assistant", "content": ""}
+        return Reply(message=message, finish_reason="error", usage=charged, error="upstream"), 0.0
     if steer.empty and faulty:
         return Reply(empty=True), 0.0
     image = _image_part(messages)
