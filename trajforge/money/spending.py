@@ -113,33 +113,20 @@ class Spending:
         """The endpoint answered 429: pause every session of the run (recorded in order, not awaited)."""
         self._thread.submit(self.store.strike, retry_after)
 
-    async def settle(
-        self, key: str, data: dict | None, cost: float | None, tokens: int, reservation: int | None, charged: float
-    ) -> None:
-        """A paid reply: its cost into the ledger, and into the cache (unless `data` is None: the
-        reply is not read yet, or not worth keeping)."""
-        blob = self._blob(data)
-        await self._run(self.store.settle, key, blob, cost, tokens, reservation, charged if self.tokens else 0.0)
-
     async def pay(self, key: str, data: dict, cost: float | None, charged: float) -> bool:
-        """A reply as soon as it came, before anything of it is read: into the ledger when the endpoint
-        charges for it (reply_cost.billed); whether it does."""
+        """A reply as soon as it came, before anything of it is read: its cost into the ledger (the
+        token bucket set right for the `charged` tokens taken before it) when the endpoint charges for
+        it (reply_cost.billed); whether it does. The cache takes it only once it is read (keep)."""
         if not billed(data):
             return False
-        await self.settle(key, None, cost, tokens(reply_usage(data))["total_tokens"], None, charged)
+        used = tokens(reply_usage(data))["total_tokens"]
+        await self._run(self.store.settle, key, None, cost, used, None, charged if self.tokens else 0.0)
         return True
 
     async def keep(self, key: str, data: dict, cost: float | None) -> None:
         """A reply already in the ledger, read and found good: into the cache before it is used."""
-        blob = self._blob(data)
-        if blob is not None:
-            await self._run(self.store.keep, key, blob, cost)
-
-    def _blob(self, data: dict | None) -> bytes | None:
-        """A reply as the cache keeps it (its secrets masked; what orjson cannot encode, as text)."""
-        if data is None or not self.settings.cache:
-            return None
-        return self.redact(dumps(data).decode()).encode()
+        if self.settings.cache:  # its secrets masked; what orjson cannot encode kept as text
+            await self._run(self.store.keep, key, self.redact(dumps(data).decode()).encode(), cost)
 
     async def release(self, reservation: int | None) -> None:
         if reservation is not None:
