@@ -175,6 +175,8 @@ def test_the_writer_keeps_lone_surrogates_and_values_too_deep_as_text():
     with pytest.raises(ValueError, match="lone surrogate"):
         safejson.parse('{"command": "echo \\ud800"}')
     assert safejson.parse_lenient('"\\ud800"') == "\\ud800"
+    assert safejson.parse_lenient("[1" + "0" * 30 + ', "\\ud800"]') == [str(10**30), "\\ud800"]
+    assert safejson.dumps({"n": 10**30}) == b'{"n":"1' + b"0" * 30 + b'"}'
 
 
 def test_exports_keep_arguments_too_deep_as_text():

@@ -74,10 +74,13 @@ def escaped(text: str) -> str:
 
 
 def writable(value: Any, level: int = 1) -> Any:
-    """`value` as orjson can write it: strings (keys too) with lone surrogates escaped, containers
-    below MAX_DEPTH levels kept as {"_unparsed": their JSON text}."""
+    """`value` as orjson can write it: strings (keys too) with lone surrogates escaped, integers
+    beyond 64 bits as their digits, containers below MAX_DEPTH levels kept as {"_unparsed": their
+    JSON text}."""
     if isinstance(value, str):
         return escaped(value)
+    if isinstance(value, int) and not isinstance(value, bool) and not -(2**63) <= value < 2**64:
+        return str(value)  # beyond orjson's 64 bits (Python's json reads any integer)
     if not isinstance(value, (dict, list)):
         return value
     if level > MAX_DEPTH:
