@@ -56,8 +56,7 @@ def assert_everything_loads(run_dir) -> None:
     datasets = pytest.importorskip("datasets")
     for path in [*run_dir.glob("*.jsonl"), *run_dir.glob("export/*.jsonl")]:
         assert path.stat().st_size, f"{path.name} is empty"
-        if path.name != "errors.jsonl":  # the log of failures is no data file
-            assert datasets.load_dataset("json", data_files=str(path), split="train").num_rows
+        assert datasets.load_dataset("json", data_files=str(path), split="train").num_rows
     with sqlite3.connect(run_dir / FILE_NAME) as db:  # a cached reply replays as JSON, never as a crash
         for (blob,) in db.execute("SELECT data FROM replies"):
             orjson.loads(blob)
