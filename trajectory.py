@@ -16,6 +16,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
+from trajforge import safejson
+
 EMPTY_THINK = "<think>\n\n</think>"
 _TAGGED = re.compile(r"<(think|REASONING_SCRATCHPAD)>(.*?)</\1>\s*", re.S)
 
@@ -81,9 +83,10 @@ def system_turn(tool_schemas: list[dict]) -> str:
 
 
 def _arguments_value(raw: str):
+    """The arguments as JSON, or as their text when they are not JSON the record can hold."""
     try:
-        return json.loads(raw or "{}")
-    except json.JSONDecodeError:
+        return safejson.parse(raw or "{}")
+    except ValueError:
         return raw
 
 

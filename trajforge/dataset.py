@@ -9,15 +9,17 @@ from pathlib import Path
 
 import orjson
 
+from trajforge import safejson
 from trajforge.tasks import task_problem
 from trajforge.verify import spec_problem
 
 MAX_LISTED = 20
+# What a system takes as a path (Linux: NAME_MAX, PATH_MAX), and levels a path may have before walking
+# it recurses too deep; a name beyond them fails every prompt that uses it, so it is refused at load.
+MAX_NAME_BYTES, MAX_PATH_BYTES, MAX_PATH_LEVELS = 255, 4096, 256
 OPTIONAL_STRINGS = ("image", "docker_image", "cwd")
-# Levels of nesting an entry may have (the entry itself is one). The record writer (orjson) stops at
-# 254, and the record holds the entry a few levels down (metadata.source): a margin, not an exact fit.
-MAX_DEPTH = 200
-TOO_DEEP = f"nested deeper than {MAX_DEPTH} levels: its trajectory could not be saved"
+# Levels of nesting an entry may have (the entry itself is one): the run's one limit (safejson.py).
+TOO_DEEP = f"{safejson.TOO_DEEP}: its trajectory could not be saved"
 
 
 class UsageError(Exception):
@@ -36,9 +38,11 @@ def _problem(data, base: Path) -> str | None:
     prompt = data.get("prompt")
     if not isinstance(prompt, str) or not prompt.strip():
         return 'needs a non-empty string "prompt"' if "prompt" in data else 'has no "prompt" field'
-    for key in OPTIONAL_STRINGS:
-        if key in data and not (isinstance(data[key], str) and data[key]):
+    for key in (key for key in OPTIONAL_STRINGS if key in data):
+        if not (isinstance(data[key], str) and data[key]):
             return f'"{key}" must be a non-empty string'
+        if problem := path_problem(data[key]):
+            return f'"{key}" {problem}'
     if "verify" in data and (problem := spec_problem(data["verify"])):
         return problem
     if problem := task_problem(data, base):
@@ -46,7 +50,7 @@ def _problem(data, base: Path) -> str | None:
     cwd = data.get("cwd")
     if cwd and not posixpath.isabs(cwd) and posixpath.normpath(cwd).split("/")[0] == "..":
         return f'"cwd" {cwd!r} leaves the workspace'
-    if _depth(data) > MAX_DEPTH:
+    if safejson.depth(data) > safejson.MAX_DEPTH:
         return TOO_DEEP
     try:  # what its trajectory's record will hold must be writable, or the model is paid for nothing
         orjson.dumps(data)
@@ -55,16 +59,20 @@ def _problem(data, base: Path) -> str | None:
     return None
 
 
-def _depth(data) -> int:
-    """Levels of nesting of a JSON value (a scalar is 0), without recursion."""
-    deepest, stack = 0, [(data, 1)]
-    while stack:
-        value, level = stack.pop()
-        children = value.values() if isinstance(value, dict) else value if isinstance(value, list) else None
-        if children is not None:
-            deepest = max(deepest, level)
-            stack.extend((child, level + 1) for child in children)
-    return deepest
+def path_problem(path: str) -> str | None:
+    """Why the system cannot take `path` (a cwd, an image name, a file to put in place), or None."""
+    if any(ord(char) < 32 or ord(char) == 127 for char in path):
+        return "holds a NUL or control character"
+    size = len(path.encode("utf-8", "surrogatepass"))
+    if size > MAX_PATH_BYTES:
+        return f"is {size} bytes long, more than {MAX_PATH_BYTES}"
+    parts = path.split("/")
+    if len(parts) > MAX_PATH_LEVELS:
+        return f"has {len(parts)} levels, more than {MAX_PATH_LEVELS}"
+    longest = max(len(part.encode("utf-8", "surrogatepass")) for part in parts)
+    if longest > MAX_NAME_BYTES:
+        return f"has a name of {longest} bytes, more than {MAX_NAME_BYTES}"
+    return None
 
 
 def load_dataset(path: Path, max_samples: int | None = None) -> list[Entry]:

@@ -18,8 +18,6 @@ import traceback
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-import orjson
-
 from toolset_distributions import sample_rng, sample_toolsets
 from trajectory import build_record, discard_reason, nonzero_exits
 from trajforge.agent.loop import PromptLimits, run_agent
@@ -43,6 +41,7 @@ from trajforge.model.usage import add_usage
 from trajforge.money.errors import SpendStop
 from trajforge.money.spending import Spending, sample_scope
 from trajforge.runfolder.folder import BatchFiles, RunFolder, entry_key
+from trajforge.safejson import dumps
 from trajforge.samples import PassCounts
 from trajforge.tasks import SetupFailed, prepare_task
 from trajforge.tools import Tool
@@ -210,7 +209,7 @@ class Worker:
             exits = nonzero_exits(result.turns)
             if exits:  # for the summary's tool table; taken off by the merge too
                 record["nonzero_exits"] = exits
-            line = orjson.dumps(record) + b"\n"
+            line = dumps(record) + b"\n"  # what orjson cannot encode kept as text
             if self.files:
                 await self.files.append(batch_num, line)
             if verification["passed"]:  # before this slot takes its next sample

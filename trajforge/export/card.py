@@ -84,7 +84,7 @@ def _md(text) -> str:
 
 def _yaml_header(run_name: str, files: dict[str, str]) -> str:
     lines = ["---", f"pretty_name: {json.dumps(run_name + ' (batch-runner trajectories)')}"]
-    lines += ["tags:", "- agent", "- tool-use", "- trajectories", "- synthetic", "configs:"]
+    lines += ["tags:", "- agent", "- tool-use", "- trajectories", "- synthetic"] + (["configs:"] if files else [])
     for number, (name, path) in enumerate(files.items()):
         lines += [f"- config_name: {name}"] + (["  default: true"] if number == 0 else [])
         lines += ["  data_files:", "  - split: train", f"    path: {json.dumps(path)}"]
@@ -101,11 +101,13 @@ def _table(header: tuple[str, ...], rows: list[tuple], code_first: bool = False)
 
 
 def render(stats: dict, flags: dict[str, str], exports: dict[str, str], version: str, commit: str | None) -> str:
-    """The card's text; `exports` maps a config name to its file, relative to the run folder."""
+    """The card's text; `exports` maps a config name to its file, relative to the run folder. Without
+    a trajectory every data file is empty, which `datasets` cannot load: none is listed then."""
     run_name = str(stats.get("run_name", ""))
     files = {"trajectories": "trajectories.jsonl", **exports}
+    listed = files if stats.get("trajectories") else {}
     made_by = f"batch-runner {version}" + (f" (git {commit})" if commit else "")
-    out = [_yaml_header(run_name, files), f"# {_md(run_name)}", ""]
+    out = [_yaml_header(run_name, listed), f"# {_md(run_name)}", ""]
     out.append(
         f"Trajectories of a tool-using agent, made by {_md(made_by)} with the model {_md(flags.get('model', ''))} "
         f"at {_md(flags.get('base_url', ''))}, from the dataset file {_md(stats.get('dataset_file', ''))}."
@@ -117,7 +119,7 @@ def render(stats: dict, flags: dict[str, str], exports: dict[str, str], version:
         f"{stats.get('total_prompts', 0)} dataset entries; {stats.get('failed', 0)} prompts failed "
         f"and {stats.get('remaining', 0)} entries have no trajectory yet."
     )
-    out += ["", *_table(("config", "file"), list(files.items()))]
+    out += ["", *_table(("config", "file"), list(listed.items()))]
     out += ["", "Each line of trajectories.jsonl is one trajectory in ShareGPT form (system, human, gpt, tool turns)"]
     out += ["with its metadata, tool statistics and outcome; the exports hold the same trajectories."]
     out += ["", "## Filters", ""]

@@ -7,9 +7,8 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
-import orjson
-
 from trajforge.runfolder.folder import open_temp
+from trajforge.safejson import dumps
 
 Row = Callable[..., dict]
 
@@ -38,7 +37,7 @@ class JsonLines:
         self.out = AtomicFile(path)
 
     def write(self, row: dict) -> None:
-        self.out.handle.write(orjson.dumps(row) + b"\n")
+        self.out.handle.write(dumps(row) + b"\n")
 
     def commit(self) -> None:
         self.out.commit()
@@ -56,7 +55,7 @@ class JsonArray(JsonLines):
         self.out.handle.write(b"[")
 
     def write(self, row: dict) -> None:
-        self.out.handle.write((b",\n" if self.count else b"\n") + orjson.dumps(row))
+        self.out.handle.write((b",\n" if self.count else b"\n") + dumps(row))
         self.count += 1
 
     def commit(self) -> None:

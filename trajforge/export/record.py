@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
-import orjson
+from trajforge import safejson
 
 TOOLS_BLOCK = re.compile(r"<tools>\n(.*)\n</tools>", re.S)
 # One result per line: its JSON (json.dumps) never holds a raw newline, so `.` (no DOTALL) is safe.
@@ -24,13 +24,15 @@ NO_RESULT = object()
 
 
 def dumps(value: Any) -> str:
-    """JSON text (orjson: a tenth of json.dumps's time on tool results of some KB)."""
-    return orjson.dumps(value).decode()
+    """JSON text (orjson: a tenth of json.dumps's time on tool results of some KB); what it cannot
+    encode kept as escaped text (safejson.py), so every record can be exported."""
+    return safejson.dumps(value).decode()
 
 
 def loads(text: str) -> Any:
-    """The JSON value of `text`; raises ValueError when it is not JSON."""
-    return orjson.loads(text)
+    """The JSON value of `text`; raises ValueError when it is not JSON or nested deeper than the run's
+    limit (safejson.py): exporters keep such a text as text."""
+    return safejson.parse(text)
 
 
 @dataclass

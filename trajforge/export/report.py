@@ -22,10 +22,9 @@ from datetime import UTC, datetime
 from importlib import resources
 from itertools import count
 
-import orjson
-
 from trajforge.export.record import first_line, parse
 from trajforge.runfolder.folder import RunFolder, entry_key, write_atomic
+from trajforge.safejson import dumps
 
 FILE = "report.html"
 TEXT_LIMIT = 4000
@@ -206,7 +205,7 @@ def failed_prompts(folder: RunFolder, settled: set[str], limit: int, setup: bool
 
 def embed(data: dict) -> bytes:
     """JSON that cannot end the <script> block it sits in, whatever its strings hold."""
-    text = orjson.dumps(data)
+    text = dumps(data)
     for raw, escaped in ESCAPES.items():
         text = text.replace(raw, escaped)
     return text

@@ -17,7 +17,8 @@ test pass without testing anything):
                      scratchpad | none
     fail=STATUS      answer this HTTP status (with ``times=N`` only the first N requests)
     flagged          the failure says the input was flagged by moderation (OpenRouter's 403)
-    upstream_error   answer 200 with an error in the choice instead of a message (``times=N`` as above)
+    upstream_error   answer 200 with an error in the choice instead of a message (``times=N`` as above); with
+                     ``cost=USD`` its usage reports that cost, as a provider that charges for a failed answer
     empty            answer 200 without any choice; streamed, only ``[DONE]`` (``times=N`` as above)
     snoop            the first terminal command prints its parent's command line (where keys hide)
     command=TEXT     the first terminal command is TEXT, percent-decoded (``%20`` for a space)
@@ -60,6 +61,12 @@ while ``times=N`` lasts):
     endless          the reply never ends: a stream sends keep-alive comments, a plain body spaces, forever
     trickle=S        the reply comes one byte every S seconds
     huge_mb=N        the reply's content is padded to N MB
+    args_deep=N      the first tool call's arguments nest a list N levels deep (``{"command": [[...]]}``)
+    args_surrogate   the first tool call's arguments hold a lone surrogate (``{"command": "echo \\ud800"}``)
+    content_surrogate  the content ends with a lone surrogate (``\ud800`` on the wire)
+    body_deep=N      the reply carries a field nested N levels deep (sent as text: any N)
+    bad_utf8         the reply's content holds a byte that is not UTF-8
+    usage=KIND       the reply's usage is broken: empty ({}), huge (1e300 tokens), negative, strings, list
 """
 
 from __future__ import annotations
@@ -117,6 +124,16 @@ greet();
 FLAGS = ("bad_json", "unknown_tool", "flagged", "upstream_error", "empty", "snoop")
 FLAGS += ("name_list", "calls_string", "args_number", "no_ids", "dup_ids", "endless", "quote", "echo_key")
 FLAGS += ("no_model", "alternate", "no_cost", "no_token_ids")
+FLAGS += ("args_surrogate", "content_surrogate", "bad_utf8")
+BROKEN_USAGE = {
+    "empty": {},
+    "huge": {"prompt_tokens": 1e300, "completion_tokens": 1e300, "total_tokens": 1e300},
+    "negative": {"prompt_tokens": -5, "completion_tokens": -5, "total_tokens": -10},
+    "strings": {"prompt_tokens": "12", "completion_tokens": "5", "total_tokens": "17"},
+    "list": [1, 2, 3],
+}
+DEEP = "__mock_deep__"  # where the server puts the text of a value nested `body_deep` levels
+BAD_BYTE = "__mock_bad_byte__"  # where the server puts a byte that is not UTF-8
 BY_TOKENS = "tokens"  # the server's default cost: a made-up price per token
 
 
@@ -159,6 +176,12 @@ class Directives:
     no_token_ids: bool = False
     template: str = "append"
     ids: str = "vllm"
+    args_deep: int = 0
+    args_surrogate: bool = False
+    content_surrogate: bool = False
+    body_deep: int = 0
+    bad_utf8: bool = False
+    usage: str | None = None
 
     @classmethod
     def parse(cls, prompt: str) -> Directives:
@@ -178,7 +201,7 @@ class DirectiveError(ValueError):
     """A ``[mock ...]`` directive the scripted model does not know, or a value it cannot take."""
 
 
-NUMBERS = {key: int for key in ("turns", "fail", "times", "calls", "cached")}
+NUMBERS = {key: int for key in ("turns", "fail", "times", "calls", "cached", "args_deep", "body_deep")}
 NUMBERS |= {key: float for key in ("retry_after", "latency", "sleep", "trickle", "huge_mb", "cost")}
 CHOICES = {
     "reasoning": ("reasoning", "reasoning_content", "reasoning_details", "all", "think", "scratchpad", "none"),
@@ -187,6 +210,7 @@ CHOICES = {
     "stop": ("length", "content_filter"),
     "template": ("append", "drift"),
     "ids": ("vllm", "llamacpp"),
+    "usage": tuple(BROKEN_USAGE),
 }
 TEXTS = ("model", "command")
 KNOWN = sorted((*FLAGS, *NUMBERS, *CHOICES, *TEXTS))
@@ -237,6 +261,8 @@ class Reply:
     body: dict | None = None  # a failure's whole JSON body, as a given server sends it; None: a generic one
     endless: bool = False  # the reply never ends
     trickle: float = 0.0  # seconds between the bytes of the reply; 0: all at once
+    deep: int = 0  # the reply carries a field nested this many levels (0: none)
+    bad_utf8: bool = False  # the reply carries a byte that is not UTF-8
 
 
 def prompt_text(messages: list[dict]) -> str:
@@ -381,7 +407,9 @@ def reply(
         status, body = OVERFLOWS[steer.overflow]
         return Reply(status=status, body=body), steer.latency
     if steer.upstream_error and faulty:
-        return Reply(message={"role": "assistant", "content": ""}, finish_reason="error", error="upstream"), 0.0
+        charged = {"cost": steer.cost} if steer.cost is not None else {}
+        message = {"role": "assistant", "content": ""}
+        return Reply(message=message, finish_reason="error", usage=charged, error="upstream"), 0.0
     if steer.empty and faulty:
         return Reply(empty=True), 0.0
     image = _image_part(messages)
@@ -405,6 +433,11 @@ def reply(
         command = _first_command(steer, messages, session) if turn == 0 else None
         if command is not None and tool_calls[0]["function"]["name"] == "terminal":
             tool_calls[0]["function"]["arguments"] = json.dumps({"command": command})
+        if turn == 0 and steer.args_deep:
+            nested = "[" * steer.args_deep + "]" * steer.args_deep
+            tool_calls[0]["function"]["arguments"] = '{"command": ' + nested + "}"
+        if turn == 0 and steer.args_surrogate:
+            tool_calls[0]["function"]["arguments"] = '{"command": "echo \\ud800"}'
         if turn == 0 and steer.unknown_tool:
             tool_calls[0]["function"]["name"] = "hallucinated_tool"
         thought = f"Turn {turn + 1}: to make progress on '{prompt[:60]}' I will call " + ", ".join(
@@ -429,8 +462,14 @@ def reply(
     if steer.huge_mb and faulty:
         message["content"] += "x" * int(steer.huge_mb * 2**20)
     usage = _usage(messages, message, thought if steer.reasoning != "none" else "", _cost(steer, cost), steer.cached)
+    if faulty:
+        message["content"] += "\ud800" if steer.content_surrogate else ""
+        usage = BROKEN_USAGE.get(steer.usage, usage)
     endless, trickle = steer.endless and faulty, steer.trickle if faulty else 0.0
-    return Reply(message=message, finish_reason=finish, usage=usage, endless=endless, trickle=trickle), steer.latency
+    deep, bad = (steer.body_deep, steer.bad_utf8) if faulty else (0, False)
+    reply = Reply(message=message, finish_reason=finish, usage=usage, endless=endless, trickle=trickle)
+    reply.deep, reply.bad_utf8 = deep, bad
+    return reply, steer.latency
 
 
 def _preamble(messages: list[dict]) -> str:

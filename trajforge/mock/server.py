@@ -203,7 +203,7 @@ class MockServer:
         completion["usage"] = reply.usage
         if ids:
             mock_tokens.attach(completion, request, reply.message, steer.template == "drift", steer.ids)
-        return await self._send(writer, 200, completion)
+        return await self._send_bytes(writer, 200, _hostile(completion, reply), "application/json")
 
     async def _refuse_directives(self, writer, path: str, request: dict, prompt: str) -> bool | None:
         """A 400 naming a directive the model does not know (a misspelt one would test nothing), else None."""
@@ -245,10 +245,13 @@ class MockServer:
         )
 
         chunks: list[dict] = []  # written together at the end, as before: one drain
+        finishing: set[int] = set()
 
         def event(delta: dict, finish: str | None = None, **extra) -> None:
             chunk = dict(completion, object="chat.completion.chunk", **extra)
             chunk.setdefault("choices", [{"index": 0, "delta": delta, "finish_reason": finish}])
+            if finish is not None:  # the last chunk with a choice carries a hostile reply's marks
+                finishing.add(len(chunks))
             chunks.append(chunk)
 
         if reply.empty:
@@ -276,8 +279,8 @@ class MockServer:
         if ids is not None:
             steer = mock_model.Directives.parse(mock_model.prompt_text(ids.get("messages") or []))
             mock_tokens.spread(chunks, ids, message, steer.template == "drift", steer.ids)
-        for chunk in chunks:
-            writer.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
+        for position, chunk in enumerate(chunks):
+            writer.write(b"data: " + _hostile(chunk, reply if position in finishing else None) + b"\n\n")
         writer.write(b"data: [DONE]\n\n")
         await writer.drain()
 
@@ -308,6 +311,18 @@ async def _endless(writer, stream: bool) -> None:
         writer.write(b": keep-alive\n\n" if stream else b" ")
         await writer.drain()
         await asyncio.sleep(0.05)
+
+
+def _hostile(payload: dict, reply: mock_model.Reply | None) -> bytes:
+    """`payload` as JSON, with what no encoder would write that `reply` asks for: a field nested
+    `reply.deep` levels, a byte that is not UTF-8."""
+    if reply is None or not (reply.deep or reply.bad_utf8):
+        return json.dumps(payload).encode()
+    marks = {"x_deep": mock_model.DEEP} if reply.deep else {}
+    marks |= {"x_bad": mock_model.BAD_BYTE} if reply.bad_utf8 else {}
+    data = json.dumps(payload | marks).encode()
+    data = data.replace(b'"' + mock_model.DEEP.encode() + b'"', b"[" * reply.deep + b"]" * reply.deep)
+    return data.replace(mock_model.BAD_BYTE.encode(), b"\xff")
 
 
 def _call_pieces(index: int, call) -> list:

@@ -4,7 +4,6 @@ retried by the policy of model/retry.py."""
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TypeVar
@@ -12,9 +11,9 @@ from typing import TypeVar
 import aiohttp
 import httpx
 import openai
-import orjson
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_random_exponential
 
+from trajforge.model.reply_body import UnreadableReply, decode, readable
 from trajforge.model.reply_size import ACCEPT_ENCODING, capper
 from trajforge.model.retry import (
     NOT_OURS,
@@ -31,9 +30,10 @@ from trajforge.model.settings import ModelSettings
 from trajforge.model.stream import answer, assemble, finish_reason, reported
 from trajforge.model.tokens import REQUEST, TokensMissing, lacks_ids, turn_tokens
 from trajforge.money.errors import CostUnknown
-from trajforge.money.pricing import priced, tokens
+from trajforge.money.reply_cost import reply_cost, reply_usage
 from trajforge.money.spending import Spending, cache_key
 from trajforge.money.store import Call
+from trajforge.safejson import dumps
 from trajforge.tls import tls_context
 
 T = TypeVar("T")
@@ -89,13 +89,14 @@ class ModelClient:
 
         async def post(body: dict) -> dict:
             body = body | wire
-            data = await (self._stream(body) if self.settings.stream else self.post_json("/chat/completions", body))
-            answer(data)  # a 200 without an answer is retried, never cached
-            return data
+            return await (self._stream(body) if self.settings.stream else self.post_json("/chat/completions", body))
+
+        def check(data: dict) -> None:
+            answer(data)  # a 200 without an answer is retried (once paid for), never cached
 
         body = self._body(messages, tools)
         data, cost, retries = await self.paid(
-            "/chat/completions", body, scope, post, self.settings.prices, log, on_retry
+            "/chat/completions", body, scope, post, self.settings.prices, log, on_retry, check
         )
         tokens, missing = turn_tokens(data) if self.settings.token_ids != "off" else (None, "")
         if self.settings.token_ids == "required" and lacks_ids(tokens):
@@ -112,38 +113,49 @@ class ModelClient:
         prices,
         log=None,
         on_retry: OnRetry | None = None,
+        check: Callable[[dict], None] = lambda data: None,
     ) -> tuple[dict, float | None, int]:
         """(reply, its cost, retries) of the request `body` to `path`: from the response cache when it
-        was paid for before (retries 0), else sent by `post` within the budget and the rate limits,
-        and stored before it is used. CostUnknown when a cost limit is set and nobody knows its cost."""
+        was paid for before (retries 0), else sent by `post` within the budget and the rate limits.
+        Money first: each reply's cost goes into the ledger as soon as it arrives, before `check`
+        (BadReply: tried again) reads it; a good reply is cached before it is used. CostUnknown when
+        a cost limit is set and nobody knows a reply's cost."""
+        size = len(dumps(body)) // 4  # a request's tokens, roughly: enough to reserve, to pace, to believe usage
+        max_tokens = body.get("max_tokens") if isinstance(body.get("max_tokens"), int) else None
         spending = self.spending
         if spending is None:
-            data, retries = await self.call(lambda: post(body), log, on_retry)
-            return data, priced(reply_usage(data), prices)["cost"], retries
+            data, retries = await self.call(lambda: _checked(post(body), check), log, on_retry)
+            return data, reply_cost(data, prices, size, max_tokens), retries
         key = cache_key(self.settings.cache_as or self.settings.base_url, path, body, scope)
         hit = await spending.cached(key)
         if hit is not None:
             data, cost = hit
             if cost is None:  # paid while nobody knew its cost: priced now, if prices were given since
-                cost = priced(reply_usage(data), prices)["cost"]
+                cost = reply_cost(data, prices, size, max_tokens)
                 if cost is not None:
                     await spending.price_later(key, cost)
                 else:
                     await self._cost_unknown(body)
             return data, cost, 0
-        size = len(orjson.dumps(body)) // 4  # a request's tokens, roughly: enough to reserve and to pace
-        max_tokens = body.get("max_tokens") if isinstance(body.get("max_tokens"), int) else None
         charged = size + (max_tokens or 0)
         reservation = await spending.reserve(Call(size, max_tokens, prices))
 
-        async def admit() -> None:
+        async def attempt() -> tuple[dict, float | None]:
             await spending.admit(charged)
+            data = await post(body)
+            cost = reply_cost(data, prices, size, max_tokens)
+            charged_for = await spending.pay(key, data, cost, charged)  # money first: before it is read
+            try:
+                check(data)
+            except BadReply:
+                if cost is None and charged_for:
+                    await self._cost_unknown(body)
+                raise
+            await spending.keep(key, data, cost)
+            return data, cost
 
         try:
-            data, retries = await self.call(lambda: post(body), log, on_retry, before=admit)
-            cost = priced(reply_usage(data), prices)["cost"]
-            await spending.settle(key, data, cost, tokens(reply_usage(data))["total_tokens"], reservation, charged)
-            reservation = None
+            (data, cost), retries = await self.call(attempt, log, on_retry)
         finally:
             await spending.release(reservation)
         if cost is None:
@@ -161,12 +173,10 @@ class ModelClient:
         request: Callable[[], Awaitable[T]],
         log=None,
         on_retry: OnRetry | None = None,
-        before: Callable[[], Awaitable[None]] | None = None,
     ) -> tuple[T, int]:
         """(result, retries) of `request()`, any call on this endpoint, retried by our policy; `on_retry`
-        hears of each failed attempt that is tried again; `before()` is awaited before each attempt (the
-        rate limits). Raises RunStopped when the endpoint refuses us, ModelCallFailed when the call
-        failed for good."""
+        hears of each failed attempt that is tried again. Raises RunStopped when the endpoint refuses us,
+        ModelCallFailed when the call failed for good."""
 
         def before_sleep(state) -> None:
             exc = state.outcome.exception()
@@ -190,8 +200,6 @@ class ModelClient:
         try:
             async for attempt in retrying:
                 with attempt:
-                    if before:
-                        await before()
                     result = await self._attempt(request)
             return result, attempt.retry_state.attempt_number - 1
         except Exception as exc:
@@ -253,13 +261,7 @@ class ModelClient:
         worker the first time a typed resource is used), and keeps provider fields such as `reasoning`
         as they came."""
         response = await self.client.post(path, body=body, cast_to=httpx.Response)
-        try:
-            data = json.loads(response.content)
-        except ValueError:
-            data = None
-        if not isinstance(data, dict):
-            raise BadReply(f"reply is not a JSON object: {response.text[:200]!r}")
-        return data
+        return decode(response.content)
 
     async def _stream(self, body: dict) -> dict:
         """A streamed reply, in the shape of a non-streamed one."""
@@ -272,9 +274,9 @@ class ModelClient:
                 chunks = [chunk async for chunk in stream]  # each a dict as it came; error events raise APIError
         except (aiohttp.ClientError, httpx.TransportError) as exc:  # cut off mid-stream
             raise BadReply(f"stream broken off: {type(exc).__name__}: {exc}") from exc
-        except json.JSONDecodeError as exc:  # an event whose data is not JSON
-            raise BadReply(f"stream carried data that is not JSON: {exc}") from exc
-        return assemble(chunks)
+        except (ValueError, RecursionError) as exc:  # an event that is not UTF-8 or JSON, or nested too deep
+            raise UnreadableReply(f"stream carried data that is not JSON we can read: {exc!r:.300}") from None
+        return readable(assemble(chunks))
 
 
 def endpoint_problem(settings: ModelSettings) -> tuple[str | None, list[str] | None]:
@@ -291,6 +293,7 @@ def endpoint_problem(settings: ModelSettings) -> tuple[str | None, list[str] | N
     return asyncio.run(probe())
 
 
-def reply_usage(data: dict) -> dict:
-    usage = data.get("usage")
-    return usage if isinstance(usage, dict) else {}
+async def _checked(reply: Awaitable[dict], check: Callable[[dict], None]) -> dict:
+    data = await reply
+    check(data)
+    return data

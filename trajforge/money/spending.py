@@ -18,7 +18,10 @@ import orjson
 
 from trajforge.money.bucket import Bucket
 from trajforge.money.errors import BudgetReached, CostUnknown
+from trajforge.money.pricing import tokens
+from trajforge.money.reply_cost import billed, reply_usage
 from trajforge.money.store import Call, Store
+from trajforge.safejson import dumps
 
 SETTLE_POLL = 0.1  # seconds between looks when a call waits for the calls in flight to settle
 
@@ -46,7 +49,7 @@ def cache_key(endpoint: str, path: str, body: dict, scope: str) -> str:
     """The response cache's key of one request: the endpoint, the request body (model, messages, tools,
     sampling options) and the sample it belongs to (`scope`), never anything volatile."""
     canonical = {"endpoint": endpoint.rstrip("/"), "path": path, "body": body, "scope": scope}
-    return hashlib.sha256(orjson.dumps(canonical, option=orjson.OPT_SORT_KEYS)).hexdigest()
+    return hashlib.sha256(dumps(canonical, option=orjson.OPT_SORT_KEYS)).hexdigest()
 
 
 def sample_scope(entry_key: str, occurrence: int, sample_index: int) -> str:
@@ -110,12 +113,20 @@ class Spending:
         """The endpoint answered 429: pause every session of the run (recorded in order, not awaited)."""
         self._thread.submit(self.store.strike, retry_after)
 
-    async def settle(
-        self, key: str, data: dict, cost: float | None, tokens: int, reservation: int | None, charged: float
-    ) -> None:
-        """A paid reply: into the cache before it is used, its cost into the ledger."""
-        blob = self.redact(orjson.dumps(data).decode()).encode() if self.settings.cache else None
-        await self._run(self.store.settle, key, blob, cost, tokens, reservation, charged if self.tokens else 0.0)
+    async def pay(self, key: str, data: dict, cost: float | None, charged: float) -> bool:
+        """A reply as soon as it came, before anything of it is read: its cost into the ledger (the
+        token bucket set right for the `charged` tokens taken before it) when the endpoint charges for
+        it (reply_cost.billed); whether it does. The cache takes it only once it is read (keep)."""
+        if not billed(data):
+            return False
+        used = tokens(reply_usage(data))["total_tokens"]
+        await self._run(self.store.settle, key, None, cost, used, None, charged if self.tokens else 0.0)
+        return True
+
+    async def keep(self, key: str, data: dict, cost: float | None) -> None:
+        """A reply already in the ledger, read and found good: into the cache before it is used."""
+        if self.settings.cache:  # its secrets masked; what orjson cannot encode kept as text
+            await self._run(self.store.keep, key, self.redact(dumps(data).decode()).encode(), cost)
 
     async def release(self, reservation: int | None) -> None:
         if reservation is not None:

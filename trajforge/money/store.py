@@ -166,6 +166,11 @@ class Store:
                 db.execute("UPDATE buckets SET level = level + ? WHERE name = 'tokens'", (charged - tokens,))
             db.execute("DELETE FROM state WHERE name = 'strikes'")
 
+    def keep(self, key: str, data: bytes, cost: float | None) -> None:
+        """A reply whose cost the ledger has already (settle without data): into the cache."""
+        with self._write() as db:
+            db.execute("INSERT OR REPLACE INTO replies VALUES (?, ?, ?, ?)", (key, data, cost, time.time()))
+
     # -- the budget ----------------------------------------------------------------------------
     def reserve(self, call: Call, max_cost: float, ttl: float) -> int | None:
         """A reservation for one call, or None when it must wait for calls in flight to settle. Its

@@ -12,12 +12,11 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-import orjson
-
 from trajectory import EMPTY_THINK
 from trajforge.runfolder.folder import RunFolder, sample_key, write_atomic
 from trajforge.runfolder.preferences import Candidate, best, pair, preference_line
 from trajforge.runfolder.token_lines import TokenTotals, token_line, write_with_tokens
+from trajforge.safejson import dumps
 from trajforge.secrets import KINDS
 
 
@@ -96,7 +95,7 @@ class Verified:
 def _clean(line: bytes, record: dict) -> bytes:
     """The line as trajectories.jsonl has it: without the batch file's own keys."""
     own = [record.pop(key, None) for key in ("discarded", "redactions", "nonzero_exits", "tokens")]
-    return line if own == [None] * len(own) else orjson.dumps(record) + b"\n"
+    return line if own == [None] * len(own) else dumps(record) + b"\n"
 
 
 def merge(
@@ -181,8 +180,8 @@ def merge(
     pairs = [found for found in map(pair, candidates.values()) if found]
     if keep == "best" or pairs:
         _second_pass(folder, warn, chosen, pairs, count_written, keep == "best", tokens)
-    elif verified.samples:
-        write_atomic(folder.preferences, lambda handle: None)  # no pair now: none from an earlier merge
+    if not pairs:  # no pair now: none from an earlier merge, and no empty file `datasets` cannot load
+        folder.preferences.unlink(missing_ok=True)
     totals.verification = verified.summary(len(pairs))
     totals.tool_statistics = _rates(tools, exits)
     totals.reasoning_statistics = {
@@ -212,7 +211,7 @@ def _second_pass(
                 if len(found) == 2:
                     chosen_at, rejected_at = pairs[index][0].position, pairs[index][1].position
                     line_out = preference_line(found[chosen_at], found[rejected_at])
-                    preferences.write(orjson.dumps(line_out) + b"\n")
+                    preferences.write(dumps(line_out) + b"\n")
                     del halves[index]
             if position in chosen and trajectories is not None:
                 if ids is not None:
@@ -220,7 +219,9 @@ def _second_pass(
                 trajectories.write(_clean(line, dict(record)))
                 count_written(record)
 
-    if write_best:
+    if write_best and not pairs:
+        write_with_tokens(folder, tokens, lambda t, ids: write(t, None, ids))
+    elif write_best:
         write_with_tokens(folder, tokens, lambda t, ids: write_atomic(folder.preferences, lambda p: write(t, p, ids)))
     else:
         write_atomic(folder.preferences, lambda p: write(None, p))

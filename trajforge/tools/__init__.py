@@ -10,10 +10,10 @@ agent loop, except the run's budget stop (money/errors.py), which ends the promp
 from __future__ import annotations
 
 import inspect
-import json
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
+from trajforge import safejson
 from trajforge.money.errors import SpendStop
 from trajforge.tools.schema import tool_schema
 
@@ -37,8 +37,8 @@ async def call_tool(session, name: str, raw_arguments: str, offered: dict[str, T
     if chosen is None:
         return {"error": f"unknown tool {name!r}; the tools you can call are: {', '.join(sorted(offered))}"}
     try:
-        arguments = json.loads(raw_arguments or "{}")
-    except json.JSONDecodeError as exc:
+        arguments = safejson.parse(raw_arguments or "{}")  # the run's nesting limit; no lone surrogate
+    except ValueError as exc:
         return {"error": f"the arguments of {name} are not valid JSON ({exc}); send a JSON object"}
     if not isinstance(arguments, dict):
         return {"error": f"the arguments of {name} must be a JSON object, got {type(arguments).__name__}"}
