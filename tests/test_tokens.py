@@ -256,7 +256,7 @@ def test_a_server_without_ids_is_named_once_and_leaves_nulls(run_here, server):
     result = run_here(entries, *ONE_SLOT, "--token_ids")
     assert result.code == 0, result.stdout + result.stderr
     warning = "answered without token ids: the reply had no prompt_token_ids, token_ids, logprobs (its fields:"
-    assert result.stdout.count(warning) == 1, result.stdout
+    assert result.stderr.count(warning) == 1, result.stderr
     lines = result.jsonl("tokens.jsonl")
     assert [turn for line in lines for turn in line["turns"]] == [dict.fromkeys(TOKEN_FIELDS)] * 4
     assert result.statistics["token_ids"]["turns_without_ids"] == 4
@@ -287,7 +287,7 @@ def test_keep_best_and_passed_choose_the_same_lines_of_tokens_jsonl(run_here, se
     passed = run_here([solve], *ONE_SLOT, "--n_samples=3", "--resume", "--keep=passed")  # a merge again
     assert [t["metadata"]["sample_index"] for t in passed.trajectories] == [0, 2]
     assert [line["sample_index"] for line in passed.jsonl("tokens.jsonl")] == [0, 2]
-    every = run_here([solve], *ONE_SLOT, "--n_samples=3", "--resume")
+    every = run_here([solve], *ONE_SLOT, "--n_samples=3", "--resume", "--keep=all")  # --keep is kept
     keys = [(line["prompt_index"], line["sample_index"]) for line in every.jsonl("tokens.jsonl")]
     assert keys == [(t["prompt_index"], t["metadata"]["sample_index"]) for t in every.trajectories] and len(keys) == 3
 
@@ -303,7 +303,7 @@ def test_a_llama_cpp_shaped_server_gives_completion_ids_from_its_logprobs(run_he
     assert all(len(turn["token_ids"]) == len(turn["logprobs"]) > 0 for turn in line["turns"])
     direct = agent(server, "notes [mock ids=llamacpp]", token_ids="on")  # the same first request, in-process
     assert direct.tokens[0]["token_ids"] == line["turns"][0]["token_ids"]
-    assert "answered without token ids: the reply had no prompt_token_ids" in result.stdout
+    assert "answered without token ids: the reply had no prompt_token_ids" in result.stderr
     assert result.jsonl("export/rl.jsonl") == []  # no prompt ids: nothing to build a row on
     assert result.statistics["token_ids"]["turns_without_ids"] == 3
 
