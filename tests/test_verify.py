@@ -142,14 +142,18 @@ def run_in_env(tmp_path, settings: VerifySettings, entry: dict, prepare: str = "
 
 def test_an_unverified_sample_has_the_same_keys_and_types_with_placeholders(tmp_path):
     found = run_in_env(tmp_path, VerifySettings(), {"prompt": "p"})
-    assert found == unverified() == {
-        "verified": False,
-        "passed": False,
-        "reward": 0.0,
-        "output": "",
-        "duration_seconds": 0.0,
-        "error": "",
-    }
+    assert (
+        found
+        == unverified()
+        == {
+            "verified": False,
+            "passed": False,
+            "reward": 0.0,
+            "output": "",
+            "duration_seconds": 0.0,
+            "error": "",
+        }
+    )
     assert tuple(found) == KEYS
 
 
