@@ -182,6 +182,32 @@ def verification_passed(verification: dict | None) -> bool | None:
     return bool(verification.get("passed"))
 
 
+def upgrade(record: dict) -> bool:
+    """Give a record of an older version (a null cost, null verification values, or none at all) this
+    version's shape, in place; whether it changed. A merge of an older run folder then writes rows that
+    load together with new ones."""
+    metadata = record["metadata"]
+    usage, verification = metadata.get("usage") or {}, metadata.get("verification") or {}
+    if "cost_known" in usage and "verified" in verification:
+        return False
+    if "cost_known" not in usage:
+        metadata["usage"] = record_usage(usage | {"cost": known_cost(usage)})
+    if "verified" not in verification:
+        passed = verification_passed(verification)
+        with_verification(
+            record,
+            {
+                "verified": passed is not None,
+                "passed": bool(passed),
+                "reward": float(verification.get("reward") or 0.0),
+                "output": verification.get("output") or "",
+                "duration_seconds": float(verification.get("duration_seconds") or 0.0),
+                "error": verification.get("error") or "",
+            },
+        )
+    return True
+
+
 def build_record(
     *,
     prompt_index: int,

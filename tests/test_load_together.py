@@ -20,6 +20,8 @@ import pytest
 
 from trajectory import ToolCall, Turn, build_record, with_verification
 from trajforge.model.usage import empty_usage
+from trajforge.runfolder.folder import RunFolder
+from trajforge.runfolder.merge import merge
 from trajforge.verify import result, unverified
 
 pa_json = pytest.importorskip("pyarrow.json")
@@ -174,6 +176,29 @@ def test_a_file_over_10_mb_whose_first_rows_leave_fields_unset_loads_alone_and_w
     files = [large, *(run_file(tmp_path, name) for name in RUNS)]
     for order, cache in ((files, "forward"), (files[::-1], "backward")):
         assert load(order, tmp_path / cache).num_rows == 61 + 3 * len(RUNS)
+
+
+def test_a_merge_gives_records_of_an_older_version_this_versions_shape(tmp_path):
+    """Batch lines written before no leaf was null (a resumed old run folder) come out typed like new ones."""
+    old = [record({"prompt": f"old {i}"}, BUSY_TURNS, **RUNS[name]) for i, name in enumerate(RUNS)]
+    for row in old:  # as the previous version wrote them
+        metadata = row["metadata"]
+        if not metadata["usage"].pop("cost_known"):
+            metadata["usage"]["cost"] = None
+        verification = metadata["verification"]
+        if not verification.pop("verified"):
+            metadata["verification"] = dict.fromkeys(verification)
+            metadata["reward"] = None
+        verification["error"] = verification["error"] or None
+    folder = RunFolder(tmp_path)
+    write_run(folder.batch_file(0), old)
+    totals = merge(folder, True, TOOLS, print)
+    assert totals.trajectories == len(RUNS) and not totals.cost_known and totals.verification["verified_samples"] == 3
+    merged = [json.loads(line) for line in folder.trajectories.read_text().splitlines()]
+    assert [untyped(row) for row in merged] == [[]] * len(RUNS)
+    assert arrow_schema(*merged) == arrow_schema(BUSY)
+    assert [row["metadata"]["usage"]["cost_known"] for row in merged] == [False, True, True, True, True, True]
+    assert [row["metadata"]["verification"]["verified"] for row in merged] == [False] * 3 + [True] * 3
 
 
 def test_outputs_of_runs_that_did_different_things_load_together_in_either_order(run_here, server, tmp_path):

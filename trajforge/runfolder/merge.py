@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 import orjson
 
-from trajectory import EMPTY_THINK, known_cost, verification_passed
+from trajectory import EMPTY_THINK, known_cost, upgrade, verification_passed
 from trajforge.runfolder.folder import RunFolder, sample_key, write_atomic
 from trajforge.runfolder.preferences import Candidate, best, pair, preference_line
 from trajforge.secrets import KINDS
@@ -105,9 +105,9 @@ def add_usage(usage: dict, record_usage: dict, totals: Totals) -> None:
 
 
 def _clean(line: bytes, record: dict) -> bytes:
-    """The line as trajectories.jsonl has it: without the batch file's own keys."""
+    """The line as trajectories.jsonl has it: without the batch file's own keys, in this version's shape."""
     own = [record.pop(key, None) for key in ("discarded", "redactions", "nonzero_exits")]
-    return line if own == [None, None, None] else orjson.dumps(record) + b"\n"
+    return line if own == [None, None, None] and not upgrade(record) else orjson.dumps(record) + b"\n"
 
 
 def merge(
