@@ -3,7 +3,8 @@ dependencies, into a fresh virtual environment that sees nothing of this Python'
 `batch-runner` command then works from any folder.
 
 The dependencies come from a wheelhouse that pip fills from the package index the first time (about a
-minute, 130 MB) and that later runs reuse offline: pytest's cache keeps it (.pytest_cache/d/wheelhouse).
+minute, 130 MB) and that later runs, of any clone, reuse offline: ~/.cache/batch-runner/wheelhouse (under
+$XDG_CACHE_HOME when set), beside pip's own cache.
 The install itself always resolves the wheel's declared dependencies against it (`--no-index`), so a
 dependency the wheel forgets to declare fails here, as it would on a fresh machine; one added to
 pyproject that the wheelhouse lacks is downloaded first."""
@@ -24,9 +25,9 @@ TOP_LEVEL = {"batch_runner", "toolset_distributions", "trajectory", "trajforge"}
 NOT_SOURCE = (".git", ".venv", "__pycache__", "*.egg-info", "build", "data", "tests", "bench", ".*cache")
 
 
-def wheelhouse(request, tmp_path) -> Path:
-    cache = getattr(request.config, "cache", None)  # None under -p no:cacheprovider: a fresh download
-    return cache.mkdir("wheelhouse") if cache is not None else tmp_path / "wheelhouse"
+def wheelhouse() -> Path:
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return cache / "batch-runner" / "wheelhouse"
 
 
 def install(pip: list, venv: Path, wheel: Path, wheels: Path) -> subprocess.CompletedProcess:
@@ -41,7 +42,7 @@ def install(pip: list, venv: Path, wheel: Path, wheels: Path) -> subprocess.Comp
     return subprocess.run([*into, wheel], capture_output=True, text=True)
 
 
-def test_the_installed_wheel_holds_three_modules_and_one_package_and_its_command_runs(request, tmp_path):
+def test_the_installed_wheel_holds_three_modules_and_one_package_and_its_command_runs(tmp_path):
     # Build from a copy: setuptools writes build/ and *.egg-info next to the sources it builds.
     source = tmp_path / "source"
     shutil.copytree(ROOT, source, ignore=shutil.ignore_patterns(*NOT_SOURCE))
@@ -58,7 +59,7 @@ def test_the_installed_wheel_holds_three_modules_and_one_package_and_its_command
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", venv], check=True)
     python = venv / "bin" / "python"
-    installed = install(pip, venv, wheel, wheelhouse(request, tmp_path))
+    installed = install(pip, venv, wheel, wheelhouse())
     assert installed.returncode == 0, installed.stdout + installed.stderr
 
     site = venv / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}" / "site-packages"
