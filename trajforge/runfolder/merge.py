@@ -91,7 +91,7 @@ class Verified:
         }
 
 
-def add_usage(usage: dict, record_usage: dict, totals: Totals) -> None:
+def _sum_usage(usage: dict, record_usage: dict, totals: Totals) -> None:
     """Add a record's usage to statistics.json's: its cost is None as soon as one record's is unknown
     (never a sum that leaves a prompt out); `cost_known` is statistics.json's own key."""
     for key, value in record_usage.items():
@@ -143,7 +143,7 @@ def merge(
                 known = tools.setdefault(name, {"count": 0, "success": 0, "failure": 0})
                 for key in known:
                     known[key] += entry[key]
-            add_usage(usage, record["metadata"]["usage"], totals)
+            _sum_usage(usage, record["metadata"]["usage"], totals)
             key, sample = sample_key(record)
             totals.finished[key, sample] += 1
             verification = record["metadata"].get("verification") or {}
