@@ -5,7 +5,9 @@ its run did, so HuggingFace `datasets` loads any set of trajectories.jsonl files
 column by the values it sees first, and `datasets` casts every later file (and every 10 MB chunk of a
 file) to that type: a value that is empty (`[]`), null, or keyed differently in some runs (a dataset
 entry) would make a column list<null>, null or another struct there, and the load fail. Such values are
-JSON text here.
+JSON text here, and no leaf is ever null: a value that may be unknown has a placeholder of its own type
+and a flag that says whether it is known (`usage.cost_known`, `verification.verified`). docs/record.md
+lists every field with its type.
 """
 
 from __future__ import annotations
@@ -153,6 +155,62 @@ def discard_reason(turns: list[Turn], offered: set[str]) -> str | None:
     return None
 
 
+def record_usage(usage: dict) -> dict:
+    """A prompt's usage as the record holds it: an unknown cost (None) is 0.0 with `cost_known: false`,
+    never a null, whose type would depend on the rows around it."""
+    cost = usage.get("cost")
+    return {**usage, "cost": 0.0 if cost is None else float(cost), "cost_known": cost is not None}
+
+
+def known_cost(usage: dict) -> float | None:
+    """The cost of a record's usage; None when unknown (`cost_known: false`, or a null cost in records
+    written before the flag existed)."""
+    return usage.get("cost") if usage.get("cost_known", True) else None
+
+
+def with_verification(record: dict, verification: dict) -> dict:
+    """The record with its verification (verify.unverified() or verify.result()) and the reward it gave:
+    0.0 when nothing verified the sample, `verification.verified` says which."""
+    record["metadata"]["verification"] = verification
+    record["metadata"]["reward"] = verification["reward"]
+    return record
+
+
+def verification_passed(verification: dict | None) -> bool | None:
+    """Whether a record's verification passed; None when nothing verified the sample (also in records
+    written before `verified` existed, whose unverified `passed` is null)."""
+    verification = verification or {}
+    if not verification.get("verified", verification.get("passed") is not None):
+        return None
+    return bool(verification.get("passed"))
+
+
+def upgrade(record: dict) -> bool:
+    """Give a record of an older version (a null cost, null verification values, or none at all) this
+    version's shape, in place; whether it changed. A merge of an older run folder then writes rows that
+    load together with new ones."""
+    metadata = record["metadata"]
+    usage, verification = metadata.get("usage") or {}, metadata.get("verification") or {}
+    if "cost_known" in usage and "verified" in verification:
+        return False
+    if "cost_known" not in usage:
+        metadata["usage"] = record_usage(usage | {"cost": known_cost(usage)})
+    if "verified" not in verification:
+        passed = verification_passed(verification)
+        with_verification(
+            record,
+            {
+                "verified": passed is not None,
+                "passed": bool(passed),
+                "reward": float(verification.get("reward") or 0.0),
+                "output": verification.get("output") or "",
+                "duration_seconds": float(verification.get("duration_seconds") or 0.0),
+                "error": verification.get("error") or "",
+            },
+        )
+    return True
+
+
 def build_record(
     *,
     prompt_index: int,
@@ -175,7 +233,7 @@ def build_record(
             **metadata,
             "timestamp": datetime.now(UTC).isoformat(timespec="seconds"),
             "exit_reason": exit_reason,
-            "usage": usage,
+            "usage": record_usage(usage),
             "source": json.dumps(entry, ensure_ascii=False),  # entries of other datasets have other keys
         },
         "completed": exit_reason == "completed",

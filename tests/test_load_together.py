@@ -4,26 +4,37 @@ have no tool call.
 
 `datasets` types each column by the first file (and the first 10 MB chunk of a file) and casts the rest
 to it; a value empty or null in one run and typed in another fails the cast one way round. So the checks
-are generic: whatever keys a record gains later must keep every row's types the same."""
+are generic: whatever keys a record gains later must keep every row's types the same, and no leaf is
+ever null (docs/record.md): an unknown cost, an unverified sample, a verification without error each have
+a placeholder of the value's own type and a flag."""
 
 from __future__ import annotations
 
 import io
 import json
+import time
 from pathlib import Path
 
 import orjson
 import pytest
 
-from trajectory import ToolCall, Turn, build_record
+from trajectory import ToolCall, Turn, build_record, with_verification
+from trajforge.model.usage import empty_usage
+from trajforge.runfolder.folder import RunFolder
+from trajforge.runfolder.merge import merge
+from trajforge.verify import result, unverified
 
 pa_json = pytest.importorskip("pyarrow.json")
 TOOLS = ["read_file", "terminal", "write_file"]
 SCHEMA = {"type": "function", "function": {"name": "terminal", "parameters": {"type": "object"}}}
 
 
-def record(entry: dict, turns: list[Turn], exit_reason: str = "completed") -> dict:
-    """A record as the worker writes it (orjson, one line), read back."""
+def record(
+    entry: dict, turns: list[Turn], exit_reason: str = "completed", cost: float | None = 0.0, verification=None
+) -> dict:
+    """A record as the worker writes it (orjson, one line), read back: `cost` None when the run had no
+    prices, `verification` as verify_sample returns it (unverified by default)."""
+    usage = empty_usage() | {"prompt_tokens": 1, "completion_tokens": 2, "total_tokens": 3, "cost": cost}
     built = build_record(
         prompt_index=3,
         entry=entry,
@@ -33,33 +44,26 @@ def record(entry: dict, turns: list[Turn], exit_reason: str = "completed") -> di
         tool_names=TOOLS,
         api_calls=len(turns),
         exit_reason=exit_reason,
-        usage={"prompt_tokens": 1, "completion_tokens": 2, "total_tokens": 3, "reasoning_tokens": 0, "cost": 0.0},
-        metadata={"batch_num": 0, "model": "m", "run_name": "r", "duration_seconds": 1.5},
+        usage=usage,
+        metadata={"batch_num": 0, "model": "m", "model_reported": "", "run_name": "r", "duration_seconds": 1.5},
     )
-    return orjson.loads(orjson.dumps(built))
+    return orjson.loads(orjson.dumps(with_verification(built, verification or unverified())))
 
 
 QUIET = record({"prompt": "hi"}, [Turn("hello", "", finish_reason="stop")])
+BUSY_TURNS = [
+    Turn("", "plan", [ToolCall("c1", "terminal", '{"command": "ls"}', {"output": "x"})], "tool_calls"),
+    Turn("", "", [ToolCall("c2", "nope", "{broken", {"error": "unknown tool"})], "tool_calls"),
+    Turn("cut off mid-wo", "more", finish_reason="length"),
+]
 BUSY = record(
-    {"prompt": "work", "id": 7, "answer": {"value": [1, 2]}, "image": "python:3.12"},
-    [
-        Turn("", "plan", [ToolCall("c1", "terminal", '{"command": "ls"}', {"output": "x"})], "tool_calls"),
-        Turn("", "", [ToolCall("c2", "nope", "{broken", {"error": "unknown tool"})], "tool_calls"),
-        Turn("cut off mid-wo", "more", finish_reason="length"),
-    ],
-    exit_reason="length",
+    {"prompt": "work", "id": 7, "answer": {"value": [1, 2]}, "image": "python:3.12"}, BUSY_TURNS, exit_reason="length"
 )
 
 
-# Null by contract where a value is unknown (DESIGN.md): a sample nothing verified, a cost nobody priced.
-NULLABLE = {f".metadata.verification.{key}" for key in ("passed", "reward", "output", "duration_seconds", "error")}
-NULLABLE |= {".metadata.reward", ".metadata.usage.cost"}
-
-
 def untyped(value, path: str = "") -> list[str]:
-    """Paths of values whose Arrow type depends on other rows: null (outside the contract's few unknowns),
-    an empty list or object."""
-    if (value is None and path not in NULLABLE) or value == [] or value == {}:
+    """Paths of values whose Arrow type depends on other rows: null, an empty list or object."""
+    if value is None or value == [] or value == {}:
         return [path]
     if isinstance(value, dict):
         return [p for key, item in value.items() for p in untyped(item, f"{path}.{key}")]
@@ -100,21 +104,105 @@ def load(files: list[Path], cache: Path):
     return datasets.load_dataset("json", data_files=[str(f) for f in files], split="train", cache_dir=str(cache))
 
 
-def test_a_file_over_10_mb_whose_first_rows_have_no_tool_call_loads(tmp_path):
-    path = tmp_path / "trajectories.jsonl"
-    filler = "x" * 200_000
-    quiet = record({"prompt": "hi"}, [Turn(filler, "thought", finish_reason="stop")])
-    with open(path, "wb") as handle:
-        for _ in range(60):  # 12 MB without a single call: datasets reads 10 MB, types, then casts the rest
-            handle.write(orjson.dumps(quiet) + b"\n")
-        handle.write(orjson.dumps(BUSY) + b"\n")
+STARTED = time.monotonic()
+# What one run's rows may differ in from another's: whether prices were set, whether anything verified
+# the samples, whether a verifier broke.
+RUNS = {
+    "unpriced": {"cost": None},
+    "priced": {"cost": 0.0125},
+    "unverified": {},
+    "verified": {"verification": result(True, 1.0, "1\n", STARTED)},
+    "no_error": {"verification": result(False, 0.0, "wrong answer", STARTED)},
+    "verifier_error": {"verification": result(False, 0.0, "", STARTED, "verifier raised AttributeError: 'str'")},
+}
+PAIRS = [("unpriced", "priced"), ("unverified", "verified"), ("no_error", "verifier_error")]
+
+
+def write_run(path: Path, rows: list[dict]) -> Path:
+    path.write_bytes(b"".join(orjson.dumps(row) + b"\n" for row in rows))
+    return path
+
+
+def run_file(folder: Path, name: str) -> Path:
+    rows = [
+        record({"prompt": f"{name} {i}"}, [Turn("done", "thought", finish_reason="stop")], **RUNS[name])
+        for i in range(3)
+    ]
+    return write_run(folder / f"{name}.jsonl", rows)
+
+
+def large_file(folder: Path) -> Path:
+    """Over 10 MB of unpriced, unverified rows without a tool call (datasets types a file by its first
+    10 MB), then one priced row whose verifier broke, with calls."""
+    quiet = record({"prompt": "hi"}, [Turn("x" * 200_000, "thought", finish_reason="stop")], cost=None)
+    late = record(
+        {"prompt": "work"}, BUSY_TURNS, "length", cost=0.02, verification=RUNS["verifier_error"]["verification"]
+    )
+    path = write_run(folder / "large.jsonl", [quiet] * 60 + [late])
     assert path.stat().st_size > 11 << 20
-    loaded = load([path], tmp_path / "cache")
+    return path
+
+
+def test_every_kind_of_run_has_one_arrow_schema_and_no_null():
+    rows = {name: record({"prompt": name}, [], **kind) for name, kind in RUNS.items()}
+    schemas = {name: arrow_schema(row) for name, row in rows.items()}
+    assert len(set(schemas.values())) == 1, schemas
+    assert all(untyped(row) == [] for row in rows.values())
+    usage, verification = rows["unpriced"]["metadata"]["usage"], rows["unverified"]["metadata"]["verification"]
+    assert (usage["cost"], usage["cost_known"]) == (0.0, False)  # a placeholder, flagged: never a made-up 0
+    assert rows["priced"]["metadata"]["usage"] | {"cost_known": True} == rows["priced"]["metadata"]["usage"]
+    assert verification == unverified() and verification["verified"] is False
+    assert rows["no_error"]["metadata"]["verification"]["error"] == ""
+
+
+@pytest.mark.parametrize(("first", "second"), PAIRS, ids=["-".join(p) for p in PAIRS])
+def test_two_runs_that_differ_load_together_in_both_orders(tmp_path, first, second):
+    files = [run_file(tmp_path, first), run_file(tmp_path, second)]
+    for order, cache in ((files, "forward"), (files[::-1], "backward")):
+        loaded = load(order, tmp_path / cache)
+        assert loaded.num_rows == 6
+        assert loaded.features == load(files[:1], tmp_path / f"{cache}-alone").features
+
+
+def test_a_file_over_10_mb_whose_first_rows_leave_fields_unset_loads_alone_and_with_every_run(tmp_path):
+    large = large_file(tmp_path)
+    loaded = load([large], tmp_path / "alone")
     assert loaded.num_rows == 61
-    assert json.loads(loaded[60]["conversations"][2]["tool_calls"])[0]["id"] == "c1"
+    last = loaded[60]
+    assert json.loads(last["conversations"][2]["tool_calls"])[0]["id"] == "c1"
+    assert last["metadata"]["verification"]["error"] == "verifier raised AttributeError: 'str'"
+    assert last["metadata"]["verification"]["verified"] is True and last["metadata"]["usage"]["cost_known"] is True
+    assert loaded[0]["metadata"]["usage"]["cost_known"] is False
+    files = [large, *(run_file(tmp_path, name) for name in RUNS)]
+    for order, cache in ((files, "forward"), (files[::-1], "backward")):
+        assert load(order, tmp_path / cache).num_rows == 61 + 3 * len(RUNS)
 
 
-def test_outputs_of_runs_that_did_different_things_load_together_in_either_order(run_here, tmp_path):
+def test_a_merge_gives_records_of_an_older_version_this_versions_shape(tmp_path):
+    """Batch lines written before no leaf was null (a resumed old run folder) come out typed like new ones."""
+    old = [record({"prompt": f"old {i}"}, BUSY_TURNS, **RUNS[name]) for i, name in enumerate(RUNS)]
+    for row in old:  # as the previous version wrote them
+        metadata = row["metadata"]
+        if not metadata["usage"].pop("cost_known"):
+            metadata["usage"]["cost"] = None
+        verification = metadata["verification"]
+        if not verification.pop("verified"):
+            metadata["verification"] = dict.fromkeys(verification)
+            metadata["reward"] = None
+        verification["error"] = verification["error"] or None
+    folder = RunFolder(tmp_path)
+    write_run(folder.batch_file(0), old)
+    totals = merge(folder, True, TOOLS, print)
+    assert totals.trajectories == len(RUNS) and not totals.cost_known and totals.verification["verified_samples"] == 3
+    merged = [json.loads(line) for line in folder.trajectories.read_text().splitlines()]
+    assert [untyped(row) for row in merged] == [[]] * len(RUNS)
+    assert arrow_schema(*merged) == arrow_schema(BUSY)
+    assert [row["metadata"]["usage"]["cost_known"] for row in merged] == [False, True, True, True, True, True]
+    assert [row["metadata"]["verification"]["verified"] for row in merged] == [False] * 3 + [True] * 3
+
+
+def test_outputs_of_runs_that_did_different_things_load_together_in_either_order(run_here, server, tmp_path):
+    server.cost = None  # the server reports no cost: only the run given prices knows its cost
     runs = {
         "quiet": ([{"prompt": f"say hi {i} [mock turns=0]", "lang": "en"} for i in range(3)], []),
         "tools": (
@@ -127,6 +215,11 @@ def test_outputs_of_runs_that_did_different_things_load_together_in_either_order
         ),
         "silent": ([{"prompt": "no thoughts [mock reasoning=none]", "cwd": "sub"}], ["--require_reasoning=False"]),
         "streamed": ([{"prompt": "streamed [mock reasoning=think]"}], ["--stream"]),
+        # Priced, verified, one verifier error (a timeout): the others are unpriced and unverified.
+        "checked": (
+            [{"prompt": "checked [mock turns=0]", "verify": "exit 0"}, {"prompt": "slow check", "verify": "sleep 5"}],
+            ["--price_input=1", "--price_output=2", "--verify_timeout=0.5"],
+        ),
     }
     files = []
     for name, (entries, extra) in runs.items():
@@ -137,8 +230,12 @@ def test_outputs_of_runs_that_did_different_things_load_together_in_either_order
     # The runs did differ: one called no tool at all, another cut a session at --max_turns.
     assert all(json.loads(line)["api_calls"] == 1 for line in files[0].read_text().splitlines())
     assert any(json.loads(line)["partial"] for line in files[1].read_text().splitlines())
+    checked = [json.loads(line)["metadata"] for line in files[4].read_text().splitlines()]
+    assert all(m["usage"]["cost_known"] and m["verification"]["verified"] for m in checked)
+    assert sorted(m["verification"]["error"] for m in checked) == ["", "verify command timed out after 0.5s"]
+    assert not json.loads(files[0].read_text().splitlines()[0])["metadata"]["usage"]["cost_known"]
     for order, cache in ((files, "forward"), (files[::-1], "backward")):
         loaded = load(order, tmp_path / cache)
-        assert loaded.num_rows == 8
+        assert loaded.num_rows == 10
     for line in (line for f in files for line in f.read_text().splitlines()):
         assert untyped(json.loads(line)) == [], line[:200]

@@ -72,8 +72,9 @@ def test_record_format_summary_and_huggingface_loading(run_here):
         "reasoning_tokens",
         "cached_tokens",
         "cost",
+        "cost_known",
     }
-    assert meta["usage"]["total_tokens"] > 0 and meta["usage"]["cost"] > 0
+    assert meta["usage"]["total_tokens"] > 0 and meta["usage"]["cost"] > 0 and meta["usage"]["cost_known"] is True
     assert source(record) == {"prompt": "inspect the workspace", "id": "task-7"}
     assert set(record["tool_stats"]) == set(record["tool_error_counts"])
     assert record["tool_stats"]["terminal"] == {"count": 1, "success": 1, "failure": 0}

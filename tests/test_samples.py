@@ -17,6 +17,8 @@ import pytest
 from conftest import released, settled, source, wait_for
 from test_environments import _available
 
+from trajforge.verify import KEYS, unverified
+
 ALPHA = "batch-runner-test/alpha:1"  # built by .ci/docker-up
 SOLVE = "[mock turns=1 alternate command=echo%2042%20>%20answer.txt]"  # writes the answer in even sessions
 CHECK = 'test "$(cat answer.txt)" = 42'
@@ -53,9 +55,10 @@ def test_alternating_samples_exact_passes_keep_and_one_preference_pair(run_here,
     for record in first.trajectories:
         # The verify command is in no conversation and no tool count: one terminal call per sample.
         assert CHECK not in json.dumps(record["conversations"]) and record["tool_stats"]["terminal"]["count"] == 1
-        assert set(record["metadata"]["verification"]) == {"passed", "reward", "output", "duration_seconds", "error"}
+        assert set(record["metadata"]["verification"]) == set(KEYS)
+        assert record["metadata"]["verification"]["verified"] is (source(record) == solve)
         if source(record) == plain:
-            assert set(record["metadata"]["verification"].values()) == {None} and record["metadata"]["reward"] is None
+            assert record["metadata"]["verification"] == unverified() and record["metadata"]["reward"] == 0.0
     stats = first.statistics
     assert stats["verification"] == {
         "verified_samples": 4,

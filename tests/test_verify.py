@@ -140,15 +140,28 @@ def run_in_env(tmp_path, settings: VerifySettings, entry: dict, prepare: str = "
     return asyncio.run(body())
 
 
-def test_an_unverified_sample_has_the_same_keys_all_null(tmp_path):
-    assert run_in_env(tmp_path, VerifySettings(), {"prompt": "p"}) == unverified() == dict.fromkeys(KEYS)
+def test_an_unverified_sample_has_the_same_keys_and_types_with_placeholders(tmp_path):
+    found = run_in_env(tmp_path, VerifySettings(), {"prompt": "p"})
+    assert (
+        found
+        == unverified()
+        == {
+            "verified": False,
+            "passed": False,
+            "reward": 0.0,
+            "output": "",
+            "duration_seconds": 0.0,
+            "error": "",
+        }
+    )
+    assert tuple(found) == KEYS
 
 
 def test_a_verify_command_inspects_what_the_agent_wrote(tmp_path):
     entry = {"prompt": "p", "verify": 'grep -c 42 answer.txt; test "$(cat answer.txt)" = 42'}
     solved = run_in_env(tmp_path, VerifySettings(), entry, "echo 42 > answer.txt")
     assert solved["passed"] is True and solved["reward"] == 1.0 and solved["output"] == "1\n"
-    assert solved["error"] is None and solved["duration_seconds"] >= 0
+    assert solved["verified"] is True and solved["error"] == "" and solved["duration_seconds"] >= 0
     unsolved = run_in_env(tmp_path, VerifySettings(), entry, "echo 41 > answer.txt")
     assert unsolved["passed"] is False and unsolved["reward"] == 0.0
 
@@ -235,7 +248,7 @@ def verifiers(tmp_path):
 
 def test_a_python_verifier_reads_files_and_runs_commands_through_the_handle(tmp_path, verifiers):
     done = run_in_env(tmp_path, verifiers("reads_the_answer"), {"prompt": "p"}, "echo 42 > answer.txt")
-    assert done["passed"] is True and done["reward"] == 1.0 and done["error"] is None
+    assert done["passed"] is True and done["reward"] == 1.0 and done["error"] == ""
     assert json.loads(done["output"]) == {"answer": "42", "files": ["answer.txt"]}
     wrong = run_in_env(tmp_path, verifiers("reads_the_answer"), {"prompt": "p"}, "echo 7 > answer.txt")
     assert wrong["passed"] is False and wrong["reward"] == 0.0

@@ -6,8 +6,10 @@ command (its last output line, when a number, is the reward; else exit 0 is 1.0)
 or tool_stats. A verifier that fails in any way (raises, times out, answers garbage) gives a sample that
 did not pass, with the error recorded: the sample is saved all the same.
 
-The result is always the same dict, `{passed, reward, output, duration_seconds, error}`, all null for
-an unverified sample, so every record has the same keys and types.
+The result is always the same dict, `{verified, passed, reward, output, duration_seconds, error}`, of
+the same types in every record: an unverified sample has `verified: false` and placeholders (false, 0.0,
+"", 0.0, ""), a verification without error an empty `error`. A null would make a column's type depend
+on which rows a file holds (docs/record.md).
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from trajforge.tasks import reveal_tests
 
 OUTPUT_CAP = 2000  # characters of a verifier's output kept in the record
 CHECKS = ("command", "final_contains", "final_excludes", "tools_called")
-KEYS = ("passed", "reward", "output", "duration_seconds", "error")
+KEYS = ("verified", "passed", "reward", "output", "duration_seconds", "error")
 
 
 @dataclass(frozen=True)
@@ -36,7 +38,7 @@ class VerifySettings:
 
 
 def unverified() -> dict:
-    return dict.fromkeys(KEYS)
+    return {"verified": False, "passed": False, "reward": 0.0, "output": "", "duration_seconds": 0.0, "error": ""}
 
 
 def spec_problem(spec) -> str | None:
@@ -98,8 +100,9 @@ def capped(text: str) -> str:
     return text if len(text) <= OUTPUT_CAP else text[: OUTPUT_CAP - len(CUT)] + CUT
 
 
-def result(passed: bool, reward: float, output: str, started: float, error: str | None = None) -> dict:
+def result(passed: bool, reward: float, output: str, started: float, error: str = "") -> dict:
     return {
+        "verified": True,
         "passed": passed,
         "reward": float(reward),
         "output": capped(output),

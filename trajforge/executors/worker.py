@@ -19,7 +19,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from toolset_distributions import sample_rng, sample_toolsets
-from trajectory import build_record, discard_reason, nonzero_exits
+from trajectory import build_record, discard_reason, nonzero_exits, verification_passed, with_verification
 from trajforge.agent.loop import PromptLimits, run_agent
 from trajforge.config import RunConfig
 from trajforge.environments import SetupError, backend_for
@@ -197,8 +197,7 @@ class Worker:
             for key in ("output", "error"):  # a Python verifier's info and prints may quote a secret too
                 if isinstance(verification[key], str):
                     verification[key] = env.redact(verification[key])
-            record["metadata"]["verification"] = verification
-            record["metadata"]["reward"] = verification["reward"]
+            with_verification(record, verification)
             reason = discard_reason(result.turns, set(tools))
             if reason:
                 record["discarded"] = reason
@@ -217,7 +216,7 @@ class Worker:
             outcome = reason or result.exit_reason
             called = sum(len(turn.calls) for turn in result.turns)
             line = None if self.files else line  # travels with the event where the driver writes it
-            passed = verification["passed"]
+            passed = verification_passed(verification)
             self.events.put(
                 PromptDone(index, batch_num, outcome, result.retries, line, sample, passed, len(tools), called)
             )

@@ -11,6 +11,7 @@ that carries its own `usage` (a later record format) gets per-step `metrics` fro
 
 from __future__ import annotations
 
+from trajectory import known_cost, verification_passed
 from trajforge.export.openai import arguments_object
 from trajforge.export.record import Conversation
 
@@ -20,7 +21,7 @@ AGENT_NAME = "batch-runner"
 
 def _metrics(usage: dict) -> dict:
     metrics = {key: usage[key] for key in ("prompt_tokens", "completion_tokens", "cached_tokens") if key in usage}
-    if usage.get("cost") is not None:
+    if known_cost(usage) is not None:
         metrics["cost_usd"] = usage["cost"]
     if "reasoning_tokens" in usage:
         metrics["extra"] = {"reasoning_tokens": usage["reasoning_tokens"]}
@@ -65,7 +66,7 @@ def row(conversation: Conversation, record: dict, version: str) -> dict:
         "total_prompt_tokens": usage.get("prompt_tokens"),
         "total_completion_tokens": usage.get("completion_tokens"),
         "total_cached_tokens": usage.get("cached_tokens"),
-        "total_cost_usd": usage.get("cost"),
+        "total_cost_usd": known_cost(usage),
         "total_steps": len(every),
         "extra": {"reasoning_tokens": usage.get("reasoning_tokens"), "api_calls": record.get("api_calls")},
     }
@@ -83,7 +84,7 @@ def row(conversation: Conversation, record: dict, version: str) -> dict:
             "completed": record.get("completed"),
             "partial": record.get("partial"),
             "duration_seconds": metadata.get("duration_seconds"),
-            "reward": metadata.get("reward"),
+            "reward": metadata.get("reward") if verification_passed(metadata.get("verification")) is not None else None,
             "toolsets_used": record.get("toolsets_used"),
         },
     }

@@ -25,10 +25,11 @@ TURN = pa.struct(
 )
 USAGE = pa.struct(
     [(key, pa.int64()) for key in ("prompt_tokens", "completion_tokens", "total_tokens", "reasoning_tokens")]
-    + [("cached_tokens", pa.int64()), ("cost", pa.float64())]
+    + [("cached_tokens", pa.int64()), ("cost", pa.float64()), ("cost_known", pa.bool_())]
 )
 VERIFICATION = pa.struct(
     [
+        ("verified", pa.bool_()),
         ("passed", pa.bool_()),
         ("reward", pa.float64()),
         ("output", pa.string()),

@@ -22,6 +22,7 @@ from datetime import UTC, datetime
 from importlib import resources
 from itertools import count
 
+from trajectory import known_cost, verification_passed
 from trajforge.export.record import first_line, parse
 from trajforge.runfolder.folder import RunFolder, entry_key, write_atomic
 from trajforge.safejson import dumps
@@ -57,7 +58,8 @@ def _compact(record: dict, verdict: str | None) -> dict:
     """What the browser shows of one trajectory: strings cut, tool calls with their results by id."""
     conversation = parse(record)
     metadata = record.get("metadata") or {}
-    verification = metadata.get("verification") or {}
+    passed = verification_passed(metadata.get("verification"))
+    usage = metadata.get("usage") or {}
     used = sorted({call.name for step in conversation.steps for call in step.calls})
     return {
         "prompt_index": record.get("prompt_index"),
@@ -65,13 +67,13 @@ def _compact(record: dict, verdict: str | None) -> dict:
         "kept": verdict is None,
         "discard": verdict or "",
         "exit_reason": str(metadata.get("exit_reason") or ""),
-        "passed": verification.get("passed"),
-        "reward": metadata.get("reward"),
+        "passed": passed,
+        "reward": None if passed is None else metadata.get("reward"),  # 0.0 in the record when unverified
         "toolsets": [str(t) for t in record.get("toolsets_used") or []],
         "tools": used,
         "first_line": first_line(conversation.prompt),
         "duration_seconds": metadata.get("duration_seconds"),
-        "usage": metadata.get("usage") or {},
+        "usage": usage | {"cost": known_cost(usage)},  # the page shows a null cost as unknown
         "api_calls": record.get("api_calls"),
         "timestamp": str(metadata.get("timestamp") or ""),
         "system": cut(conversation.system),
@@ -135,14 +137,14 @@ class ReportData:
     def observe(self, record: dict, verdict: str | None) -> None:
         self.total += 1
         metadata = record.get("metadata") or {}
-        passed = (metadata.get("verification") or {}).get("passed")
+        passed = verification_passed(metadata.get("verification"))
         self.outcomes[verdict or ("completed" if record.get("completed") else "partial")] += 1
         self.exit_reasons[str(metadata.get("exit_reason") or "")] += 1
         self.verification[{True: "passed", False: "failed"}.get(passed, "unverified")] += 1
         self.turns[sum(1 for turn in record.get("conversations") or [] if turn.get("from") == "gpt")] += 1
         if isinstance(metadata.get("duration_seconds"), (int, float)):
             self.durations.append(float(metadata["duration_seconds"]))
-        if isinstance(metadata.get("reward"), (int, float)):
+        if passed is not None and isinstance(metadata.get("reward"), (int, float)):
             self.rewards.append(float(metadata["reward"]))
         if not self.limit:
             return

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import orjson
 
+from trajectory import verification_passed
 from trajforge.dataset import UsageError
 
 BATCH_FILE = re.compile(r"batch_(\d+)\.jsonl$")
@@ -46,7 +47,7 @@ def sample_key(record: dict) -> tuple[str, int]:
 
 def passed(record: dict) -> bool | None:
     """Whether the record's verification passed; None when nothing verified it (or before verification)."""
-    return (record["metadata"].get("verification") or {}).get("passed")
+    return verification_passed(record["metadata"].get("verification"))
 
 
 def open_temp(path: Path) -> tuple[int, Path]:

@@ -12,7 +12,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from trajectory import EMPTY_THINK
+from trajectory import EMPTY_THINK, known_cost, upgrade, verification_passed
 from trajforge.runfolder.folder import RunFolder, sample_key, write_atomic
 from trajforge.runfolder.preferences import Candidate, best, pair, preference_line
 from trajforge.runfolder.token_lines import TokenTotals, token_line, write_with_tokens
@@ -65,14 +65,14 @@ class Verified:
         self.reward = 0.0
         self.by_key: dict[str, list[int]] = {}  # key -> [verified, passed]
 
-    def add(self, key: str, verification: dict) -> None:
+    def add(self, key: str, verification: dict, passed: bool) -> None:
         self.samples += 1
-        self.passed += bool(verification["passed"])
-        self.errors += verification.get("error") is not None
+        self.passed += passed
+        self.errors += bool(verification.get("error"))  # "" (null in older records) when there was none
         self.reward += verification.get("reward") or 0.0
         counts = self.by_key.setdefault(key, [0, 0])
         counts[0] += 1
-        counts[1] += bool(verification["passed"])
+        counts[1] += passed
 
     def summary(self, pairs: int) -> dict:
         entries = list(self.by_key.values())
@@ -92,10 +92,23 @@ class Verified:
         }
 
 
+def _sum_usage(usage: dict, record_usage: dict, totals: Totals) -> None:
+    """Add a record's usage to statistics.json's: its cost is None as soon as one record's is unknown
+    (never a sum that leaves a prompt out); `cost_known` is statistics.json's own key."""
+    for key, value in record_usage.items():
+        if key == "cost_known":
+            continue
+        if key == "cost" and (known_cost(record_usage) is None or usage.get(key, 0) is None):
+            totals.cost_known = False
+            usage[key] = None
+        else:
+            usage[key] = usage.get(key, 0) + value
+
+
 def _clean(line: bytes, record: dict) -> bytes:
-    """The line as trajectories.jsonl has it: without the batch file's own keys."""
+    """The line as trajectories.jsonl has it: without the batch file's own keys, in this version's shape."""
     own = [record.pop(key, None) for key in ("discarded", "redactions", "nonzero_exits", "tokens")]
-    return line if own == [None] * len(own) else dumps(record) + b"\n"
+    return line if own == [None] * len(own) and not upgrade(record) else dumps(record) + b"\n"
 
 
 def merge(
@@ -133,18 +146,13 @@ def merge(
                 known = tools.setdefault(name, {"count": 0, "success": 0, "failure": 0})
                 for key in known:
                     known[key] += entry[key]
-            for key, value in record["metadata"]["usage"].items():
-                if key == "cost" and (value is None or usage.get(key, 0) is None):
-                    totals.cost_known = False
-                    usage[key] = None  # unknown: never a sum that leaves a prompt out
-                else:
-                    usage[key] = usage.get(key, 0) + value
+            _sum_usage(usage, record["metadata"]["usage"], totals)
             key, sample = sample_key(record)
             totals.finished[key, sample] += 1
             verification = record["metadata"].get("verification") or {}
-            passed = verification.get("passed")
+            passed = verification_passed(verification)
             if passed is not None:
-                verified.add(key, verification)
+                verified.add(key, verification, passed)
                 totals.passed[key, sample] += passed
             reason = record.get("discarded")
             totals.tokens.add(record)
