@@ -15,6 +15,7 @@ import orjson
 import pytest
 from conftest import calls, source
 
+from trajectory import known_cost
 from trajforge import safejson
 from trajforge.dataset import UsageError, load_dataset, path_problem
 from trajforge.export import atif, card
@@ -139,7 +140,7 @@ def test_a_reply_without_usable_usage_has_an_unknown_cost_which_stops_a_budget(r
     # Without a cost limit it is data: a trajectory whose cost is unknown, never $0.
     free = run_here(entries, *FLAGS, "--concurrency=1", *prices, *stream_flag(stream), run_name="free")
     assert free.code == 0 and free.statistics["cost_known"] is False
-    by_prompt = {source(r)["prompt"]: r["metadata"]["usage"]["cost"] for r in free.trajectories}
+    by_prompt = {source(r)["prompt"]: known_cost(r["metadata"]["usage"]) for r in free.trajectories}
     assert by_prompt[entries[0]["prompt"]] is None and by_prompt[entries[1]["prompt"]] > 0
 
 
