@@ -73,6 +73,7 @@ def main(
     n_samples: int | None = None,
     verify_timeout: float | None = None,
     pass_threshold: float | None = None,
+    reward_range: str | None = None,
     verifier: str | None = None,
     keep: str = "all",
     stop_after_passes: int | None = None,

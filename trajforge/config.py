@@ -140,6 +140,18 @@ def as_number(value, flag: str, what: str = "a number") -> float:
     return number
 
 
+def as_range(value, flag: str) -> tuple[float, float]:
+    """LOW,HIGH (Fire hands a comma-separated value over as a tuple; run.json keeps a list)."""
+    parts = value.split(",") if isinstance(value, str) else value
+    form = UsageError(f"--{flag} must be LOW,HIGH (two numbers, LOW <= HIGH), got {value!r}")
+    if not isinstance(parts, list | tuple) or len(parts) != 2:
+        raise form
+    low, high = (as_number(part, flag, "LOW,HIGH (two numbers)") for part in parts)
+    if low > high:
+        raise form
+    return low, high
+
+
 def as_amount(value, flag: str, what: str = "an amount in USD", positive: bool = True) -> float | None:
     """A finite number (more than 0, or at least 0 for a price), or None when the flag was not given."""
     if value is None:
@@ -316,6 +328,7 @@ RUN_SETTINGS: tuple[Remembered, ...] = (
     Remembered("n_samples", 1, _number(1), agrees=operator.le),
     Remembered("verify_timeout", 300.0, as_seconds),
     Remembered("pass_threshold", 0.5, as_number),
+    Remembered("reward_range", "0,1", lambda value, flag: list(as_range(value, flag))),
     Remembered("verifier", None, _verifier_spec),
 )
 
@@ -462,6 +475,7 @@ def build_config(flags: dict) -> RunConfig:
         verify=VerifySettings(
             timeout=as_seconds(flags["verify_timeout"], "verify_timeout"),
             threshold=as_number(flags["pass_threshold"], "pass_threshold"),
+            reward_range=as_range(flags["reward_range"], "reward_range"),
             verifier=_verifier(flags["verifier"]),
         ),
         keep=choice(flags["keep"], "keep", KEEP),

@@ -66,6 +66,9 @@ class BwrapEnvironment(LocalEnvironment):
         sandboxed = bwrap_argv(self.settings, binds, self.cwd, argv)
         return await run_process(sandboxed, self.workspace, self.env, timeout, stdin, limit)
 
+    async def clean_variables(self) -> None:
+        """Nothing to change: TMPDIR is the sandbox's /tmp, where the clean room's HOME is made fresh."""
+
     async def close(self) -> None:
         await super().close()
         if self.tmp and not self.settings.keep_workspaces:

@@ -28,7 +28,7 @@ from trajforge.environments import (
 )
 from trajforge.environments.contract import timeout_result
 from trajforge.environments.local import COMMAND_VARIABLES
-from trajforge.environments.shell import KEEP_ALIVE, CommandEnvironment
+from trajforge.environments.shell import KEEP_ALIVE, KILL_ALL, CommandEnvironment
 
 RUN_LABEL, RUN_DIR_LABEL = "batch-runner.run", "batch-runner.run_dir"
 DEFAULT_CWD = "/workspace"  # for images without a WORKDIR of their own
@@ -36,7 +36,8 @@ DEFAULT_CWD = "/workspace"  # for images without a WORKDIR of their own
 # The command's own stderr goes to stdout, in order, as on the local backend.
 REPORT_PID = ["sh", "-c", 'echo $$ >&2; exec "$@" 2>&1', "sh"]
 # Input for a command travels as a file put next to it (exec has no simple stdin in the SDK).
-FROM_FILE = ["sh", "-c", 'f=$1; shift; "$@" < "$f"; s=$?; rm -f -- "$f"; exit $s', "sh"]
+# Removed once opened, before the command starts: no process of it finds the file in its workspace.
+FROM_FILE = ["sh", "-c", 'f=$1; shift; exec < "$f"; rm -f -- "$f"; exec "$@"', "sh"]
 KILL_GROUP = ["sh", "-c", 'kill -9 -"$1"', "sh"]
 KILL_GRACE = 5.0  # seconds to wait for a killed command's output to end
 
@@ -109,6 +110,9 @@ class DockerEnvironment(CommandEnvironment):
             )
         except DockerException as exc:
             raise SetupError(f"cannot start a container from {self.image!r}: {_reason(exc)}") from None
+
+    async def end_agent_processes(self) -> None:
+        await self.run(KILL_ALL, 30)
 
     async def run(
         self, argv: list[str], timeout: float, stdin: bytes | None = None, limit: int = OUTPUT_LIMIT

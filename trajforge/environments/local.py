@@ -169,6 +169,7 @@ class LocalEnvironment(CommandEnvironment):
         self.workspace = self.cwd = ""  # made by start()
         self.env: dict = {}
         self.token = secrets.token_hex(16)  # marks every process of this prompt (orphans.py)
+        self.verify_tmp = ""  # the clean room's TMPDIR, outside the workspace (clean_variables)
 
     async def start(self) -> None:
         self.workspace = await asyncio.to_thread(make_workspace, self.settings, "", self.sample)
@@ -187,9 +188,24 @@ class LocalEnvironment(CommandEnvironment):
     ) -> ExecResult:
         return await run_process(argv, self.cwd, self.env, timeout, stdin, limit)
 
+    @property
+    def scan_root(self) -> str:
+        return self.workspace
+
+    async def end_agent_processes(self) -> None:
+        await asyncio.to_thread(end_prompt, self.token)  # also a `setsid` daemon: it carries the token
+
+    async def clean_variables(self) -> None:
+        # The clean room's HOME is made below TMPDIR: here a fresh folder outside the workspace.
+        prefix = workspace_prefix(self.settings) + "verify-"
+        self.verify_tmp = await asyncio.to_thread(tempfile.mkdtemp, prefix=prefix)
+        self.env = {**self.env, "TMPDIR": self.verify_tmp}
+
     async def close(self) -> None:
         # Off the event loop: scanning /proc and removing a big workspace take a while.
         await asyncio.to_thread(end_prompt, self.token)
+        if self.verify_tmp:
+            await asyncio.to_thread(shutil.rmtree, self.verify_tmp, ignore_errors=True)
         if self.workspace and not self.settings.keep_workspaces:
             await asyncio.to_thread(shutil.rmtree, self.workspace, ignore_errors=True)
 

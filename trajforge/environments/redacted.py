@@ -27,5 +27,8 @@ class Redacted(Environment):
     async def write_file(self, path: str, data: str | bytes) -> None:
         await self.inner.write_file(path, data)
 
+    async def enter_clean_room(self) -> str:
+        return self.redact(await self.inner.enter_clean_room())
+
     async def close(self) -> None:
         await self.inner.close()
