@@ -21,6 +21,11 @@ from trajforge.environments.local import (
 # Read-only where present. On merged-/usr systems /bin, /lib... are symlinks into /usr: they stay symlinks.
 SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/opt")
 SANDBOX_TMP = "/tmp"
+# Every command is this uid in a user namespace of its own, with no capability, whoever started the
+# runner: no remount of the read-only system, no raw socket, no write outside the workspace and /tmp. The
+# runner's uid is what it maps to, so the workspace the runner made is the sandbox user's to write.
+SANDBOX_UID = 1000
+UNPRIVILEGED = ["--unshare-user", "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID), "--cap-drop", "ALL"]
 
 
 def system_mounts() -> list[str]:
@@ -37,7 +42,8 @@ def bwrap_argv(settings: EnvironmentSettings, binds: list[tuple[str, str]], cwd:
     network = ["--share-net"] if settings.sandbox_network else []
     # --die-with-parent and the PID namespace take every process of a command down with bwrap, so
     # killing bwrap's process group on a timeout kills the command's children too.
-    sandbox = [shutil.which("bwrap") or "bwrap", "--unshare-all", *network, "--die-with-parent", "--new-session"]
+    sandbox = [shutil.which("bwrap") or "bwrap", "--unshare-all", *UNPRIVILEGED, *network]
+    sandbox += ["--die-with-parent", "--new-session"]
     # The root is an empty tmpfs: only what is mounted below exists, so no host socket can be reached by path.
     sandbox += [*system_mounts(), "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/dev/shm"]
     for source, target in binds:

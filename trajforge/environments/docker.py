@@ -106,6 +106,8 @@ class DockerEnvironment(CommandEnvironment):
                 working_dir=self.cwd,  # created by Docker when missing
                 environment=COMMAND_VARIABLES,
                 network_mode=None if self.settings.sandbox_network else "none",
+                cap_drop=["ALL"],  # root in the container can neither remount, nor trace, nor open raw sockets
+                security_opt=["no-new-privileges"],  # and no setuid program gives it back
                 detach=True,
             )
         except DockerException as exc:
