@@ -16,6 +16,7 @@ from pathlib import Path
 from toolset_distributions import DISTRIBUTIONS
 from trajforge.dataset import UsageError
 from trajforge.environments import KINDS, EnvironmentSettings
+from trajforge.environments.limits import Limits
 from trajforge.export import FORMATS
 from trajforge.model.settings import ModelSettings
 from trajforge.money.pricing import Prices
@@ -138,6 +139,9 @@ def as_number(value, flag: str, what: str = "a number") -> float:
     if isinstance(value, bool) or not math.isfinite(number):
         raise UsageError(f"--{flag} must be {what}, got {value!r}")
     return number
+
+
+LIMIT_FLAGS = ("max_processes", "max_memory_mb", "max_file_size_mb")  # Limits' fields, in order; 0 for none
 
 
 def as_range(value, flag: str) -> tuple[float, float]:
@@ -448,6 +452,7 @@ def build_config(flags: dict) -> RunConfig:
             keep_workspaces=as_bool(flags["keep_workspaces"], "keep_workspaces"),
             default_image=default_image,
             sandbox_network=as_bool(flags["sandbox_network"], "sandbox_network"),
+            limits=Limits(*(as_int(flags[name], name, 0) for name in LIMIT_FLAGS)),
             run_name=run_name,
             run_dir=str(run_dir.resolve()),  # labels this run's containers, whatever the cwd of a later --resume
         ),

@@ -11,6 +11,7 @@ import shutil
 import subprocess
 
 from trajforge.environments import OUTPUT_LIMIT, EnvironmentSettings, ExecResult, SetupError
+from trajforge.environments.limits import MB
 from trajforge.environments.local import (
     LocalBackend,
     LocalEnvironment,
@@ -45,7 +46,9 @@ def bwrap_argv(settings: EnvironmentSettings, binds: list[tuple[str, str]], cwd:
     sandbox = [shutil.which("bwrap") or "bwrap", "--unshare-all", *UNPRIVILEGED, *network]
     sandbox += ["--die-with-parent", "--new-session"]
     # The root is an empty tmpfs: only what is mounted below exists, so no host socket can be reached by path.
-    sandbox += [*system_mounts(), "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/dev/shm"]
+    shm = settings.limits.max_file_size_mb  # /dev/shm is memory: bounded like one file
+    sandbox += [*system_mounts(), "--dev", "/dev", "--proc", "/proc", *(["--size", str(shm * MB)] if shm else [])]
+    sandbox += ["--tmpfs", "/dev/shm"]
     for source, target in binds:
         sandbox += ["--bind", source, target]
     return [*sandbox, "--chdir", cwd, "--", *argv]
@@ -70,7 +73,7 @@ class BwrapEnvironment(LocalEnvironment):
     ) -> ExecResult:
         binds = [(self.tmp, SANDBOX_TMP), (self.workspace, self.workspace)]
         sandboxed = bwrap_argv(self.settings, binds, self.cwd, argv)
-        return await run_process(sandboxed, self.workspace, self.env, timeout, stdin, limit)
+        return await run_process(sandboxed, self.workspace, self.env, timeout, stdin, limit, self.preexec)
 
     async def clean_variables(self) -> None:
         """Nothing to change: TMPDIR is the sandbox's /tmp, where the clean room's HOME is made fresh."""

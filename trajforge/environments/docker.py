@@ -27,6 +27,7 @@ from trajforge.environments import (
     image_of,
 )
 from trajforge.environments.contract import timeout_result
+from trajforge.environments.limits import MB, Limits
 from trajforge.environments.local import COMMAND_VARIABLES
 from trajforge.environments.shell import KEEP_ALIVE, KILL_ALL, CommandEnvironment
 
@@ -73,6 +74,20 @@ def image_workdir(client: docker.DockerClient, image: str) -> str:
     return found.attrs.get("Config", {}).get("WorkingDir") or ""
 
 
+def container_limits(limits: Limits) -> dict:
+    """The sample's limits as the container's own: for every process in it, the runner's untouched."""
+    options: dict = {}
+    if limits.max_processes:
+        options["pids_limit"] = limits.max_processes
+    if limits.max_memory_mb:
+        options["mem_limit"] = f"{limits.max_memory_mb}m"
+    if limits.max_file_size_mb:
+        size = limits.max_file_size_mb * MB
+        options["ulimits"] = [docker.types.Ulimit(name="fsize", soft=size, hard=size)]
+        options["shm_size"] = f"{limits.max_file_size_mb}m"
+    return options
+
+
 def _tar(name: str, data: bytes) -> bytes:
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w") as archive:
@@ -108,6 +123,7 @@ class DockerEnvironment(CommandEnvironment):
                 network_mode=None if self.settings.sandbox_network else "none",
                 cap_drop=["ALL"],  # root in the container can neither remount, nor trace, nor open raw sockets
                 security_opt=["no-new-privileges"],  # and no setuid program gives it back
+                **container_limits(self.settings.limits),
                 detach=True,
             )
         except DockerException as exc:
