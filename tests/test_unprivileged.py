@@ -9,6 +9,7 @@ import os
 import resource
 
 import pytest
+from conftest import wait_for
 from test_environments import _available
 from test_sandbox import bwrap, settings  # noqa: F401  (the fixture)
 
@@ -110,3 +111,55 @@ def test_bwrap_dev_shm_is_a_bounded_tmpfs(bwrap, tmp_path):  # noqa: F811
 def test_bad_limits_and_ranges_stop_the_run_before_any_request(run_here, server, flag, message):
     result = run_here([{"prompt": "p"}], flag)
     assert result.code == 2 and message in result.stderr and not server.chat_requests()
+
+
+# -- Chromium -------------------------------------------------------------------------------------
+def _status(pid: str) -> dict:
+    with open(f"/proc/{pid}/status") as handle:
+        return dict(line.split(":\t", 1) for line in handle.read().splitlines() if ":\t" in line)
+
+
+def _ours(status: dict) -> bool:
+    """A descendant of this test's process (other tests on the machine may run their own Chromium)."""
+    while status.get("PPid", "0") not in ("0", "1"):
+        if status["PPid"] == str(os.getpid()):
+            return True
+        status = _status(status["PPid"])
+    return False
+
+
+def _chromium_status() -> list[dict]:
+    """uid and capabilities of this test's Chromium processes, read from the host's /proc."""
+    found = []
+    for name in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{name}/cmdline", "rb") as handle:
+                if not handle.read().startswith(b"/usr/lib/chromium/"):
+                    continue
+            status = _status(name)
+            if _ours(status):
+                found.append(status)
+        except OSError:
+            continue
+    return found
+
+
+def test_chromium_runs_unprivileged_in_bwrap_and_ends_with_the_browser(bwrap):  # noqa: F811
+    from trajforge.tools.browser_runtime import launch
+
+    async def body():
+        playwright, browser = await launch("/usr/bin/chromium")
+        try:
+            page = await (await browser.new_context()).new_page()
+            await page.set_content("<h1>rendered</h1>")
+            return await page.inner_text("h1"), _chromium_status()
+        finally:
+            await browser.close()
+            await playwright.stop()
+
+    text, processes = asyncio.run(body())
+    assert text == "rendered" and processes
+    for status in processes:
+        assert status["CapEff"] == "0000000000000000", status
+        assert status["Uid"].split()[0] != "0" and status["NoNewPrivs"] == "1", status
+    wait_for(lambda: not _chromium_status(), 10, "every Chromium process to end with the browser")
