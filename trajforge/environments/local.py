@@ -212,7 +212,8 @@ class LocalEnvironment(CommandEnvironment):
     async def clean_variables(self) -> None:
         # The clean room's HOME is made below TMPDIR: here a fresh folder outside the workspace.
         prefix = workspace_prefix(self.settings) + "verify-"
-        self.verify_tmp = await asyncio.to_thread(tempfile.mkdtemp, prefix=prefix)
+        if not self.verify_tmp:  # each verification's HOME is a fresh folder in it (shell.CLEAN_SHELL)
+            self.verify_tmp = await asyncio.to_thread(tempfile.mkdtemp, prefix=prefix)
         self.env = {**self.env, "TMPDIR": self.verify_tmp}
 
     async def close(self) -> None:

@@ -19,7 +19,7 @@ from trajforge.environments.contract import (
 KEEP_ALIVE = ["sh", "-c", "while :; do sleep 3600; done"]
 # In a container whose pid 1 is KEEP_ALIVE: every other process (the caller survives, pid 1 ignores it);
 # twice, for a process that forked meanwhile.
-KILL_ALL = ["sh", "-c", "kill -9 -1 2>/dev/null; sleep 0.1; kill -9 -1 2>/dev/null; exit 0"]
+KILL_ALL = ["sh", "-c", "kill -9 -1 2>/dev/null; kill -9 -1 2>/dev/null; exit 0"]
 # Exit statuses of READ_SCRIPT and WRITE_SCRIPT that name why they did nothing; for TOO_BIG it prints the size.
 TOO_BIG, MISSING, DIRECTORY, SPECIAL = 3, 4, 5, 6
 # A FIFO, a device or a socket is refused before it is opened: reading /dev/zero never ends, opening a
