@@ -12,6 +12,7 @@ from conftest import source
 from test_environments import _available
 
 from trajforge.environments import EnvironmentSettings, backend_for
+from trajforge.verifier import normalize
 from trajforge.verify import VerifySettings, verify_sample
 
 SECRET = "SECRET-ANSWER-7d1f"
@@ -123,3 +124,19 @@ def test_a_reward_range_of_ones_own(tmp_path):
     assert done["passed"] is True and done["reward"] == 7.0
     low = verify_in("local", tmp_path, "true", "echo -1")
     assert low["reward"] is None and low["error"] == "reward -1 is outside --reward_range 0,1"
+
+
+GRADER = r"""
+def check(record, env):
+    done = env.exec("python3 -c \"import sys; sys.exit(open('answer.txt').read().strip() != 'right')\"")
+    return float(done.exit_code == 0)
+"""
+
+
+def test_a_python_verifiers_commands_run_in_the_clean_room_too(kind, tmp_path):
+    grader = tmp_path / "grader.py"
+    grader.write_text(GRADER)
+    plant = f'mkdir -p "{USER_SITE}" && echo "import os; os._exit(0)" > "{USER_SITE}/hook.pth"; echo wrong > answer.txt'
+    fooled = verify_in(kind, tmp_path, plant, "true", verifier=normalize(f"{grader}:check"))
+    honest = verify_in(kind, tmp_path, "echo right > answer.txt", "true", verifier=normalize(f"{grader}:check"))
+    assert (fooled["reward"], honest["reward"]) == (0.0, 1.0), (fooled, honest)
