@@ -15,6 +15,7 @@ Each mechanism is what works for every uid and every runtime:
 from __future__ import annotations
 
 import contextlib
+import glob
 import os
 import resource
 import time
@@ -83,14 +84,15 @@ def unenforced(limits: Limits, kind: str) -> str | None:
 class SampleCgroup:
     """One sample's cgroup(s); made by make(), which says whether it could; removed by remove()."""
 
-    def __init__(self, limits: Limits):
+    def __init__(self, limits: Limits, prefix: str):
         self.limits = limits
+        self.prefix = prefix  # the run's: remove_leftovers finds what a killed run left
         self.paths: list[str] = []
 
     def make(self) -> bool:
         if not (self.limits.max_processes or self.limits.max_memory_mb):
             return False
-        name = f"batch-runner-{uuid.uuid4().hex[:12]}"
+        name = f"{self.prefix}{uuid.uuid4().hex[:12]}"
         try:
             if (parent := _v2_parent()) is not None:
                 self._made(os.path.join(parent, name), {"pids.max": self._pids(), "memory.max": self._memory()})
@@ -116,6 +118,19 @@ class SampleCgroup:
                 value = "-1"
             with open(os.path.join(path, key), "w") as handle:
                 handle.write(value)
+
+    @classmethod
+    def remove_leftovers(cls, prefix: str) -> None:
+        """The cgroups a killed run (named by `prefix`) left, with what is still in them."""
+        parents = [_v2_parent(), *(_v1_parents() or {}).values()]
+        cgroup = cls(Limits(), prefix)
+        cgroup.paths = [
+            p
+            for parent in parents
+            if parent
+            for p in glob.glob(os.path.join(glob.escape(parent), glob.escape(prefix) + "*"))
+        ]
+        cgroup.remove()
 
     def remove(self) -> None:
         """Kill what is still in it, then remove it. Blocking: call it on a thread."""

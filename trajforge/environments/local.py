@@ -180,7 +180,9 @@ class LocalEnvironment(CommandEnvironment):
         self.env: dict = {}
         self.token = secrets.token_hex(16)  # marks every process of this prompt (orphans.py)
         self.verify_tmp = ""  # the clean room's TMPDIR, outside the workspace (clean_variables)
-        self.cgroup = SampleCgroup(settings.limits)  # the sample's processes and memory, where cgroups work
+        self.cgroup = SampleCgroup(
+            settings.limits, workspace_prefix(settings)
+        )  # the sample's processes and memory, where cgroups work
         self.preexec = preexec(settings.limits, [])
 
     async def start(self) -> None:
@@ -240,6 +242,7 @@ class LocalBackend(Backend):
 
     @classmethod
     def remove_leftovers(cls, settings: EnvironmentSettings) -> None:
+        SampleCgroup.remove_leftovers(workspace_prefix(settings))
         if not settings.keep_workspaces:
             for path in glob.glob(os.path.join(tempfile.gettempdir(), glob.escape(workspace_prefix(settings)) + "*")):
                 shutil.rmtree(path, ignore_errors=True)
