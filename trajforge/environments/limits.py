@@ -158,9 +158,14 @@ def preexec(limits: Limits, cgroups: list[str]):
 
     def apply() -> None:
         for path in cgroups:
-            fd = os.open(os.path.join(path, "cgroup.procs"), os.O_WRONLY)
+            try:  # a cgroup removed under us (by hand): the command runs, unbounded, rather than fails
+                fd = os.open(os.path.join(path, "cgroup.procs"), os.O_WRONLY)
+            except OSError:
+                continue
             try:
                 os.write(fd, b"0")  # "0" is the writing process itself
+            except OSError:
+                pass
             finally:
                 os.close(fd)
         if size:

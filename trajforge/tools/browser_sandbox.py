@@ -9,7 +9,8 @@ Chromium with its own sandbox on; a root runner without bwrap gets no browser, a
 
 Playwright appends its own arguments (the profile folder among them) after ours, so the browser it
 starts is a small script that reads the profile folder from them and execs bwrap; written for one
-launch, removed once the browser runs (Chromium starts its helpers through /proc/self/exe, not the script).
+launch, it removes itself as it starts (Chromium starts its helpers through /proc/self/exe, not the
+script), so a launch killed midway leaves nothing behind.
 """
 
 from __future__ import annotations
@@ -61,7 +62,7 @@ def script(executable: str) -> str:
         drop = ["setpriv", f"--reuid={HOST_UID}", f"--regid={HOST_UID}", "--clear-groups"]
         own = f'[ -n "$profile" ] && chown -R {HOST_UID}:{HOST_UID} "$profile"\n'
     return (
-        "#!/bin/sh\nprofile=\n"
+        '#!/bin/sh\nrm -rf -- "${0%/*}"\nprofile=\n'
         'for arg; do case "$arg" in --user-data-dir=*) profile=${arg#--user-data-dir=} ;; esac; done\n'
         f"{own}"
         'set -- ${profile:+--bind "$profile" "$profile"} -- ' + shlex.quote(real) + ' "$@"\n'
