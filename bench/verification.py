@@ -1,7 +1,7 @@
 """What verification costs per sample: a `verify` command and a Python `--verifier`, in each backend; and
 what a task brings costs (its files and setup before the agent, its hidden tests before verification).
 
-    python bench/verification.py --repeats 20 [--docker]
+    python bench/verification.py --repeats 20 [--docker] [--before /tmp/i22-before]
 
 For every backend, one environment is opened, a file written (the agent's work), then each kind of
 verification is timed `--repeats` times (median and max, in ms), beside one plain command for scale.
@@ -9,13 +9,21 @@ The Python verifier forks a child from this process, which runs `env.exec` and `
 the handle, as in a worker. A task (TASK: five small files, a setup command, one hidden test) is put in
 place in a fresh environment each time. Every figure is also given as a ratio to the plain command.
 --docker needs an engine with the test images (.ci/docker-up).
+
+--before DIR also measures the tree in DIR (e.g. `git archive main | tar -x -C DIR`) in the same run,
+alternating with this one, and prints each median as a ratio after/before: the cost of the
+unprivileged sandbox, the limits and the clean room.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
+import os
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -34,16 +42,22 @@ def check(record, env):
 
 async def measure(kind: str, repeats: int, verifier: str) -> dict[str, list[float]]:
     settings = EnvironmentSettings(kind=kind, default_image="batch-runner-test/alpha:1", run_dir=tempfile.mkdtemp())
-    env = await backend_for(settings).open({})
-    times: dict[str, list[float]] = {"plain command": [], "verify command": [], "Python verifier": []}
+    backend = backend_for(settings)
+    times: dict[str, list[float]] = {"open+close": [], "plain command": [], "verify command": [], "Python verifier": []}
+    for _ in range(max(1, repeats // 4)):
+        started = time.perf_counter()
+        await (await backend.open({})).close()
+        times["open+close"].append(time.perf_counter() - started)
+    env = await backend.open({})
     try:
         await env.exec("echo 42 > answer.txt")
         entry = {"prompt": "p", "verify": 'test "$(cat answer.txt)" = 42'}
         record = {"prompt_index": 0, "metadata": {"source": entry}}
-        for _ in range(repeats):
+        for _ in range(repeats):  # the agent's commands, before any verification
             started = time.perf_counter()
             await env.exec("true")
             times["plain command"].append(time.perf_counter() - started)
+        for _ in range(repeats):
             for label, verify in (
                 ("verify command", VerifySettings()),
                 ("Python verifier", VerifySettings(verifier=verifier)),
@@ -86,18 +100,60 @@ async def measure_task(kind: str, repeats: int) -> dict[str, list[float]]:
     return times
 
 
+def kinds(docker: bool) -> tuple[str, ...]:
+    return ("local", "bwrap", *(("docker",) if docker else ()))
+
+
+def medians(args) -> dict[str, dict[str, list[float]]]:
+    path = Path(tempfile.mkdtemp()) / "bench_verifier.py"
+    path.write_text(VERIFIER)
+    verifier = normalize(f"{path}:check")
+    return {
+        kind: asyncio.run(measure(kind, args.repeats, verifier)) | asyncio.run(measure_task(kind, args.repeats))
+        for kind in kinds(args.docker)
+    }
+
+
+def in_tree(tree: str, args) -> dict:
+    """The raw times of the tree in `tree`, measured by this script in a process of its own there."""
+    argv = [sys.executable, str(Path(__file__).resolve()), "--json", f"--repeats={args.repeats}"]
+    argv += ["--docker"] if args.docker else []
+    env = {**os.environ, "PYTHONPATH": tree}
+    return json.loads(subprocess.run(argv, cwd=tree, env=env, capture_output=True, text=True, check=True).stdout)
+
+
+def compare(args) -> None:
+    runs: dict[str, list[dict]] = {"before": [], "after": []}
+    here = str(Path(__file__).resolve().parent.parent)
+    for _ in range(2):  # alternating, so a busy moment of the machine weighs on both
+        runs["before"].append(in_tree(args.before, args))
+        runs["after"].append(in_tree(here, args))
+    print(f"{'':7} {'':16} {'before':>10} {'after':>10} {'ratio':>7}")
+    for kind in kinds(args.docker):
+        for label in (label for label in runs["after"][0][kind] if label in runs["before"][0][kind]):
+            before, after = (
+                statistics.median([1000 * v for run in runs[side] for v in run[kind][label]]) for side in runs
+            )
+            print(f"{kind:7} {label:16} {before:7.1f} ms {after:7.1f} ms {after / before:6.2f}x")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeats", type=int, default=20)
     parser.add_argument("--docker", action="store_true")
+    parser.add_argument("--before", help="a tree of the code to compare with (git archive main | tar -x -C DIR)")
+    parser.add_argument("--json", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    path = Path(tempfile.mkdtemp()) / "bench_verifier.py"
-    path.write_text(VERIFIER)
-    verifier = normalize(f"{path}:check")
-    for kind in ("local", "bwrap", *(("docker",) if args.docker else ())):
-        times = asyncio.run(measure(kind, args.repeats, verifier)) | asyncio.run(measure_task(kind, args.repeats))
-        plain = statistics.median(times["plain command"])
-        for label, values in times.items():
+    if args.before:
+        compare(args)
+        return
+    times = medians(args)
+    if args.json:
+        print(json.dumps(times))
+        return
+    for kind, measured in times.items():
+        plain = statistics.median(measured["plain command"])
+        for label, values in measured.items():
             ms = [1000 * v for v in values]
             ratio = statistics.median(values) / plain
             print(

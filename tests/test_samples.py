@@ -119,13 +119,14 @@ def kind(request) -> str:
 def test_verify_commands_inspect_the_agents_files_in_every_environment(run_here, kind):
     entry = {
         "prompt": f"in {kind} {SOLVE}",
-        "verify": {"command": f"cat answer.txt; {CHECK}", "tools_called": ["terminal"]},
+        # Not the bare answer: a last line 42 would be a reward of 42, outside --reward_range.
+        "verify": {"command": f"sed 's/^/answer: /' answer.txt; {CHECK}", "tools_called": ["terminal"]},
     }
     flags = [f"--environment={kind}", f"--default_image={ALPHA}", "--distribution=terminal_only", "--num_workers=1"]
     result = run_here([entry], *flags, "--n_samples=2")
     assert result.code == 0, result.stdout + result.stderr
     verdicts = {r["metadata"]["sample_index"]: r["metadata"]["verification"] for r in result.trajectories}
-    assert verdicts[0]["passed"] is True and verdicts[0]["output"] == "42\n"
+    assert verdicts[0]["passed"] is True and verdicts[0]["output"] == "answer: 42\n"
     assert verdicts[1]["passed"] is False and "No such file" in verdicts[1]["output"]  # never written
     assert result.statistics["verification"]["pass_at_1"] == 0.5
 

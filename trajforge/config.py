@@ -16,6 +16,7 @@ from pathlib import Path
 from toolset_distributions import DISTRIBUTIONS
 from trajforge.dataset import UsageError
 from trajforge.environments import KINDS, EnvironmentSettings
+from trajforge.environments.limits import Limits
 from trajforge.export import FORMATS
 from trajforge.flagtable import FLAGS, MAY_CHANGE, OPENROUTER, default
 from trajforge.model.settings import ModelSettings
@@ -145,6 +146,21 @@ def as_number(value, flag: str, what: str = "a number") -> float:
     if isinstance(value, bool) or not math.isfinite(number):
         raise UsageError(f"--{flag} must be {what}, got {value!r}")
     return number
+
+
+LIMIT_FLAGS = ("max_processes", "max_memory_mb", "max_file_size_mb")  # Limits' fields, in order; 0 for none
+
+
+def as_range(value, flag: str) -> tuple[float, float]:
+    """LOW,HIGH (Fire hands a comma-separated value over as a tuple; run.json keeps a list)."""
+    parts = value.split(",") if isinstance(value, str) else value
+    form = UsageError(f"--{flag} must be LOW,HIGH (two numbers, LOW <= HIGH), got {value!r}")
+    if not isinstance(parts, list | tuple) or len(parts) != 2:
+        raise form
+    low, high = (as_number(part, flag, "LOW,HIGH (two numbers)") for part in parts)
+    if low > high:
+        raise form
+    return low, high
 
 
 def as_amount(value, flag: str, what: str = "an amount in USD", positive: bool = True) -> float | None:
@@ -323,6 +339,7 @@ CHECKS: dict[str, tuple] = {
     "n_samples": (_number(1), itself, operator.le),
     "verify_timeout": (as_seconds,),
     "pass_threshold": (as_number,),
+    "reward_range": (lambda value, flag: list(as_range(value, flag)),),
     "verifier": (_verifier_spec,),
     "keep": (_one_of(KEEP),),
     "batch_size": (_number(1, optional=True),),
@@ -468,6 +485,7 @@ def _environment(flags: dict, run_dir: Path) -> EnvironmentSettings:
         keep_workspaces=as_bool(flags["keep_workspaces"], "keep_workspaces"),
         default_image=_image(flags["default_image"], "default_image"),
         sandbox_network=as_bool(flags["sandbox_network"], "sandbox_network"),
+        limits=Limits(*(as_int(flags[name], name, 0) for name in LIMIT_FLAGS)),
         run_name=run_dir.name,
         run_dir=str(run_dir.resolve()),  # labels this run's containers, whatever the cwd of a later --resume
     )
@@ -517,6 +535,7 @@ def build_config(flags: dict) -> RunConfig:
         verify=VerifySettings(
             timeout=as_seconds(flags["verify_timeout"], "verify_timeout"),
             threshold=as_number(flags["pass_threshold"], "pass_threshold"),
+            reward_range=as_range(flags["reward_range"], "reward_range"),
             verifier=_verifier(flags["verifier"]),
         ),
         keep=choice(flags["keep"], "keep", KEEP),

@@ -19,6 +19,7 @@ from trajforge.config import RunConfig
 from trajforge.continuation import continue_command
 from trajforge.dataset import Entry, UsageError, load_dataset
 from trajforge.environments import SetupError, choose, prepare_run, remove_leftovers
+from trajforge.environments.limits import unenforced
 from trajforge.events import (
     LogLine,
     PromptDone,
@@ -96,8 +97,9 @@ class BatchRunner:
         started = time.monotonic()
         environment, unsandboxed = choose(self.config.environment)  # what workers use and statistics record
         self.config = config = replace(self.config, environment=environment)
-        if unsandboxed:
-            self.warn(unsandboxed)
+        for warning in (unsandboxed, unenforced(environment.limits, environment.kind)):
+            if warning:
+                self.warn(warning)
         entries = load_dataset(config.dataset_file, config.max_samples)
         toolsets, missing = registry.available_toolsets(config.tools, DISTRIBUTIONS[config.distribution])
         for item in missing:

@@ -35,6 +35,7 @@ class VerifySettings:
     timeout: float = default("verify_timeout")  # seconds for one sample's whole verification
     threshold: float = 0.5  # reward a sample needs to pass
     verifier: str | None = None  # "/abs/path/file.py:function" or "module:function"; wins over `verify`
+    reward_range: tuple[float, float] = (0.0, 1.0)  # a reward outside it is a verification error
 
 
 def unverified() -> dict:
@@ -104,7 +105,7 @@ def result(passed: bool, reward: float, output: str, started: float, error: str 
     return {
         "verified": True,
         "passed": passed,
-        "reward": float(reward),
+        "reward": None if reward is None else float(reward),
         "output": capped(output),
         "duration_seconds": round(time.monotonic() - started, 3),
         "error": error,
@@ -145,21 +146,35 @@ async def verify_sample(
     it). Never raises: a verification that breaks is a sample that did not pass, with the error recorded."""
     started = time.monotonic()
     try:
-        if settings.verifier or entry.get("verify") is not None:
-            await reveal_tests(env, entry, base or Path())  # the task's hidden tests: only now, in a fresh folder
-        return await _verify(settings, entry, record, turns, env, started)
+        return await _verify(settings, entry, record, turns, env, started, base or Path())
     except Exception as exc:  # e.g. the container vanished under the verify command
         return result(False, 0.0, "", started, f"verification failed: {type(exc).__name__}: {exc}")
 
 
-async def _verify(settings: VerifySettings, entry: dict, record: dict, turns: list[Turn], env, started: float) -> dict:
+async def _verify(
+    settings: VerifySettings, entry: dict, record: dict, turns: list[Turn], env, started: float, base: Path
+) -> dict:
+    """The verification's steps, in order; each later one relies on those before it."""
+    spec = entry.get("verify")
+    if not settings.verifier and spec is None:
+        return unverified()
+    # 1. The clean room: the agent's processes gone, escapes out of the workspace removed, and from here
+    #    on every command with a fresh HOME, no user site, no cwd on sys.path, its text on stdin.
+    removed = await env.enter_clean_room()
+    # 2. The task's hidden tests, written only now into a fresh folder outside the workspace ($TESTS_DIR).
+    await reveal_tests(env, entry, base)
+    # 3. The check itself: the Python verifier, or the entry's `verify`.
+    done = await _check(settings, spec, record, turns, env, started)
+    # 4. Its reward must lie in --reward_range: a verifier printing 100000 has not measured a solution.
+    done = in_range(done, settings.reward_range)
+    return {**done, "output": capped(removed + (done["output"] or ""))} if removed else done
+
+
+async def _check(settings: VerifySettings, spec, record: dict, turns: list[Turn], env, started: float) -> dict:
     if settings.verifier:
         from trajforge.verifier import call_verifier  # forks: loaded only by runs that have one
 
         return await call_verifier(settings, record, env, started)
-    spec = entry.get("verify")
-    if spec is None:
-        return unverified()
     if isinstance(spec, str):
         return await run_command(env, spec, settings.timeout, settings.threshold, started)
     failures = check_failures(spec, turns)
@@ -168,3 +183,12 @@ async def _verify(settings: VerifySettings, entry: dict, record: dict, turns: li
     if "command" in spec:
         return await run_command(env, spec["command"], settings.timeout, settings.threshold, started)
     return result(settings.threshold <= 1.0, 1.0, "every check holds", started)
+
+
+def in_range(done: dict, bounds: tuple[float, float]) -> dict:
+    """The verification, or a verification error when its reward lies outside `bounds`."""
+    low, high = bounds
+    if low <= done["reward"] <= high:
+        return done
+    error = f"reward {done['reward']:g} is outside --reward_range {low:g},{high:g}"
+    return {**done, "passed": False, "reward": 0.0, "error": error}  # 0.0: the record's no-null placeholder

@@ -11,9 +11,10 @@ from __future__ import annotations
 import hashlib
 import importlib
 import posixpath
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from trajforge.environments.contract import Backend, Environment, ExecResult, SetupError
+from trajforge.environments.limits import Limits
 from trajforge.flagtable import default
 
 __all__ = ["Backend", "Environment", "ExecResult", "SetupError"]  # the contract, where callers look for it
@@ -31,6 +32,7 @@ class EnvironmentSettings:
     sandbox_network: bool = False  # bwrap, docker, singularity and modal cut the network unless this is set
     run_name: str = "batch-runner"  # containers are labelled with the run so a later run can find leftovers
     run_dir: str = ""
+    limits: Limits = field(default_factory=Limits)  # per sample: --max_processes, --max_memory_mb, --max_file_size_mb
 
     @property
     def run_tag(self) -> str:

@@ -11,6 +11,7 @@ import shutil
 import subprocess
 
 from trajforge.environments import OUTPUT_LIMIT, EnvironmentSettings, ExecResult, SetupError
+from trajforge.environments.limits import MB
 from trajforge.environments.local import (
     LocalBackend,
     LocalEnvironment,
@@ -22,6 +23,11 @@ from trajforge.environments.local import (
 SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/opt")
 SANDBOX_TMP = "/tmp"
 SANDBOX_TESTS = "/tests"  # bound only for the commands after add_tests: the verification's
+# Every command is this uid in a user namespace of its own, with no capability, whoever started the
+# runner: no remount of the read-only system, no raw socket, no write outside the workspace and /tmp. The
+# runner's uid is what it maps to, so the workspace the runner made is the sandbox user's to write.
+SANDBOX_UID = 1000
+UNPRIVILEGED = ["--unshare-user", "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID), "--cap-drop", "ALL"]
 
 
 def system_mounts() -> list[str]:
@@ -38,9 +44,12 @@ def bwrap_argv(settings: EnvironmentSettings, binds: list[tuple[str, str]], cwd:
     network = ["--share-net"] if settings.sandbox_network else []
     # --die-with-parent and the PID namespace take every process of a command down with bwrap, so
     # killing bwrap's process group on a timeout kills the command's children too.
-    sandbox = [shutil.which("bwrap") or "bwrap", "--unshare-all", *network, "--die-with-parent", "--new-session"]
+    sandbox = [shutil.which("bwrap") or "bwrap", "--unshare-all", *UNPRIVILEGED, *network]
+    sandbox += ["--die-with-parent", "--new-session"]
     # The root is an empty tmpfs: only what is mounted below exists, so no host socket can be reached by path.
-    sandbox += [*system_mounts(), "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/dev/shm"]
+    shm = settings.limits.max_file_size_mb  # /dev/shm is memory: bounded like one file
+    sandbox += [*system_mounts(), "--dev", "/dev", "--proc", "/proc", *(["--size", str(shm * MB)] if shm else [])]
+    sandbox += ["--tmpfs", "/dev/shm"]
     for source, target in binds:
         sandbox += ["--bind", source, target]
     return [*sandbox, "--chdir", cwd, "--", *argv]
@@ -67,7 +76,10 @@ class BwrapEnvironment(LocalEnvironment):
         if self.tests_host:
             binds.append((self.tests_host, SANDBOX_TESTS))
         sandboxed = bwrap_argv(self.settings, binds, self.cwd, argv)
-        return await run_process(sandboxed, self.workspace, self.env, timeout, stdin, limit)
+        return await run_process(sandboxed, self.workspace, self.env, timeout, stdin, limit, self.preexec)
+
+    async def clean_variables(self) -> None:
+        """Nothing to change: TMPDIR is the sandbox's /tmp, where the clean room's HOME is made fresh."""
 
     def _tests_path(self) -> str:
         return SANDBOX_TESTS

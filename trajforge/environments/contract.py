@@ -84,6 +84,13 @@ class Environment(ABC):
         raise NotImplementedError(f"{type(self).__name__} cannot hold hidden tests; use local, bwrap or docker")
 
     @abstractmethod
+    async def enter_clean_room(self) -> str:
+        """Before verification: end every process the agent started, remove from the workspace symlinks
+        resolving outside it, FIFOs, sockets and devices, and from now on run every command in the clean
+        room (a fresh HOME, PYTHONNOUSERSITE=1, PYTHONSAFEPATH=1, the system PATH, the command on stdin).
+        Returns a note naming what was removed ("" when nothing was), for verification.output."""
+
+    @abstractmethod
     async def close(self) -> None:
         """Remove what start() made (unless --keep_workspaces keeps the files); never raises for
         something already gone."""

@@ -26,8 +26,9 @@ from trajforge.environments import (
     image_of,
 )
 from trajforge.environments.contract import timeout_result
+from trajforge.environments.limits import MB, Limits
 from trajforge.environments.local import COMMAND_VARIABLES
-from trajforge.environments.shell import KEEP_ALIVE, CommandEnvironment, tar_archive
+from trajforge.environments.shell import KEEP_ALIVE, KILL_ALL, CommandEnvironment, tar_archive
 
 RUN_LABEL, RUN_DIR_LABEL = "batch-runner.run", "batch-runner.run_dir"
 DEFAULT_CWD = "/workspace"  # for images without a WORKDIR of their own
@@ -35,10 +36,9 @@ DEFAULT_CWD = "/workspace"  # for images without a WORKDIR of their own
 # The command's own stderr goes to stdout, in order, as on the local backend.
 REPORT_PID = ["sh", "-c", 'echo $$ >&2; exec "$@" 2>&1', "sh"]
 # Input for a command travels as a file put next to it (exec has no simple stdin in the SDK).
-FROM_FILE = ["sh", "-c", 'f=$1; shift; "$@" < "$f"; s=$?; rm -f -- "$f"; exit $s', "sh"]
+# Removed once opened, before the command starts: no process of it finds the file in its workspace.
+FROM_FILE = ["sh", "-c", 'f=$1; shift; exec < "$f"; rm -f -- "$f"; exec "$@"', "sh"]
 KILL_GROUP = ["sh", "-c", 'kill -9 -"$1"', "sh"]
-# Every process of the container but its keep-alive (PID 1) and this one: what the agent left running.
-KILL_ALL = ["sh", "-c", "kill -9 -1 2>/dev/null; true"]
 KILL_GRACE = 5.0  # seconds to wait for a killed command's output to end
 
 
@@ -73,6 +73,20 @@ def image_workdir(client: docker.DockerClient, image: str) -> str:
     return found.attrs.get("Config", {}).get("WorkingDir") or ""
 
 
+def container_limits(limits: Limits) -> dict:
+    """The sample's limits as the container's own: for every process in it, the runner's untouched."""
+    options: dict = {}
+    if limits.max_processes:
+        options["pids_limit"] = limits.max_processes
+    if limits.max_memory_mb:
+        options["mem_limit"] = f"{limits.max_memory_mb}m"
+    if limits.max_file_size_mb:
+        size = limits.max_file_size_mb * MB
+        options["ulimits"] = [docker.types.Ulimit(name="fsize", soft=size, hard=size)]
+        options["shm_size"] = f"{limits.max_file_size_mb}m"
+    return options
+
+
 def _tar(name: str, data: bytes) -> bytes:
     return tar_archive({name: data})
 
@@ -102,10 +116,16 @@ class DockerEnvironment(CommandEnvironment):
                 working_dir=self.cwd,  # created by Docker when missing
                 environment=COMMAND_VARIABLES,
                 network_mode=None if self.settings.sandbox_network else "none",
+                cap_drop=["ALL"],  # root in the container can neither remount, nor trace, nor open raw sockets
+                security_opt=["no-new-privileges"],  # and no setuid program gives it back
+                **container_limits(self.settings.limits),
                 detach=True,
             )
         except DockerException as exc:
             raise SetupError(f"cannot start a container from {self.image!r}: {_reason(exc)}") from None
+
+    async def end_agent_processes(self) -> None:
+        await self.run(KILL_ALL, 30)
 
     async def run(
         self, argv: list[str], timeout: float, stdin: bytes | None = None, limit: int = OUTPUT_LIMIT
@@ -140,7 +160,7 @@ class DockerEnvironment(CommandEnvironment):
 
     async def add_tests(self, files: dict[str, bytes]) -> None:
         # A folder of a name no one could guess, made only after every process of the agent is gone.
-        await self.run(KILL_ALL, self.settings.command_timeout)
+        await self.end_agent_processes()
         folder = f"batch-runner-tests-{uuid.uuid4().hex}"
         tar = tar_archive({posixpath.join(folder, posixpath.normpath(name)): data for name, data in files.items()})
         await self._call(self.api.put_archive, self.name, "/", tar)

@@ -12,9 +12,11 @@ import signal
 import stat
 import tempfile
 import time
+from collections.abc import Callable
 
 from trajforge.environments import OUTPUT_LIMIT, Backend, CappedOutput, EnvironmentSettings, ExecResult, SetupError
 from trajforge.environments.contract import timeout_result
+from trajforge.environments.limits import SampleCgroup, preexec
 from trajforge.environments.orphans import PROMPT_MARKER, become_subreaper, commands_running, end_prompt
 from trajforge.environments.shell import CommandEnvironment
 
@@ -26,10 +28,17 @@ TERM_GRACE = 2.0  # seconds a timed-out command's processes get to end after SIG
 
 
 async def run_process(
-    argv: list[str], cwd: str, env: dict, timeout: float, stdin: bytes | None = None, limit: int = OUTPUT_LIMIT
+    argv: list[str],
+    cwd: str,
+    env: dict,
+    timeout: float,
+    stdin: bytes | None = None,
+    limit: int = OUTPUT_LIMIT,
+    preexec: Callable[[], None] | None = None,
 ) -> ExecResult:
     """Run argv in its own process group, feeding it `stdin`; on timeout (or cancellation) end the whole
-    group: SIGTERM, then SIGKILL for what is still there after TERM_GRACE."""
+    group: SIGTERM, then SIGKILL for what is still there after TERM_GRACE. `preexec` runs in the child
+    before exec (the sample's limits), never in the runner."""
     proc = await asyncio.create_subprocess_exec(
         *argv,
         cwd=cwd,
@@ -38,6 +47,7 @@ async def run_process(
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.STDOUT,
         start_new_session=True,
+        preexec_fn=preexec,
     )
     commands_running.add(proc.pid)
     output = CappedOutput(limit)
@@ -181,12 +191,19 @@ class LocalEnvironment(CommandEnvironment):
         self.env: dict = {}
         self.token = secrets.token_hex(16)  # marks every process of this prompt (orphans.py)
         self.tests_host = ""  # the hidden tests' folder on this machine, made only by add_tests
+        self.verify_tmp = ""  # the clean room's TMPDIR, outside the workspace (clean_variables)
+        self.cgroup = SampleCgroup(
+            settings.limits, workspace_prefix(settings)
+        )  # the sample's processes and memory, where cgroups work
+        self.preexec = preexec(settings.limits, [])
 
     async def start(self) -> None:
         self.workspace = await asyncio.to_thread(make_workspace, self.settings, "", self.sample)
         self.cwd = await asyncio.to_thread(workspace_cwd, self.workspace, self.asked_cwd, self.absolute_cwd)
         await asyncio.to_thread(os.makedirs, self.cwd, exist_ok=True)
         self.env = {**command_env(self.workspace, await self._tmpdir()), PROMPT_MARKER: self.token}
+        if await asyncio.to_thread(self.cgroup.make):
+            self.preexec = preexec(self.settings.limits, self.cgroup.paths)
 
     async def _tmpdir(self) -> str:
         """TMPDIR for the prompt's commands: in its workspace, so its files go with it, not in the host's /tmp."""
@@ -197,11 +214,25 @@ class LocalEnvironment(CommandEnvironment):
     async def run(
         self, argv: list[str], timeout: float, stdin: bytes | None = None, limit: int = OUTPUT_LIMIT
     ) -> ExecResult:
-        return await run_process(argv, self.cwd, self.env, timeout, stdin, limit)
+        return await run_process(argv, self.cwd, self.env, timeout, stdin, limit, self.preexec)
+
+    @property
+    def scan_root(self) -> str:
+        return self.workspace
+
+    async def end_agent_processes(self) -> None:
+        await asyncio.to_thread(end_prompt, self.token)  # also a `setsid` daemon: it carries the token
+
+    async def clean_variables(self) -> None:
+        # The clean room's HOME is made below TMPDIR: here a fresh folder outside the workspace.
+        prefix = workspace_prefix(self.settings) + "verify-"
+        if not self.verify_tmp:  # each verification's HOME is a fresh folder in it (shell.CLEAN_SHELL)
+            self.verify_tmp = await asyncio.to_thread(tempfile.mkdtemp, prefix=prefix)
+        self.env = {**self.env, "TMPDIR": self.verify_tmp}
 
     async def add_tests(self, files: dict[str, bytes]) -> None:
         # The folder is made only now, after every process of the agent is gone: none could have watched for it.
-        await asyncio.to_thread(end_prompt, self.token)
+        await self.end_agent_processes()
         self.tests_host = await asyncio.to_thread(write_tests, self.settings, files)
         self.tests_dir = self._tests_path()
         self.env["TESTS_DIR"] = self.tests_dir
@@ -212,6 +243,9 @@ class LocalEnvironment(CommandEnvironment):
     async def close(self) -> None:
         # Off the event loop: scanning /proc and removing a big workspace take a while.
         await asyncio.to_thread(end_prompt, self.token)
+        await asyncio.to_thread(self.cgroup.remove)
+        if self.verify_tmp:
+            await asyncio.to_thread(shutil.rmtree, self.verify_tmp, ignore_errors=True)
         for folder in (self.workspace, self.tests_host):
             if folder and not self.settings.keep_workspaces:
                 await asyncio.to_thread(shutil.rmtree, folder, ignore_errors=True)
@@ -231,6 +265,7 @@ class LocalBackend(Backend):
 
     @classmethod
     def remove_leftovers(cls, settings: EnvironmentSettings) -> None:
+        SampleCgroup.remove_leftovers(workspace_prefix(settings))
         if not settings.keep_workspaces:
             for path in glob.glob(os.path.join(tempfile.gettempdir(), glob.escape(workspace_prefix(settings)) + "*")):
                 shutil.rmtree(path, ignore_errors=True)

@@ -24,7 +24,7 @@ from trajforge.environments import (
     image_of,
 )
 from trajforge.environments.contract import timeout_result
-from trajforge.environments.shell import KEEP_ALIVE, CommandEnvironment
+from trajforge.environments.shell import KEEP_ALIVE, KILL_ALL, CommandEnvironment
 
 APP_NAME = "batch-runner"
 WORKSPACE = "/workspace"
@@ -53,6 +53,9 @@ class ModalEnvironment(CommandEnvironment):
         made = await self.sandbox.exec.aio("mkdir", "-p", "--", self.cwd, timeout=60)
         if await made.wait.aio():
             raise SetupError(f"cannot create cwd {self.cwd!r} in the sandbox: {await made.stderr.read.aio()}")
+
+    async def end_agent_processes(self) -> None:
+        await self.run(KILL_ALL, 30)
 
     async def run(
         self, argv: list[str], timeout: float, stdin: bytes | None = None, limit: int = OUTPUT_LIMIT

@@ -37,5 +37,8 @@ class Redacted(Environment):
     def tests_dir(self) -> str | None:
         return self.inner.tests_dir
 
+    async def enter_clean_room(self) -> str:
+        return self.redact(await self.inner.enter_clean_room())
+
     async def close(self) -> None:
         await self.inner.close()

@@ -19,6 +19,9 @@ from trajforge.environments.contract import (
 
 # What a container runs while the prompt's commands come in: busybox has neither bash nor `sleep infinity`.
 KEEP_ALIVE = ["sh", "-c", "while :; do sleep 3600; done"]
+# In a container whose pid 1 is KEEP_ALIVE: every other process (the caller survives, pid 1 ignores it);
+# twice, for a process that forked meanwhile.
+KILL_ALL = ["sh", "-c", "kill -9 -1 2>/dev/null; kill -9 -1 2>/dev/null; exit 0"]
 # Exit statuses of READ_SCRIPT and WRITE_SCRIPT that name why they did nothing; for TOO_BIG it prints the size.
 TOO_BIG, MISSING, DIRECTORY, SPECIAL = 3, 4, 5, 6
 # A FIFO, a device or a socket is refused before it is opened: reading /dev/zero never ends, opening a
@@ -30,6 +33,26 @@ READ_SCRIPT = (
     'exec cat -- "$1"'
 )
 WRITE_SCRIPT = f'if [ -e "$1" ]; then {NOT_SPECIAL}fi; mkdir -p -- "$(dirname -- "$1")" && cat > "$1"'
+# A command in the clean room comes on stdin, so no argv in /proc (its shell's, bwrap's) holds it: the
+# expected answer a verify command compares with stays out of reach of a symlink to /proc/*/cmdline. It
+# gets a fresh HOME that no agent process could have prepared (mktemp makes it, after they are gone),
+# and Python reads neither a user site (a .pth file there runs at every start) nor the cwd (a json.py).
+CLEAN_SHELL = (
+    "c=$(cat) && exec </dev/null && HOME=$(mktemp -d) || exit 125; "
+    'export HOME TMPDIR="$HOME" PYTHONNOUSERSITE=1 PYTHONSAFEPATH=1; eval "$c"'
+)
+# Removes, under $1, what would let a verifier read something other than the agent's work: symlinks
+# resolving outside $1 (/proc/self/cmdline, /dev, /etc), FIFOs, sockets and devices; prints each removed.
+ESCAPES_SCRIPT = r"""root=$(cd "$1" && pwd -P) || exit 1
+find "$root" \( -type l -o -type p -o -type s -o -type b -o -type c \) -exec sh -c '
+root=$1; shift
+for f; do
+  if [ -L "$f" ] && t=$(readlink -f -- "$f"); then
+    case "$t" in "$root" | "$root"/*) continue ;; esac
+  fi
+  rm -f -- "$f" && printf "%s\n" "${f#"$root"/}"
+done' sh "$root" {} +"""
+NOTED = 20  # removed paths named in verification.output; the rest are counted
 
 
 class Executable(bytes):
@@ -56,9 +79,34 @@ class CommandEnvironment(Environment):
     ) -> ExecResult:
         """Run argv in the working directory, stderr merged into stdout, output capped at `limit` bytes."""
 
+    clean = False  # set by enter_clean_room: every later command runs there
+    scan_root = ""  # where the clean room removes escapes; the working directory when empty
+
     async def exec(self, command: str, timeout: float | None = None, *, capped: bool = True) -> ExecResult:
         limit = self.settings.limit(timeout) if capped or not timeout else timeout
+        if self.clean:
+            return await self.run(["sh", "-c", CLEAN_SHELL], limit, command.encode())
         return await self.run(["sh", "-c", command], limit)
+
+    async def enter_clean_room(self) -> str:
+        await self.end_agent_processes()
+        self.clean = True
+        await self.clean_variables()
+        scan = ["sh", "-c", ESCAPES_SCRIPT, "sh", self.scan_root or self.cwd]
+        found = await self.run(scan, self.settings.command_timeout)
+        removed = found.output.splitlines()
+        if found.error or found.exit_code:
+            raise OSError(f"cannot clean the workspace before verification: {(found.error or found.output).strip()}")
+        if not removed:
+            return ""
+        named = ", ".join(removed[:NOTED]) + (f" and {len(removed) - NOTED} more" if len(removed) > NOTED else "")
+        return f"[removed before verification (links out of the workspace, FIFOs, sockets, devices): {named}]\n"
+
+    async def end_agent_processes(self) -> None:
+        """End every process the agent's commands left running (a backend without a way says so in docs)."""
+
+    async def clean_variables(self) -> None:
+        """Make the variables of the clean room's commands: the system PATH, nothing the agent could set."""
 
     async def read_file(self, path: str) -> str:
         argv = ["sh", "-c", READ_SCRIPT, "sh", path]

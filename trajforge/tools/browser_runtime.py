@@ -20,6 +20,7 @@ import subprocess
 from collections.abc import Awaitable, Callable
 
 from trajforge.tools.browser_guard import GuardProxy
+from trajforge.tools.browser_sandbox import SandboxedBrowser
 
 try:
     from playwright.async_api import Error as PlaywrightError
@@ -39,7 +40,7 @@ PLAYWRIGHT_DISABLED_FEATURES = (
     "AvoidCorsURLLoaderRestartOnRedirect,OptimizationHints,NetworkTimeServiceQuerying,AimEnabled,PreconnectToSearch"
 )
 LAUNCH_ARGS = [
-    "--no-sandbox",  # we run as root in containers, where Chromium's sandbox cannot start
+    "--no-sandbox",  # in bwrap, which is the sandbox; dropped where Chromium's own runs (browser_sandbox.py)
     "--disable-gpu",
     "--disable-dev-shm-usage",  # /dev/shm is tiny in containers
     "--disable-background-networking",
@@ -106,14 +107,20 @@ async def launch(executable: str | None):
         from playwright.async_api import async_playwright
     except ImportError:
         raise BrowserUnavailable("the playwright package is not installed (pip install playwright)") from None
+    try:
+        sandboxed = SandboxedBrowser(executable, LAUNCH_ARGS)
+    except PermissionError as exc:
+        raise BrowserUnavailable(str(exc)) from None
     playwright = await async_playwright().start()
     try:
         browser = await playwright.chromium.launch(
-            executable_path=executable, headless=True, args=LAUNCH_ARGS, timeout=LAUNCH_TIMEOUT_MS
+            executable_path=sandboxed.executable, headless=True, args=sandboxed.args, timeout=LAUNCH_TIMEOUT_MS
         )
     except PlaywrightError as exc:
         await playwright.stop()
         raise BrowserUnavailable(f"{executable} could not be launched: {_launch_failure(str(exc))}") from None
+    finally:
+        sandboxed.close()
     return playwright, browser
 
 

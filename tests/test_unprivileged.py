@@ -1,0 +1,165 @@
+"""The sandbox a command cannot leave: in bwrap every command, the agent's and the verification's, runs as
+a non-root uid in a user namespace of its own with no capability, whoever started the runner, and hits
+its limits (processes, memory, file size, tmpfs) as ordinary errors. Real bwrap, through the environment API."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import resource
+
+import pytest
+from conftest import wait_for
+from test_environments import _available
+from test_sandbox import bwrap, settings  # noqa: F401  (the fixture)
+
+from trajforge.environments import backend_for
+from trajforge.environments.limits import Limits, unenforced
+
+PROBE = (
+    "grep CapEff /proc/self/status; id -u; "
+    "mount -o remount,rw,bind /usr 2>/dev/null && echo remounted-usr; "
+    "mount -o remount,rw,bind /etc 2>/dev/null && echo remounted-etc; "
+    "python3 -c 'import socket; socket.socket(socket.AF_INET, socket.SOCK_RAW, 1)' 2>/dev/null && echo raw-socket; "
+    "touch x && echo workspace-writable; grep NoNewPrivs /proc/self/status"
+)
+
+
+async def _probe(env_settings) -> tuple[str, str]:
+    env = await backend_for(env_settings).open({})
+    try:
+        agent = await env.exec(PROBE)
+        await env.enter_clean_room()
+        verification = await env.exec(PROBE)
+        return agent.output, verification.output
+    finally:
+        await env.close()
+
+
+def test_commands_have_no_capability_and_a_non_root_uid(bwrap, tmp_path):  # noqa: F811
+    for output in asyncio.run(_probe(settings("bwrap", tmp_path))):
+        lines = output.split()
+        assert lines[:3] == ["CapEff:", "0000000000000000", "1000"], output
+        assert "remounted-usr" not in lines and "remounted-etc" not in lines and "raw-socket" not in lines
+        assert "workspace-writable" in lines and "NoNewPrivs:\t1" in output, output
+
+
+def test_docker_containers_have_no_capability_and_no_new_privileges(docker_host, tmp_path):
+    env_settings = settings("docker", tmp_path, default_image="batch-runner-test/alpha:1")
+    for output in asyncio.run(_probe(env_settings)):
+        assert "CapEff:\t0000000000000000" in output and "NoNewPrivs:\t1" in output, output
+        assert "workspace-writable" in output
+        assert "remounted-usr" not in output and "raw-socket" not in output
+
+
+# -- limits ---------------------------------------------------------------------------------------
+SMALL = Limits(max_processes=20, max_memory_mb=100, max_file_size_mb=1)
+FORK_MANY = "i=0; while [ $i -lt 60 ]; do sleep 3 & i=$((i+1)); done 2>&1 | tail -1"
+GREEDY = "python3 -c 'b = bytearray(300 * 1024 * 1024); print(len(b))'"
+BIG_FILE = "head -c 3000000 /dev/zero > big; wc -c < big"
+
+
+async def _limited(env_settings, commands: list[str]) -> list:
+    env = await backend_for(env_settings).open({})
+    try:
+        return [await env.exec(command) for command in commands]
+    finally:
+        await env.close()
+
+
+def limited_kind(request) -> str:
+    kind = _available(request)
+    if kind != "docker" and unenforced(SMALL, kind):
+        pytest.skip(unenforced(SMALL, kind))
+    return kind
+
+
+@pytest.fixture(params=["local", "bwrap", "docker"])
+def limited(request) -> str:
+    return limited_kind(request)
+
+
+def test_a_command_past_a_limit_fails_as_any_command_and_the_next_one_runs(limited, tmp_path, request):
+    if limited == "docker":
+        request.getfixturevalue("docker_host")
+    env_settings = settings(limited, tmp_path, limits=SMALL, default_image="batch-runner-test/alpha:1")
+    forks, greedy, big, after = asyncio.run(_limited(env_settings, [FORK_MANY, GREEDY, BIG_FILE, "echo still here"]))
+    assert "fork" in forks.output.lower() or "resource" in forks.output.lower(), forks
+    assert greedy.exit_code != 0 and "314572800" not in greedy.output, greedy
+    assert big.output.split()[-1] == "1048576", big  # cut at the limit: the write failed
+    assert after.output == "still here\n" and after.exit_code == 0
+
+
+def test_the_runners_own_processes_are_not_limited(tmp_path):
+    before = resource.getrlimit(resource.RLIMIT_FSIZE)
+    asyncio.run(_limited(settings("local", tmp_path, limits=SMALL), ["true"]))
+    assert resource.getrlimit(resource.RLIMIT_FSIZE) == before
+    with open(f"/proc/{os.getpid()}/cgroup") as handle:
+        assert "batch-runner-" not in handle.read()
+
+
+def test_bwrap_dev_shm_is_a_bounded_tmpfs(bwrap, tmp_path):  # noqa: F811
+    limits = Limits(max_processes=0, max_memory_mb=0, max_file_size_mb=2)
+    (shm,) = asyncio.run(_limited(settings("bwrap", tmp_path, limits=limits), ["df -k /dev/shm | tail -1"]))
+    assert shm.output.split()[1] == "2048", shm
+
+
+@pytest.mark.parametrize(
+    ("flag", "message"),
+    [("--max_processes=-1", "--max_processes must be at least 0"), ("--reward_range=1,0", "--reward_range must be")],
+)
+def test_bad_limits_and_ranges_stop_the_run_before_any_request(run_here, server, flag, message):
+    result = run_here([{"prompt": "p"}], flag)
+    assert result.code == 2 and message in result.stderr and not server.chat_requests()
+
+
+# -- Chromium -------------------------------------------------------------------------------------
+def _status(pid: str) -> dict:
+    with open(f"/proc/{pid}/status") as handle:
+        return dict(line.split(":\t", 1) for line in handle.read().splitlines() if ":\t" in line)
+
+
+def _ours(status: dict) -> bool:
+    """A descendant of this test's process (other tests on the machine may run their own Chromium)."""
+    while status.get("PPid", "0") not in ("0", "1"):
+        if status["PPid"] == str(os.getpid()):
+            return True
+        status = _status(status["PPid"])
+    return False
+
+
+def _chromium_status() -> list[dict]:
+    """uid and capabilities of this test's Chromium processes, read from the host's /proc."""
+    found = []
+    for name in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{name}/cmdline", "rb") as handle:
+                if not handle.read().startswith(b"/usr/lib/chromium/"):
+                    continue
+            status = _status(name)
+            if _ours(status):
+                found.append(status)
+        except OSError:
+            continue
+    return found
+
+
+def test_chromium_runs_unprivileged_in_bwrap_and_ends_with_the_browser(bwrap):  # noqa: F811
+    from trajforge.tools.browser_runtime import launch
+
+    async def body():
+        playwright, browser = await launch("/usr/bin/chromium")
+        try:
+            page = await (await browser.new_context()).new_page()
+            await page.set_content("<h1>rendered</h1>")
+            return await page.inner_text("h1"), _chromium_status()
+        finally:
+            await browser.close()
+            await playwright.stop()
+
+    text, processes = asyncio.run(body())
+    assert text == "rendered" and processes
+    for status in processes:
+        assert status["CapEff"] == "0000000000000000", status
+        assert status["Uid"].split()[0] != "0" and status["NoNewPrivs"] == "1", status
+    wait_for(lambda: not _chromium_status(), 10, "every Chromium process to end with the browser")

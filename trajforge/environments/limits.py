@@ -1,0 +1,174 @@
+"""Limits on what one sample's commands may take: processes, memory and the size of any one file.
+
+Each mechanism is what works for every uid and every runtime:
+
+- the file size is an rlimit (RLIMIT_FSIZE) set in the command's process before it runs, inherited by
+  all it starts: a write past it fails (SIGXFSZ, "File size limit exceeded"); the runner is never bound;
+- processes and memory are a cgroup per sample (v2 `pids.max`/`memory.max`, else v1 `pids` and `memory`)
+  that every command of the sample joins before it runs. Not rlimits: RLIMIT_NPROC counts every process
+  of a uid, so it is not per sample (and never binds root), and RLIMIT_AS breaks runtimes that reserve
+  address space (the JVM, Go, V8). Hitting them is an ordinary error of that command (fork fails, or the
+  kernel's OOM killer ends it: exit 137); the run goes on. Where no cgroup can be made (not root, no
+  delegated v2 subtree), the run says at start that these are not enforced.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import glob
+import os
+import resource
+import time
+import uuid
+from dataclasses import dataclass, fields
+
+MB = 1024 * 1024
+V2 = "/sys/fs/cgroup"
+RLIMITS = ("local", "bwrap")  # where the runner starts each command's process itself
+OWN_LIMITS = ("docker",)  # where the container enforces them
+V1 = {"pids": "/sys/fs/cgroup/pids", "memory": "/sys/fs/cgroup/memory"}
+
+
+@dataclass(frozen=True)
+class Limits:
+    max_processes: int = 256  # 0 for none
+    max_memory_mb: int = 4096
+    max_file_size_mb: int = 1024
+
+
+def _own_cgroup(controller: str) -> str:
+    """This process's cgroup path in a v1 hierarchy of `controller` ("" on v2: the `0::` line)."""
+    with contextlib.suppress(OSError), open("/proc/self/cgroup") as handle:
+        for line in handle:
+            _, names, path = line.rstrip("\n").split(":", 2)
+            if controller in names.split(","):
+                return path
+    return ""
+
+
+def _v2_parent() -> str | None:
+    """Our v2 cgroup when it may hold children with pids and memory limits (root, or a delegated subtree)."""
+    path = V2 + _own_cgroup("")
+    try:
+        with open(os.path.join(V2, "cgroup.controllers")) as handle:
+            available = handle.read().split()
+    except OSError:
+        return None
+    if {"pids", "memory"} <= set(available) and os.access(path, os.W_OK):
+        return path
+    return None
+
+
+def _v1_parents() -> dict[str, str] | None:
+    parents = {name: root + _own_cgroup(name) for name, root in V1.items()}
+    return parents if all(os.path.isdir(p) and os.access(p, os.W_OK) for p in parents.values()) else None
+
+
+def unenforced(limits: Limits, kind: str) -> str | None:
+    """The warning to print once when a limit cannot be enforced by the `kind` of environment here."""
+    asked = [f"--{item.name}" for item in fields(limits) if getattr(limits, item.name)]
+    if kind in OWN_LIMITS:  # the container's own limits
+        return None
+    if kind not in RLIMITS:
+        wanted = asked
+    elif _v2_parent() or _v1_parents():
+        return None
+    else:
+        wanted = [name for name in asked if name != "--max_file_size_mb"]  # an rlimit: it holds
+    if not wanted:
+        return None
+    how = "no cgroup can be made here (run as root, or in a delegated cgroup v2 subtree)" if kind in RLIMITS else ""
+    return f"{' and '.join(wanted)} not enforced by --environment={kind}" + (f": {how}" if how else "")
+
+
+class SampleCgroup:
+    """One sample's cgroup(s); made by make(), which says whether it could; removed by remove()."""
+
+    def __init__(self, limits: Limits, prefix: str):
+        self.limits = limits
+        self.prefix = prefix  # the run's: remove_leftovers finds what a killed run left
+        self.paths: list[str] = []
+
+    def make(self) -> bool:
+        if not (self.limits.max_processes or self.limits.max_memory_mb):
+            return False
+        name = f"{self.prefix}{uuid.uuid4().hex[:12]}"
+        try:
+            if (parent := _v2_parent()) is not None:
+                self._made(os.path.join(parent, name), {"pids.max": self._pids(), "memory.max": self._memory()})
+            elif (parents := _v1_parents()) is not None:
+                self._made(os.path.join(parents["pids"], name), {"pids.max": self._pids()})
+                self._made(os.path.join(parents["memory"], name), {"memory.limit_in_bytes": self._memory()})
+            return bool(self.paths)
+        except OSError:  # a controller that refuses: no limit rather than no sample
+            self.remove()
+            return False
+
+    def _pids(self) -> str:
+        return str(self.limits.max_processes) if self.limits.max_processes else "max"
+
+    def _memory(self) -> str:
+        return str(self.limits.max_memory_mb * MB) if self.limits.max_memory_mb else "max"
+
+    def _made(self, path: str, values: dict[str, str]) -> None:
+        os.mkdir(path)
+        self.paths.append(path)
+        for key, value in values.items():
+            if value == "max" and key.endswith("in_bytes"):
+                value = "-1"
+            with open(os.path.join(path, key), "w") as handle:
+                handle.write(value)
+
+    @classmethod
+    def remove_leftovers(cls, prefix: str) -> None:
+        """The cgroups a killed run (named by `prefix`) left, with what is still in them."""
+        parents = [_v2_parent(), *(_v1_parents() or {}).values()]
+        cgroup = cls(Limits(), prefix)
+        cgroup.paths = [
+            p
+            for parent in parents
+            if parent
+            for p in glob.glob(os.path.join(glob.escape(parent), glob.escape(prefix) + "*"))
+        ]
+        cgroup.remove()
+
+    def remove(self) -> None:
+        """Kill what is still in it, then remove it. Blocking: call it on a thread."""
+        for path in self.paths:
+            for _ in range(50):
+                with contextlib.suppress(OSError):
+                    os.rmdir(path)
+                    break
+                _kill_members(path)
+        self.paths = []
+
+
+def _kill_members(path: str) -> None:
+    with contextlib.suppress(OSError), open(os.path.join(path, "cgroup.procs")) as handle:
+        for pid in handle.read().split():
+            with contextlib.suppress(OSError):
+                os.kill(int(pid), 9)
+    time.sleep(0.01)  # SIGKILL takes effect when each runs next
+
+
+def preexec(limits: Limits, cgroups: list[str]):
+    """What the command's process does after fork and before exec: join the sample's cgroups and take the
+    file size rlimit. Only system calls: it runs in a forked child of a threaded process."""
+    size = limits.max_file_size_mb * MB
+
+    def apply() -> None:
+        for path in cgroups:
+            try:  # a cgroup removed under us (by hand): the command runs, unbounded, rather than fails
+                fd = os.open(os.path.join(path, "cgroup.procs"), os.O_WRONLY)
+            except OSError:
+                continue
+            try:
+                os.write(fd, b"0")  # "0" is the writing process itself
+            except OSError:
+                pass
+            finally:
+                os.close(fd)
+        if size:
+            resource.setrlimit(resource.RLIMIT_FSIZE, (size, size))
+
+    return apply

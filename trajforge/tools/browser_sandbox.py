@@ -1,0 +1,92 @@
+"""Chromium never runs as root without a sandbox: it renders pages the model chose.
+
+Where bwrap works, Chromium runs inside it as the sandbox's uid (bwrap.SANDBOX_UID) in a user namespace
+with no capability, the system read-only, a private /tmp and /dev/shm, its own PID namespace (so every
+Chromium process ends with the browser, and the browser with the run: --die-with-parent), sharing only
+the network (it reaches pages through the guard proxy on loopback) and its profile folder. Inside, its
+own sandbox is off (--no-sandbox): bwrap is the sandbox. Without bwrap, a runner that is not root runs
+Chromium with its own sandbox on; a root runner without bwrap gets no browser, and says why.
+
+Playwright appends its own arguments (the profile folder among them) after ours, so the browser it
+starts is a small script that reads the profile folder from them and execs bwrap; written for one
+launch, it removes itself as it starts (Chromium starts its helpers through /proc/self/exe, not the
+script), so a launch killed midway leaves nothing behind.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import shlex
+import shutil
+import tempfile
+
+from trajforge.environments import EnvironmentSettings, SetupError
+from trajforge.environments.bwrap import SYSTEM_DIRS, UNPRIVILEGED, BwrapBackend, system_mounts
+
+NO_SANDBOX = "--no-sandbox"
+ROOT_REFUSED = (
+    "Chromium does not run as root without a sandbox, and bwrap cannot sandbox it here: install "
+    "bubblewrap, or run the runner as a user other than root"
+)
+HOST_UID = 65534  # what a root runner's Chromium runs as on the host (nobody), uid 1000 inside bwrap
+# The font cache, read-only where it exists, so Chromium need not rebuild it at every launch.
+SHARED_READ_ONLY = ("/var/cache/fontconfig",)
+
+
+@functools.cache
+def bwrap_works() -> bool:
+    try:
+        BwrapBackend.check(EnvironmentSettings(kind="bwrap"))
+    except SetupError:
+        return False
+    return True
+
+
+def script(executable: str) -> str:
+    """The launcher Playwright runs in place of Chromium: bwrap around it, its profile folder bound."""
+    sandbox = [shutil.which("bwrap") or "bwrap", "--unshare-all", "--share-net", *UNPRIVILEGED]
+    sandbox += ["--die-with-parent", "--new-session", *system_mounts(), "--dev", "/dev", "--proc", "/proc"]
+    sandbox += ["--tmpfs", "/tmp", "--tmpfs", "/dev/shm", "--setenv", "HOME", "/tmp"]
+    for path in SHARED_READ_ONLY:
+        if os.path.isdir(path):
+            sandbox += ["--ro-bind", path, path]
+    real = os.path.realpath(executable)
+    in_system = any(real.startswith(path + "/") for path in SYSTEM_DIRS)
+    if not in_system:  # a BROWSER_EXECUTABLE of the user's: its folder, read-only
+        folder = os.path.dirname(real)
+        sandbox += ["--ro-bind", folder, folder]
+    drop, own = [], ""
+    # Not even the host's root: an unprivileged uid (where it can reach the executable's own folder).
+    if os.geteuid() == 0 and in_system and shutil.which("setpriv"):
+        drop = ["setpriv", f"--reuid={HOST_UID}", f"--regid={HOST_UID}", "--clear-groups"]
+        own = f'[ -n "$profile" ] && chown -R {HOST_UID}:{HOST_UID} "$profile"\n'
+    return (
+        '#!/bin/sh\nrm -rf -- "${0%/*}"\nprofile=\n'
+        'for arg; do case "$arg" in --user-data-dir=*) profile=${arg#--user-data-dir=} ;; esac; done\n'
+        f"{own}"
+        'set -- ${profile:+--bind "$profile" "$profile"} -- ' + shlex.quote(real) + ' "$@"\n'
+        f'exec {shlex.join([*drop, *sandbox])} "$@"\n'
+    )
+
+
+class SandboxedBrowser:
+    """What to hand Playwright's launch(): `executable` and `args`; close() removes the launcher script."""
+
+    def __init__(self, executable: str, args: list[str]):
+        self.folder = ""
+        if bwrap_works():
+            self.folder = tempfile.mkdtemp(prefix="batch-runner-browser-")
+            self.executable = os.path.join(self.folder, "chromium")
+            with open(self.executable, "w") as handle:
+                handle.write(script(executable))
+            os.chmod(self.executable, 0o700)
+            self.args = args
+        elif os.geteuid() != 0:
+            self.executable, self.args = executable, [arg for arg in args if arg != NO_SANDBOX]
+        else:
+            raise PermissionError(ROOT_REFUSED)
+
+    def close(self) -> None:
+        if self.folder:
+            shutil.rmtree(self.folder, ignore_errors=True)
