@@ -73,7 +73,7 @@ def test_every_attack_fails_and_every_honest_solution_passes(run_here, kind):
         assert "removed before verification" in verdicts[f"{name} attack"]["output"]
         assert "answer.txt" in verdicts[f"{name} attack"]["output"]
     huge = verdicts["huge reward"]
-    assert huge["passed"] is False and huge["reward"] is None
+    assert huge["passed"] is False and huge["reward"] == 0.0 and "outside --reward_range" in huge["error"]
     assert huge["error"] == "reward 100000 is outside --reward_range 0,1"
     assert verdicts["fair reward"]["passed"] is True and verdicts["fair reward"]["reward"] == 1.0
 
@@ -132,7 +132,7 @@ def test_a_reward_range_of_ones_own(tmp_path):
     done = verify_in("local", tmp_path, "true", "echo 7", reward_range=(0.0, 10.0))
     assert done["passed"] is True and done["reward"] == 7.0
     low = verify_in("local", tmp_path, "true", "echo -1")
-    assert low["reward"] is None and low["error"] == "reward -1 is outside --reward_range 0,1"
+    assert low["reward"] == 0.0 and low["error"] == "reward -1 is outside --reward_range 0,1"
 
 
 GRADER = r"""
