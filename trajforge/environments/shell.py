@@ -96,7 +96,8 @@ class CommandEnvironment(Environment):
         found = await self.run(scan, self.settings.command_timeout)
         removed = found.output.splitlines()
         if found.error or found.exit_code:
-            raise OSError(f"cannot clean the workspace before verification: {(found.error or found.output).strip()}")
+            why = (found.error or found.output).strip() or f"the scan exited {found.exit_code}"
+            raise OSError(f"cannot clean the workspace before verification: {why}")
         if not removed:
             return ""
         named = ", ".join(removed[:NOTED]) + (f" and {len(removed) - NOTED} more" if len(removed) > NOTED else "")

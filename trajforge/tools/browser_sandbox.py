@@ -43,6 +43,17 @@ def bwrap_works() -> bool:
     return True
 
 
+def mapped(uid: int) -> bool:
+    """Whether `uid` exists in this process's user namespace: under `unshare -r` only 0 does, and that
+    root is no one's on the host (a drop to nobody would fail, and is not needed)."""
+    try:
+        with open("/proc/self/uid_map") as handle:
+            ranges = [tuple(map(int, line.split())) for line in handle if line.strip()]
+    except OSError:
+        return True
+    return any(inside <= uid < inside + count for inside, _, count in ranges)
+
+
 def script(executable: str) -> str:
     """The launcher Playwright runs in place of Chromium: bwrap around it, its profile folder bound."""
     sandbox = [shutil.which("bwrap") or "bwrap", "--unshare-all", "--share-net", *UNPRIVILEGED]
@@ -58,7 +69,7 @@ def script(executable: str) -> str:
         sandbox += ["--ro-bind", folder, folder]
     drop, own = [], ""
     # Not even the host's root: an unprivileged uid (where it can reach the executable's own folder).
-    if os.geteuid() == 0 and in_system and shutil.which("setpriv"):
+    if os.geteuid() == 0 and in_system and shutil.which("setpriv") and mapped(HOST_UID):
         drop = ["setpriv", f"--reuid={HOST_UID}", f"--regid={HOST_UID}", "--clear-groups"]
         own = f'[ -n "$profile" ] && chown -R {HOST_UID}:{HOST_UID} "$profile"\n'
     return (
