@@ -32,9 +32,10 @@ def model_settings(server, **changes) -> ModelSettings:
     return ModelSettings(**base | changes)
 
 
-def chat(server, folder: Path, prompts: list[tuple[str, str]], settings=None, **limits) -> list:
+def chat(server, folder: Path, prompts: list[tuple[str, str]], settings=None, heard=None, **limits) -> list:
     """(prompt, scope) after (prompt, scope) through a fresh ChatModel each (a new client, as a resumed
-    run has) on the money database in `folder`: each Completion, or the exception it raised."""
+    run has) on the money database in `folder`: each Completion, or the exception it raised; `heard`
+    collects the kinds of the attempts that were retried."""
 
     folder.mkdir(exist_ok=True)
 
@@ -45,7 +46,9 @@ def chat(server, folder: Path, prompts: list[tuple[str, str]], settings=None, **
             for prompt, scope in prompts:
                 model = ChatModel(settings or model_settings(server), spending)
                 try:
-                    results.append(await model.complete([{"role": "user", "content": prompt}], [], scope=scope))
+                    messages = [{"role": "user", "content": prompt}]
+                    on_retry = (lambda kind, _: heard.append(kind)) if heard is not None else None
+                    results.append(await model.complete(messages, [], on_retry=on_retry, scope=scope))
                 except (BudgetReached, CostUnknown) as exc:
                     results.append(exc)
                 finally:
@@ -97,18 +100,7 @@ def test_the_tools_vision_and_image_calls_go_through_the_same_cache_and_ledger(s
 
 def test_a_bad_reply_is_paid_before_it_is_retried_and_never_cached(server, tmp_path):
     heard = []
-
-    async def go():
-        spending = Spending(MoneySettings(folder=str(tmp_path), host=socket.gethostname()))
-        model = ChatModel(model_settings(server), spending)
-        try:
-            messages = [{"role": "user", "content": "[mock upstream_error cost=0.01 times=1] hi"}]
-            return await model.complete(messages, [], on_retry=lambda kind, _: heard.append(kind), scope="s")
-        finally:
-            await model.close()
-            await spending.close()
-
-    completion = asyncio.run(go())
+    (completion,) = chat(server, tmp_path, [("[mock upstream_error cost=0.01 times=1] hi", "s")], heard=heard)
     assert completion.retries == 1 and heard == ["bad_reply"] and completion.message["content"]
     totals = Store(tmp_path).totals()
     assert totals.paid_calls == 2  # the failed answer is in the ledger too
@@ -143,18 +135,7 @@ def test_the_budget_stops_a_call_before_it_is_sent(server, tmp_path):
 
 def test_a_429_is_retried_and_pauses_every_session_of_the_run(server, tmp_path):
     heard = []
-
-    async def go():
-        spending = Spending(MoneySettings(folder=str(tmp_path), host=socket.gethostname()))
-        model = ChatModel(model_settings(server), spending)
-        try:
-            messages = [{"role": "user", "content": "[mock fail=429 times=1 retry_after=0.2] hi"}]
-            return await model.complete(messages, [], on_retry=lambda kind, _: heard.append(kind), scope="s")
-        finally:
-            await model.close()
-            await spending.close()
-
-    completion = asyncio.run(go())
+    (completion,) = chat(server, tmp_path, [("[mock fail=429 times=1 retry_after=0.2] hi", "s")], heard=heard)
     assert completion.retries == 1 and heard == ["http_429"]
     db = sqlite3.connect(tmp_path / FILE_NAME)
     (pause_until,) = db.execute("SELECT value FROM state WHERE name = 'pause_until'").fetchone()
