@@ -5,7 +5,8 @@ client's retried send, which itself knows nothing of money:
 
     cache lookup -> admission (budget reservation, then per attempt the rate limits)
     -> send -> pay (the cost into the ledger as soon as the reply came, before it is read:
-    issue 23's money first) -> read (check) -> keep in the cache.
+    issue 23's money first; the reply into the cache in the same transaction) -> read (check): a bad
+    reply is forgotten and tried again.
 """
 
 from __future__ import annotations
@@ -77,14 +78,22 @@ class Metered:
             return data, cost_of(data), retries
         key = cache_key(self.endpoint, path, body, scope)
         hit = await self.spending.cached(key)
-        if hit is not None:
-            return await self._from_cache(key, body, hit, cost_of)
+        if hit is not None and (found := await self._from_cache(key, body, hit, cost_of, check)) is not None:
+            return found
         return await self._sent(key, body, Call(size, max_tokens, prices), send, cost_of, check, log, on_retry)
 
-    async def _from_cache(self, key: str, body: dict, hit: tuple[dict, float | None], cost_of) -> Paid:
+    async def _from_cache(
+        self, key: str, body: dict, hit: tuple[dict, float | None], cost_of, check: Check
+    ) -> Paid | None:
         """A reply paid for before: not paid again. One paid while nobody knew its cost is priced now,
-        if prices were given since."""
+        if prices were given since. None for one found bad (paid, then the run was killed before it was
+        forgotten): it is sent again."""
         data, cost = hit
+        try:
+            check(data)
+        except BadReply:
+            await self.spending.forget(key)
+            return None
         if cost is None:
             cost = cost_of(data)
             if cost is not None:
@@ -104,14 +113,18 @@ class Metered:
             await spending.admit(charged)
             data = await send(body)
             cost = cost_of(data)
-            charged_for = await spending.pay(key, data, cost, charged)  # money first: before it is read
+            # Money first: paid (and cached, in the same transaction) before it is read.
+            charged_for = await spending.pay(key, data, cost, charged)
             try:
                 check(data)
             except BadReply:
-                if cost is None and charged_for:
-                    await self._cost_unknown(body)
+                if charged_for:
+                    await spending.forget(key)
+                    if cost is None:
+                        await self._cost_unknown(body)
                 raise
-            await spending.keep(key, data, cost)
+            if not charged_for:
+                await spending.keep(key, data, cost)
             return data, cost
 
         try:  # every session of the run backs off after a 429
