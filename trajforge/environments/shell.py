@@ -4,6 +4,7 @@ see exactly the files the prompt's commands see, with the same rights, and fail 
 from __future__ import annotations
 
 import io
+import shlex
 import tarfile
 from abc import abstractmethod
 
@@ -37,9 +38,19 @@ WRITE_SCRIPT = f'if [ -e "$1" ]; then {NOT_SPECIAL}fi; mkdir -p -- "$(dirname --
 # expected answer a verify command compares with stays out of reach of a symlink to /proc/*/cmdline. It
 # gets a fresh HOME that no agent process could have prepared (mktemp makes it, after they are gone),
 # and Python reads neither a user site (a .pth file there runs at every start) nor the cwd (a json.py).
+# Git in the agent's repository would run what its .git/config names (an fsmonitor, hooks, a pager): off.
+GIT_SAFE = {"core.fsmonitor": "false", "core.hooksPath": "/dev/null", "core.pager": "cat", "core.editor": "true"}
+GIT_SAFE |= {"core.sshCommand": "false", "diff.external": "false", "credential.helper": "", "gpg.program": "false"}
+GIT_VARIABLES = " ".join(
+    [f"GIT_CONFIG_COUNT={len(GIT_SAFE)}"]
+    + [
+        f"GIT_CONFIG_KEY_{n}={key} GIT_CONFIG_VALUE_{n}={shlex.quote(value)}"
+        for n, (key, value) in enumerate(GIT_SAFE.items())
+    ]
+)
 CLEAN_SHELL = (
     "c=$(cat) && exec </dev/null && HOME=$(mktemp -d) || exit 125; "
-    'export HOME TMPDIR="$HOME" PYTHONNOUSERSITE=1 PYTHONSAFEPATH=1; eval "$c"'
+    f'export HOME TMPDIR="$HOME" PYTHONNOUSERSITE=1 PYTHONSAFEPATH=1 GIT_CONFIG_NOSYSTEM=1 {GIT_VARIABLES}; eval "$c"'
 )
 # Removes, under $1, what would let a verifier read something other than the agent's work: symlinks
 # resolving outside $1 (/proc/self/cmdline, /dev, /etc), FIFOs, sockets and devices; prints each removed.

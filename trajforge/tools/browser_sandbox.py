@@ -23,13 +23,14 @@ import tempfile
 
 from trajforge.environments import EnvironmentSettings, SetupError
 from trajforge.environments.bwrap import SYSTEM_DIRS, UNPRIVILEGED, BwrapBackend, system_mounts
+from trajforge.environments.limits import NOBODY, host_user
 
 NO_SANDBOX = "--no-sandbox"
 ROOT_REFUSED = (
     "Chromium does not run as root without a sandbox, and bwrap cannot sandbox it here: install "
     "bubblewrap, or run the runner as a user other than root"
 )
-HOST_UID = 65534  # what a root runner's Chromium runs as on the host (nobody), uid 1000 inside bwrap
+HOST_UID = NOBODY  # what a root runner's Chromium runs as on the host (nobody), uid 1000 inside bwrap
 # The font cache, read-only where it exists, so Chromium need not rebuild it at every launch.
 SHARED_READ_ONLY = ("/var/cache/fontconfig",)
 
@@ -41,17 +42,6 @@ def bwrap_works() -> bool:
     except SetupError:
         return False
     return True
-
-
-def mapped(uid: int) -> bool:
-    """Whether `uid` exists in this process's user namespace: under `unshare -r` only 0 does, and that
-    root is no one's on the host (a drop to nobody would fail, and is not needed)."""
-    try:
-        with open("/proc/self/uid_map") as handle:
-            ranges = [tuple(map(int, line.split())) for line in handle if line.strip()]
-    except OSError:
-        return True
-    return any(inside <= uid < inside + count for inside, _, count in ranges)
 
 
 def script(executable: str) -> str:
@@ -69,7 +59,7 @@ def script(executable: str) -> str:
         sandbox += ["--ro-bind", folder, folder]
     drop, own = [], ""
     # Not even the host's root: an unprivileged uid (where it can reach the executable's own folder).
-    if os.geteuid() == 0 and in_system and shutil.which("setpriv") and mapped(HOST_UID):
+    if os.geteuid() == 0 and in_system and shutil.which("setpriv") and host_user() == HOST_UID:
         drop = ["setpriv", f"--reuid={HOST_UID}", f"--regid={HOST_UID}", "--clear-groups"]
         own = f'[ -n "$profile" ] && chown -R {HOST_UID}:{HOST_UID} "$profile"\n'
     return (
