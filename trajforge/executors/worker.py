@@ -21,8 +21,9 @@ from pathlib import Path
 from toolset_distributions import sample_rng, sample_toolsets
 from trajectory import build_record, discard_reason, nonzero_exits, verification_passed, with_verification
 from trajforge.agent.loop import PromptLimits, run_agent
-from trajforge.config import RunConfig
-from trajforge.environments import SetupError, backend_for
+from trajforge.cli.config import RunConfig
+from trajforge.environments import backend_for
+from trajforge.errors import SetupError
 from trajforge.events import (
     Claimed,
     LogLine,
@@ -40,14 +41,14 @@ from trajforge.model.tokens import drift_text
 from trajforge.model.usage import add_usage
 from trajforge.money.errors import SpendStop
 from trajforge.money.spending import Spending, sample_scope
+from trajforge.run.samples import PassCounts
 from trajforge.runfolder.folder import BatchFiles, RunFolder, entry_key
 from trajforge.safejson import dumps
-from trajforge.samples import PassCounts
-from trajforge.tasks import SetupFailed, prepare_task
 from trajforge.tools import Tool
 from trajforge.tools.services import ToolServices
 from trajforge.tools.session import ToolSession
-from trajforge.verify import verify_sample
+from trajforge.verification.checks import verify_sample
+from trajforge.verification.tasks import SetupFailed, prepare_task
 
 
 @dataclass(frozen=True)

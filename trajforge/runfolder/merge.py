@@ -21,7 +21,7 @@ from trajforge.secrets import KINDS
 
 
 @dataclass
-class Totals:
+class TrajectoryTotals:
     completed: int = 0
     partial: int = 0
     discarded_no_reasoning: int = 0
@@ -92,7 +92,7 @@ class Verified:
         }
 
 
-def _sum_usage(usage: dict, record_usage: dict, totals: Totals) -> None:
+def _sum_usage(usage: dict, record_usage: dict, totals: TrajectoryTotals) -> None:
     """Add a record's usage to statistics.json's: its cost is None as soon as one record's is unknown
     (never a sum that leaves a prompt out); `cost_known` is statistics.json's own key."""
     for key, value in record_usage.items():
@@ -119,10 +119,10 @@ def merge(
     keep: str = "all",
     observe: Callable[[dict, str | None], None] | None = None,
     tokens: bool = False,
-) -> Totals:
+) -> TrajectoryTotals:
     """`observe(record, why it was dropped or None)` sees every finished sample (the report's data);
     with `tokens`, tokens.jsonl gets a line for each line of trajectories.jsonl."""
-    totals = Totals()
+    totals = TrajectoryTotals()
     tools = {name: {"count": 0, "success": 0, "failure": 0} for name in tool_names}
     turns = with_reasoning = 0
     usage: dict = {}

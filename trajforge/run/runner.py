@@ -14,12 +14,11 @@ from rich.console import Console
 from rich.markup import escape
 
 from toolset_distributions import DISTRIBUTIONS, usable
-from trajforge.advice import Advice
-from trajforge.config import RunConfig
-from trajforge.continuation import continue_command
-from trajforge.dataset import Entry, UsageError, load_dataset
-from trajforge.environments import SetupError, choose, prepare_run, remove_leftovers
+from trajforge.cli.config import RunConfig
+from trajforge.cli.continuation import continue_command
+from trajforge.environments import choose, prepare_run, remove_leftovers
 from trajforge.environments.limits import unenforced
+from trajforge.errors import SetupError, UsageError
 from trajforge.events import (
     LogLine,
     PromptDone,
@@ -36,17 +35,19 @@ from trajforge.executors.ray_pool import RayPool
 from trajforge.executors.worker import Batch, WorkerSetup
 from trajforge.export.publish import publish
 from trajforge.export.report import ReportData
-from trajforge.helpers import Helpers
 from trajforge.model.client import endpoint_problem
 from trajforge.model.served import model_problem
 from trajforge.model.tokens import TokensMissing
 from trajforge.money.report import money_statistics
 from trajforge.money.store import Store
-from trajforge.progress import ProgressView, Tally, print_budget_stop, print_summary
+from trajforge.run.advice import Advice
+from trajforge.run.dataset import Entry, load_dataset
+from trajforge.run.helper_processes import Helpers
+from trajforge.run.progress import ProgressView, Tally, print_budget_stop, print_summary
+from trajforge.run.samples import Plan, plan_samples
 from trajforge.runfolder.folder import RunFolder, entry_key, passed, sample_key, write_json_atomic
 from trajforge.runfolder.merge import merge
 from trajforge.runfolder.state import RunState
-from trajforge.samples import Plan, plan_samples
 from trajforge.tools import registry
 
 UNPRICED = (

@@ -21,8 +21,9 @@ import shlex
 import shutil
 import tempfile
 
-from trajforge.environments import EnvironmentSettings, SetupError
+from trajforge.environments import EnvironmentSettings
 from trajforge.environments.bwrap import SYSTEM_DIRS, UNPRIVILEGED, BwrapBackend, system_mounts
+from trajforge.errors import SetupError
 
 NO_SANDBOX = "--no-sandbox"
 ROOT_REFUSED = (
