@@ -14,23 +14,22 @@ import fire
 from rich.console import Console
 
 from toolset_distributions import DISTRIBUTIONS, distributions_table
-from trajforge.config import build_config, settle, tool_settings
-from trajforge.dataset import UsageError
-from trajforge.environments import SetupError
-from trajforge.flags import unknown_argument
-from trajforge.flagtable import BY_NAME, given, help_text, signature
-from trajforge.helpers import Helpers, signal_handlers_kept
+from trajforge.cli.config import build_config, settle, tool_settings
+from trajforge.cli.flagtable import BY_NAME, given, help_text, signature
+from trajforge.cli.unknown_flags import unknown_argument
+from trajforge.cli.version import version
+from trajforge.errors import SetupError, UsageError
+from trajforge.run.helper_processes import Helpers, signal_handlers_kept
 from trajforge.secrets import conceal
-from trajforge.version import version
 
-# The runner itself (trajforge.runner, trajforge.tools.registry) is imported once the run's helpers are
+# The runner itself (trajforge.run.runner, trajforge.tools.registry) is imported once the run's helpers are
 # starting: its imports take about 2 s, most of them the openai package, and the helpers start meanwhile.
 
 
 def main(**flags) -> None:
     """Run the agent over every prompt of --dataset_file; outputs go to <output_dir>/<run_name>/.
 
-    The flags are trajforge.flagtable's (python batch_runner.py --help). A flag that run.json keeps is
+    The flags are trajforge.cli.flagtable's (python batch_runner.py --help). A flag that run.json keeps is
     None when not given: its default, or with --resume the run's own value, applies then.
     """
     flags = given(flags)
@@ -47,11 +46,11 @@ def main(**flags) -> None:
         # Before any helper starts or any worker forks: none of them inherits a secret it could show.
         conceal(config.secrets.texts)
         if config.check_tasks:  # no model, no helpers: only the tasks' own commands
-            from trajforge.task_check import check_tasks as check
+            from trajforge.verification.task_check import check_tasks as check
 
             sys.exit(check(config, console))
         with signal_handlers_kept(), Helpers(config) as started:
-            from trajforge.runner import BatchRunner
+            from trajforge.run.runner import BatchRunner
 
             # What the imports made lives as long as the process: no garbage collection need walk it again,
             # in the run or at exit (where walking openai's types would cost half a second). Once: the

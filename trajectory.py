@@ -169,7 +169,7 @@ def known_cost(usage: dict) -> float | None:
 
 
 def with_verification(record: dict, verification: dict) -> dict:
-    """The record with its verification (verify.unverified() or verify.result()) and the reward it gave:
+    """The record with its verification (verification.result: unverified() or result()) and the reward it gave:
     0.0 when nothing verified the sample, `verification.verified` says which."""
     record["metadata"]["verification"] = verification
     record["metadata"]["reward"] = verification["reward"]

@@ -26,7 +26,7 @@ import orjson
 
 from batch_runner import main
 from trajectory import ToolCall, Turn, build_record
-from trajforge.config import build_config
+from trajforge.cli.config import build_config
 from trajforge.export import FORMATS, card
 from trajforge.export.publish import write_exports
 from trajforge.export.report import ReportData, write_report

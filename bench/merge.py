@@ -27,9 +27,9 @@ PHASE = """
 import resource, sys, time
 from pathlib import Path
 from trajforge.tools import registry
-from trajforge.samples import plan_samples
+from trajforge.run.samples import plan_samples
 from collections import Counter
-from trajforge.dataset import load_dataset
+from trajforge.run.dataset import load_dataset
 from trajforge.runfolder.merge import merge
 from trajforge.runfolder.folder import RunFolder, sample_key
 folder = RunFolder(Path({folder!r}))

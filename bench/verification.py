@@ -29,9 +29,10 @@ import time
 from pathlib import Path
 
 from trajforge.environments import EnvironmentSettings, backend_for
-from trajforge.tasks import prepare_task, reveal_tests
-from trajforge.verifier import normalize
-from trajforge.verify import VerifySettings, verify_sample
+from trajforge.verification.checks import verify_sample
+from trajforge.verification.python_verifier import normalize
+from trajforge.verification.result import VerifySettings
+from trajforge.verification.tasks import prepare_task, reveal_tests
 
 VERIFIER = """
 def check(record, env):

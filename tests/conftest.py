@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from trajforge.dataset import UsageError
+from trajforge.errors import UsageError
 from trajforge.mock.server import MockServer
 from trajforge.runfolder.folder import RunFolder
 
@@ -202,7 +202,7 @@ def run(tmp_path, server) -> Runner:
 
 @pytest.fixture
 def run_here(tmp_path, server, monkeypatch) -> InProcessRunner:
-    import trajforge.runner  # noqa: F401  (batch_runner.main's imports, paid once, before a test times anything)
+    import trajforge.run.runner  # noqa: F401  (batch_runner.main's imports, paid once, before a test times anything)
 
     monkeypatch.chdir(tmp_path)
     for name in [k for k in os.environ if k.endswith("API_KEY")]:

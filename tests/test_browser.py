@@ -14,9 +14,9 @@ import psutil
 import pytest
 from tool_session import call, tool_session
 
-from trajforge.tools.browser_runtime import launch_problem
-from trajforge.tools.browser_service import browser_service
-from trajforge.tools.browser_snapshot import SNAPSHOT_LIMIT
+from trajforge.tools.browser.runtime import launch_problem
+from trajforge.tools.browser.service import browser_service
+from trajforge.tools.browser.snapshot import SNAPSHOT_LIMIT
 from trajforge.tools.registry import available_toolsets
 from trajforge.tools.session import ToolSession
 from trajforge.tools.settings import ToolSettings, find_browser

@@ -1,5 +1,5 @@
 """The browser reaches only public addresses unless --allow_private_urls: every request of a page goes
-through the worker's guard proxy (trajforge/tools/browser_guard.py), each redirect hop included.
+through the worker's guard proxy (trajforge/tools/browser/guard.py), each redirect hop included.
 
 Real Chromium against local pages, which are all loopback, so the trusted origin (what the mock model's
 server is) stands in for a public site; hops to hosts no loopback test can reach go through the proxy
@@ -16,9 +16,9 @@ import pytest
 from local_site import LocalSite
 from tool_session import call, tool_session
 
-from trajforge.tools.browser_guard import BLOCKED_HEADER, HEADER_LIMIT, GuardProxy
-from trajforge.tools.browser_runtime import BrowserLauncher, launch_problem
-from trajforge.tools.browser_service import browser_service
+from trajforge.tools.browser.guard import BLOCKED_HEADER, HEADER_LIMIT, GuardProxy
+from trajforge.tools.browser.runtime import BrowserLauncher, launch_problem
+from trajforge.tools.browser.service import browser_service
 from trajforge.tools.settings import ToolSettings, find_browser
 
 CHROMIUM = find_browser(os.environ)

@@ -12,8 +12,9 @@ from conftest import source
 from test_environments import _available
 
 from trajforge.environments import EnvironmentSettings, backend_for
-from trajforge.verifier import normalize
-from trajforge.verify import VerifySettings, verify_sample
+from trajforge.verification.checks import verify_sample
+from trajforge.verification.python_verifier import normalize
+from trajforge.verification.result import VerifySettings
 
 SECRET = "SECRET-ANSWER-7d1f"
 USER_SITE = "$(python3 -c 'import site; print(site.getusersitepackages())')"

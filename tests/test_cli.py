@@ -7,7 +7,7 @@ import inspect
 import pytest
 
 import batch_runner
-from trajforge.flags import unknown_argument
+from trajforge.cli.unknown_flags import unknown_argument
 
 FLAGS = inspect.signature(batch_runner.main).parameters
 

@@ -1,5 +1,5 @@
 """Dataset loading in-process: every kind of bad line, byte-order marks, blank lines, --max_samples and
-the prompt_index numbering (trajforge.dataset.load_dataset)."""
+the prompt_index numbering (trajforge.run.dataset.load_dataset)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,8 @@ import json
 
 import pytest
 
-from trajforge.dataset import UsageError, load_dataset
+from trajforge.errors import UsageError
+from trajforge.run.dataset import load_dataset
 
 
 def dataset(tmp_path, *lines: str, encoding: str = "utf-8"):

@@ -13,9 +13,10 @@ import docker
 import pytest
 from conftest import tool_results
 
-from trajforge.environments import EnvironmentSettings, SetupError, prepare_run
+from trajforge.environments import EnvironmentSettings, prepare_run
 from trajforge.environments.docker import RUN_DIR_LABEL, RUN_LABEL, DockerBackend
 from trajforge.environments.shell import KEEP_ALIVE
+from trajforge.errors import SetupError
 
 ALPHA, BETA = "batch-runner-test/alpha:1", "batch-runner-test/beta:1"  # beta has WORKDIR /srv/beta
 MISSING = "127.0.0.1:9/batch-runner-test/missing:1"  # a pull of it goes to a closed loopback port

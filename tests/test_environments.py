@@ -12,10 +12,11 @@ import uuid
 import pytest
 from conftest import tool_results
 
-from trajforge.environments import EnvironmentSettings, ExecResult, SetupError, backend_for, prepare_run
+from trajforge.environments import EnvironmentSettings, ExecResult, backend_for, prepare_run
 from trajforge.environments.bwrap import BwrapBackend
 from trajforge.environments.modal import ModalBackend, has_credentials, sandbox_options
 from trajforge.environments.singularity import SingularityBackend, exec_argv, image_uri, start_argv
+from trajforge.errors import SetupError
 
 ALPHA = "batch-runner-test/alpha:1"  # built by .ci/docker-up
 

@@ -12,7 +12,7 @@ from conftest import API_KEY
 
 from batch_runner import main
 from trajectory import ToolCall, Turn, build_record
-from trajforge.config import build_config
+from trajforge.cli.config import build_config
 from trajforge.export import llamafactory, loading
 from trajforge.export.publish import publish
 from trajforge.export.record import parse, split_assistant

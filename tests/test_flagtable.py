@@ -1,4 +1,4 @@
-"""The one flag table (trajforge/flagtable.py): main's signature, run.json's rows, every default, --help,
+"""The one flag table (trajforge/cli/flagtable.py): main's signature, run.json's rows, every default, --help,
 --version and docs/flags.md come from it or are checked against it here."""
 
 from __future__ import annotations
@@ -15,11 +15,11 @@ from conftest import ROOT
 
 import batch_runner
 from trajforge.agent.loop import run_agent
-from trajforge.config import CHECKS, RUN_SETTINGS, RunConfig
+from trajforge.cli.config import CHECKS, RUN_SETTINGS, RunConfig
+from trajforge.cli.flagtable import FLAGS, GROUPS, OPENROUTER, PER_INVOCATION, reference, signature
 from trajforge.environments import EnvironmentSettings
-from trajforge.flagtable import FLAGS, GROUPS, OPENROUTER, PER_INVOCATION, reference, signature
 from trajforge.model.settings import ModelSettings
-from trajforge.verify import VerifySettings
+from trajforge.verification.result import VerifySettings
 
 HELP_LINE = re.compile(r"^  --(\w+)(=\w+)? +(.+); (default .+|required.*?)( \[kept\])?$")
 
@@ -61,7 +61,7 @@ def test_every_default_is_the_tables():
 
 def test_the_committed_flag_reference_is_the_generated_one():
     committed = (ROOT / "docs" / "flags.md").read_text()
-    assert committed == reference(), "run: python -m trajforge.flagtable > docs/flags.md"
+    assert committed == reference(), "run: python -m trajforge.cli.flagtable > docs/flags.md"
     for flag in FLAGS:
         assert f"`--{flag.name}`" in committed
     assert "| per invocation |" in committed and "| remembered |" in committed and "| may change |" in committed

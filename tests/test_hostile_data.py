@@ -17,12 +17,13 @@ from conftest import calls, source
 
 from trajectory import known_cost
 from trajforge import safejson
-from trajforge.dataset import UsageError, load_dataset, path_problem
+from trajforge.errors import UsageError
 from trajforge.export import atif, card
 from trajforge.export.record import parse
 from trajforge.money.pricing import Prices
 from trajforge.money.reply_cost import reply_cost
 from trajforge.money.store import FILE_NAME
+from trajforge.run.dataset import load_dataset, path_problem
 
 FLAGS = ["--distribution=terminal_only", "--environment=local", "--num_workers=1", "--max_retries=1"]
 EXPORTS = "--export=openai,llamafactory,atif,parquet"

@@ -23,8 +23,8 @@ import batch_runner
 from trajectory import ToolCall, Turn, build_record, discard_reason, split_reasoning, tool_stats
 from trajforge.agent.calls import read_tool_calls
 from trajforge.agent.loop import AgentResult
-from trajforge.config import build_config
-from trajforge.dataset import UsageError
+from trajforge.cli.config import build_config
+from trajforge.errors import UsageError
 from trajforge.model.reply_size import TooLarge, capper
 from trajforge.model.retry import BadReply, ModelCallFailed
 from trajforge.model.stream import assemble

@@ -22,7 +22,7 @@ from trajectory import ToolCall, Turn, build_record, with_verification
 from trajforge.model.usage import empty_usage
 from trajforge.runfolder.folder import RunFolder
 from trajforge.runfolder.merge import merge
-from trajforge.verify import result, unverified
+from trajforge.verification.result import result, unverified
 
 pa_json = pytest.importorskip("pyarrow.json")
 TOOLS = ["read_file", "terminal", "write_file"]

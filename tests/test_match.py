@@ -1,14 +1,14 @@
 """Resume matching in-process: finished samples are subtracted from the dataset by content and sample
 index, duplicate by duplicate, whatever the order or length of the dataset now
-(trajforge.samples.plan_samples)."""
+(trajforge.run.samples.plan_samples)."""
 
 from __future__ import annotations
 
 from collections import Counter
 
-from trajforge.dataset import Entry
+from trajforge.run.dataset import Entry
+from trajforge.run.samples import plan_samples
 from trajforge.runfolder.folder import entry_key
-from trajforge.samples import plan_samples
 
 
 def entries(*items) -> list[Entry]:

@@ -24,7 +24,18 @@ from trajforge.money.store import FILE_NAME, Store
 
 PACKAGE = Path(__file__).resolve().parents[1] / "trajforge"
 # What a call asks of the money database: only the wrapper may ask it.
-PER_CALL = {"cached", "reserve", "admit", "pay", "keep", "forget", "release", "price_later", "rate_limited", "stop_unknown_cost"}
+PER_CALL = {
+    "cached",
+    "reserve",
+    "admit",
+    "pay",
+    "keep",
+    "forget",
+    "release",
+    "price_later",
+    "rate_limited",
+    "stop_unknown_cost",
+}
 
 
 def model_settings(server, **changes) -> ModelSettings:

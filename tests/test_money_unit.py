@@ -12,7 +12,7 @@ import sys
 import pytest
 
 from trajforge.agent.loop import PromptLimits
-from trajforge.continuation import continue_command
+from trajforge.cli.continuation import continue_command
 from trajforge.money.bucket import Bucket, backoff
 from trajforge.money.errors import BudgetReached, CostUnknown
 from trajforge.money.pricing import Prices, estimate, priced

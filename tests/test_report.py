@@ -15,7 +15,7 @@ from conftest import ROOT, source
 
 from trajectory import ToolCall, Turn, build_record
 from trajforge.export.report import ReportData, embed
-from trajforge.tools.browser_runtime import LAUNCH_ARGS, launch_problem
+from trajforge.tools.browser.runtime import LAUNCH_ARGS, launch_problem
 from trajforge.tools.settings import find_browser
 
 TOOLS = ["--distribution=terminal_only"]

@@ -14,8 +14,8 @@ from test_money import FLAGS
 from test_resume import paste
 from test_samples import CHECK, ONE_SLOT, SOLVE
 
-from trajforge.config import build_config
-from trajforge.flagtable import given
+from trajforge.cli.config import build_config
+from trajforge.cli.flagtable import given
 
 TOOLS = ["--distribution=terminal_only", "--environment=local"]
 

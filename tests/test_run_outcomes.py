@@ -18,10 +18,10 @@ from agent_run import agent
 from conftest import Result, source
 
 from trajectory import ToolCall, Turn, nonzero_exits
-from trajforge.advice import WINDOW, Advice
 from trajforge.events import PromptDone
 from trajforge.model.stream import assemble, finish_reason, reported
-from trajforge.progress import Tally, progress_line
+from trajforge.run.advice import WINDOW, Advice
+from trajforge.run.progress import Tally, progress_line
 
 TOOLS = ["--distribution=terminal_only"]
 

@@ -18,9 +18,9 @@ import pytest
 from conftest import ROOT, write_dataset
 
 import batch_runner
-from trajforge.config import RUN_SETTINGS, build_config, settle
-from trajforge.dataset import UsageError
-from trajforge.run_settings import Remembered, digest, remembered, settle_flags
+from trajforge.cli.config import RUN_SETTINGS, build_config, settle
+from trajforge.cli.remembered import Remembered, digest, remembered, settle_flags
+from trajforge.errors import UsageError
 
 SECRET = "You are a secret system prompt nobody may read"
 LOCAL = ["--environment=local", "--max_retries=0"]

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from trajforge.dataset import UsageError
+from trajforge.errors import UsageError
 from trajforge.runfolder.folder import BatchFiles, RunFolder, entry_key, write_atomic
 
 

@@ -17,7 +17,7 @@ import pytest
 from conftest import released, settled, source, wait_for
 from test_environments import _available
 
-from trajforge.verify import KEYS, unverified
+from trajforge.verification.result import KEYS, unverified
 
 ALPHA = "batch-runner-test/alpha:1"  # built by .ci/docker-up
 SOLVE = "[mock turns=1 alternate command=echo%2042%20>%20answer.txt]"  # writes the answer in even sessions

@@ -14,9 +14,10 @@ from pathlib import Path
 import pytest
 from conftest import API_KEY, tool_results
 
-from trajforge.environments import AUTO, EnvironmentSettings, SetupError, backend_for, choose
+from trajforge.environments import AUTO, EnvironmentSettings, backend_for, choose
 from trajforge.environments.bwrap import BwrapBackend
 from trajforge.environments.local import SYSTEM_PATH
+from trajforge.errors import SetupError
 
 HIDDEN = ("/home", "/root", "/run", "/var/run", "/mnt", "/media", "/srv", "/var")
 SHOWN = {"bin", "sbin", "lib", "lib32", "lib64", "libx32", "usr", "etc", "opt", "dev", "proc", "tmp"}

@@ -10,7 +10,7 @@ import sys
 
 from conftest import ROOT
 
-from trajforge.tools.browser_runtime import launch_problem
+from trajforge.tools.browser.runtime import launch_problem
 from trajforge.tools.settings import find_browser
 
 

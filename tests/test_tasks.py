@@ -13,7 +13,8 @@ import pytest
 from conftest import ROOT, tool_results, write_dataset
 from test_environments import _available
 
-from trajforge.dataset import UsageError, load_dataset
+from trajforge.errors import UsageError
+from trajforge.run.dataset import load_dataset
 from trajforge.runfolder.folder import entry_key
 
 ALPHA = "batch-runner-test/alpha:1"  # built by .ci/docker-up: busybox, no python

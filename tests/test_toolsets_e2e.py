@@ -14,7 +14,7 @@ from conftest import run_cli, tool_results
 from toolset_distributions import ALL_SIX
 from trajforge.mock import model as mock_model
 from trajforge.model.usage import add_usage, empty_usage
-from trajforge.tools.browser_runtime import launch_problem
+from trajforge.tools.browser.runtime import launch_problem
 from trajforge.tools.registry import BY_TOOLSET, TOOLS
 from trajforge.tools.settings import find_browser
 

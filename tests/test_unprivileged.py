@@ -145,7 +145,7 @@ def _chromium_status() -> list[dict]:
 
 
 def test_chromium_runs_unprivileged_in_bwrap_and_ends_with_the_browser(bwrap):  # noqa: F811
-    from trajforge.tools.browser_runtime import launch
+    from trajforge.tools.browser.runtime import launch
 
     async def body():
         playwright, browser = await launch("/usr/bin/chromium")

@@ -1,6 +1,6 @@
 """Verification in-process: the reward rules, the dataset's `verify` field, object checks, the Python
-verifier's answers (trajforge.verify), and verification in a real local environment, the verifier's
-child process included (trajforge.verifier): reading a file through the handle, raising, hanging,
+verifier's answers (trajforge.verification.checks), and verification in a real local environment, the verifier's
+child process included (trajforge.verification.python_verifier): reading a file through the handle, raising, hanging,
 answering garbage."""
 
 from __future__ import annotations
@@ -12,21 +12,13 @@ import time
 import pytest
 
 from trajectory import ToolCall, Turn
-from trajforge.config import RUN_SETTINGS
-from trajforge.dataset import UsageError, load_dataset
+from trajforge.cli.config import RUN_SETTINGS
 from trajforge.environments import EnvironmentSettings, backend_for
-from trajforge.verifier import load_verifier, normalize
-from trajforge.verify import (
-    KEYS,
-    OUTPUT_CAP,
-    VerifySettings,
-    check_failures,
-    command_reward,
-    reading,
-    spec_problem,
-    unverified,
-    verify_sample,
-)
+from trajforge.errors import UsageError
+from trajforge.run.dataset import load_dataset
+from trajforge.verification.checks import check_failures, command_reward, spec_problem, verify_sample
+from trajforge.verification.python_verifier import load_verifier, normalize, reading
+from trajforge.verification.result import KEYS, OUTPUT_CAP, VerifySettings, unverified
 
 
 @pytest.mark.parametrize(

@@ -8,40 +8,18 @@ Sandbox per prompt); the last three use the entry's `image` or `docker_image`.
 
 from __future__ import annotations
 
-import hashlib
 import importlib
 import posixpath
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 
-from trajforge.environments.contract import Backend, Environment, ExecResult, SetupError
-from trajforge.environments.limits import Limits
-from trajforge.flagtable import default
+from trajforge.environments.contract import Backend, Environment, ExecResult
+from trajforge.environments.settings import EnvironmentSettings
+from trajforge.errors import SetupError
 
-__all__ = ["Backend", "Environment", "ExecResult", "SetupError"]  # the contract, where callers look for it
+__all__ = ["Backend", "Environment", "EnvironmentSettings", "ExecResult"]  # the contract, where callers look for it
 
 OUTPUT_LIMIT = 32_000  # bytes of command output kept: the head and the tail, half each
 FILE_LIMIT = 10_000_000  # bytes read_file will load
-
-
-@dataclass(frozen=True)
-class EnvironmentSettings:
-    kind: str = "local"
-    command_timeout: float = default("command_timeout")
-    keep_workspaces: bool = False
-    default_image: str = "python:3.11-slim"  # for prompts that name no `image` (docker, singularity, modal)
-    sandbox_network: bool = False  # bwrap, docker, singularity and modal cut the network unless this is set
-    run_name: str = "batch-runner"  # containers are labelled with the run so a later run can find leftovers
-    run_dir: str = ""
-    limits: Limits = field(default_factory=Limits)  # per sample: --max_processes, --max_memory_mb, --max_file_size_mb
-
-    @property
-    def run_tag(self) -> str:
-        """A short name-safe digest of the run folder, for backends whose names or tags must be short."""
-        return hashlib.sha256(self.run_dir.encode()).hexdigest()[:12]
-
-    def limit(self, timeout: float | None) -> float:
-        """A command's time limit: what the model asked for, never more than --command_timeout."""
-        return min(timeout, self.command_timeout) if timeout and timeout > 0 else self.command_timeout
 
 
 def image_of(entry: dict, settings: EnvironmentSettings) -> str:

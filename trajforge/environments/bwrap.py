@@ -10,7 +10,7 @@ import os
 import shutil
 import subprocess
 
-from trajforge.environments import OUTPUT_LIMIT, EnvironmentSettings, ExecResult, SetupError
+from trajforge.environments import OUTPUT_LIMIT, EnvironmentSettings, ExecResult
 from trajforge.environments.limits import MB, host_user, preexec
 from trajforge.environments.local import (
     LocalBackend,
@@ -18,6 +18,7 @@ from trajforge.environments.local import (
     make_workspace,
     run_process,
 )
+from trajforge.errors import SetupError
 
 # Read-only where present. On merged-/usr systems /bin, /lib... are symlinks into /usr: they stay symlinks.
 SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/opt")

@@ -12,11 +12,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from trajforge.environments import EnvironmentSettings
-
-
-class SetupError(Exception):
-    """An environment could not be set up: the prompt fails and is retried on --resume."""
+    from trajforge.environments.settings import EnvironmentSettings
 
 
 @dataclass(frozen=True)

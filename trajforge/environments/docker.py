@@ -21,7 +21,6 @@ from trajforge.environments import (
     CappedOutput,
     EnvironmentSettings,
     ExecResult,
-    SetupError,
     container_cwd,
     image_of,
 )
@@ -29,6 +28,7 @@ from trajforge.environments.contract import timeout_result
 from trajforge.environments.limits import MB, Limits
 from trajforge.environments.local import COMMAND_VARIABLES
 from trajforge.environments.shell import KEEP_ALIVE, KILL_ALL, CommandEnvironment, tar_archive
+from trajforge.errors import SetupError
 
 RUN_LABEL, RUN_DIR_LABEL = "batch-runner.run", "batch-runner.run_dir"
 DEFAULT_CWD = "/workspace"  # for images without a WORKDIR of their own

@@ -14,11 +14,12 @@ import tempfile
 import time
 from collections.abc import Callable
 
-from trajforge.environments import OUTPUT_LIMIT, Backend, CappedOutput, EnvironmentSettings, ExecResult, SetupError
+from trajforge.environments import OUTPUT_LIMIT, Backend, CappedOutput, EnvironmentSettings, ExecResult
 from trajforge.environments.contract import timeout_result
 from trajforge.environments.limits import SampleCgroup, host_user, preexec
 from trajforge.environments.orphans import PROMPT_MARKER, become_subreaper, commands_running, end_prompt
 from trajforge.environments.shell import CommandEnvironment
+from trajforge.errors import SetupError
 
 # What every command sees besides PATH, HOME and TMPDIR; nothing of ours (API keys stay out of trajectories).
 COMMAND_VARIABLES = {"LANG": "C.UTF-8", "TERM": "dumb", "PYTHONUNBUFFERED": "1"}

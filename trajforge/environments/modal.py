@@ -19,12 +19,12 @@ from trajforge.environments import (
     CappedOutput,
     EnvironmentSettings,
     ExecResult,
-    SetupError,
     container_cwd,
     image_of,
 )
 from trajforge.environments.contract import timeout_result
 from trajforge.environments.shell import KEEP_ALIVE, KILL_ALL, CommandEnvironment
+from trajforge.errors import SetupError
 
 APP_NAME = "batch-runner"
 WORKSPACE = "/workspace"

@@ -12,17 +12,10 @@ import shutil
 import subprocess
 import uuid
 
-from trajforge.environments import (
-    OUTPUT_LIMIT,
-    Backend,
-    EnvironmentSettings,
-    ExecResult,
-    SetupError,
-    container_cwd,
-    image_of,
-)
+from trajforge.environments import OUTPUT_LIMIT, Backend, EnvironmentSettings, ExecResult, container_cwd, image_of
 from trajforge.environments.local import LocalBackend, command_env, make_workspace, run_process
 from trajforge.environments.shell import CommandEnvironment
+from trajforge.errors import SetupError
 
 BINARIES = ("apptainer", "singularity")
 WORKSPACE = "/workspace"

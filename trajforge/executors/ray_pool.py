@@ -19,8 +19,8 @@ from collections import deque
 
 from trajforge.events import Claimed, Event, PromptDone
 from trajforge.executors.worker import Batch, WorkerSetup, serve
+from trajforge.run.samples import PassCounts
 from trajforge.runfolder.folder import BatchFiles, RunFolder, passed
-from trajforge.samples import PassCounts
 
 TASK_RETRIES = 3  # re-runs of a batch whose worker process or node died
 FLUSH_EVERY = 0.05  # seconds a task's events wait to travel to the driver together

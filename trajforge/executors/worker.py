@@ -20,9 +20,10 @@ from pathlib import Path
 
 from toolset_distributions import sample_rng, sample_toolsets
 from trajectory import build_record, discard_reason, nonzero_exits, verification_passed, with_verification
-from trajforge.agent.loop import PromptLimits, run_agent
-from trajforge.config import RunConfig
-from trajforge.environments import SetupError, backend_for
+from trajforge.agent.loop import AgentResult, PromptLimits, run_agent
+from trajforge.cli.config import RunConfig
+from trajforge.environments import backend_for
+from trajforge.errors import SetupError
 from trajforge.events import (
     Claimed,
     LogLine,
@@ -40,14 +41,14 @@ from trajforge.model.tokens import drift_text
 from trajforge.model.usage import add_usage
 from trajforge.money.errors import SpendStop
 from trajforge.money.spending import Spending, sample_scope
+from trajforge.run.samples import PassCounts
 from trajforge.runfolder.folder import BatchFiles, RunFolder, entry_key
 from trajforge.safejson import dumps
-from trajforge.samples import PassCounts
-from trajforge.tasks import SetupFailed, prepare_task
 from trajforge.tools import Tool
 from trajforge.tools.services import ToolServices
 from trajforge.tools.session import ToolSession
-from trajforge.verify import verify_sample
+from trajforge.verification.checks import verify_sample
+from trajforge.verification.tasks import SetupFailed, prepare_task
 
 
 @dataclass(frozen=True)
@@ -142,84 +143,33 @@ class Worker:
         await asyncio.gather(*running)
 
     async def run_prompt(self, batch_num: int, index: int, sample: int, entry: dict) -> None:
-        setup, config = self.setup, self.config
+        """One sample: open its environment, run the agent, verify, finish its batch line (pure), deliver
+        it; an exception becomes the sample's failure, never the worker's."""
         started = time.monotonic()
         key = entry_key(entry)
-        toolsets = sample_toolsets(setup.weights, sample_rng(config.seed, key, sample))
-        tools = {t.name: t for name in toolsets for t in setup.toolsets[name]}
-        scope = sample_scope(key, setup.copies.get(index, 0), sample)
+        toolsets = sample_toolsets(self.setup.weights, sample_rng(self.config.seed, key, sample))
+        tools = {t.name: t for name in toolsets for t in self.setup.toolsets[name]}
+        scope = sample_scope(key, self.setup.copies.get(index, 0), sample)
         env = None
         try:
             if self.spending is not None and await self.spending.stopped():  # the budget is spent: start nothing
                 self.stopped = True
                 return
-            env = ToolSession(await self.environments.open(entry, scope), self.services, scope)
-            await prepare_task(env.env, entry, self.task_base, config.setup_timeout)  # before any model call
-            result = await run_agent(
-                self.client,
-                env,
-                entry["prompt"],
-                tools,
-                config.max_turns,
-                config.preamble,
-                self._logger(index),
-                max_tool_calls=config.max_tool_calls_per_turn,
-                timeout=config.prompt_timeout,
-                on_retry=self._retry_reporter(index),
-                limits=self.limits,
-                scope=scope,
-            )
+            env = await self.open(entry, scope)
+            result = await self.converse(env, entry, tools, index, scope)
             add_usage(result.usage, env.usage)  # the tools' own model calls (vision, images) count too
             # The model may quote the ephemeral prompt, a prefill message or a key a server echoed.
             self.services.secrets.redact_turns(result.turns, env.redactions)
-            record = build_record(
-                prompt_index=index,
-                entry=entry,
-                turns=result.turns,
-                tool_schemas=[t.schema for t in tools.values()],
-                toolsets=toolsets,
-                tool_names=setup.tool_names,
-                api_calls=result.api_calls,
-                exit_reason=result.exit_reason,
-                usage=result.usage,
-                metadata={
-                    "batch_num": batch_num,
-                    "model": config.model.model,
-                    "model_reported": result.model_reported,
-                    "run_name": config.run_name,
-                    "duration_seconds": round(time.monotonic() - started, 3),
-                    "sample_index": sample,
-                    "token_drift": drift_text(result.tokens or []),
-                },
-            )
+            metadata = {"batch_num": batch_num, "sample_index": sample, "seconds": time.monotonic() - started}
+            record = self.record(index, entry, result, tools, toolsets, metadata)
             # In the same environment, still open; its commands stay out of the conversation and tool_stats.
-            verification = await verify_sample(config.verify, entry, record, result.turns, env.env, self.task_base)
-            for key in ("output", "error"):  # a Python verifier's info and prints may quote a secret too
-                if isinstance(verification[key], str):
-                    verification[key] = env.redact(verification[key])
-            with_verification(record, verification)
-            reason = discard_reason(result.turns, set(tools))
-            if reason:
-                record["discarded"] = reason
-            if env.redactions:  # for statistics.json; the merge takes it off, as it does `discarded`
-                record["redactions"] = dict(env.redactions)
-            if result.tokens is not None:  # for tokens.jsonl; the merge takes it off trajectories.jsonl
-                record["tokens"] = {"turns": result.tokens, "missing": result.tokens_missing}
-            exits = nonzero_exits(result.turns)
-            if exits:  # for the summary's tool table; taken off by the merge too
-                record["nonzero_exits"] = exits
-            line = dumps(record) + b"\n"  # what orjson cannot encode kept as text
-            if self.files:
-                await self.files.append(batch_num, line)
-            if verification["passed"]:  # before this slot takes its next sample
-                self.passes.add(index)
-            outcome = reason or result.exit_reason
-            called = sum(len(turn.calls) for turn in result.turns)
-            line = None if self.files else line  # travels with the event where the driver writes it
-            passed = verification_passed(verification)
-            self.events.put(
-                PromptDone(index, batch_num, outcome, result.retries, line, sample, passed, len(tools), called)
-            )
+            verification = await verify_sample(self.config.verify, entry, record, result.turns, env.env, self.task_base)
+            for field_name in ("output", "error"):  # a Python verifier's info and prints may quote a secret too
+                if isinstance(verification[field_name], str):
+                    verification[field_name] = env.redact(verification[field_name])
+            line, reason = batch_line(record, result, verification, set(tools), dict(env.redactions))
+            unit, outcome = (batch_num, index, sample), reason or result.exit_reason
+            await self.deliver(unit, line, outcome, result, verification, len(tools))
         except RunStopped as exc:
             self.stopped = True
             self.events.put(RunRefused(index, batch_num, self.services.redact(str(exc)), sample))
@@ -235,6 +185,98 @@ class Worker:
                 await env.close()
             if self.files:
                 self.files.finish(batch_num)
+
+    async def open(self, entry: dict, scope: str) -> ToolSession:
+        """The sample's environment, with the task's files and setup in place before any model call."""
+        env = ToolSession(await self.environments.open(entry, scope), self.services, scope)
+        try:
+            await prepare_task(env.env, entry, self.task_base, self.config.setup_timeout)
+        except BaseException:
+            await env.close()
+            raise
+        return env
+
+    async def converse(self, env: ToolSession, entry: dict, tools: dict, index: int, scope: str) -> AgentResult:
+        config = self.config
+        return await run_agent(
+            self.client,
+            env,
+            entry["prompt"],
+            tools,
+            config.max_turns,
+            config.preamble,
+            self._logger(index),
+            max_tool_calls=config.max_tool_calls_per_turn,
+            timeout=config.prompt_timeout,
+            on_retry=self._retry_reporter(index),
+            limits=self.limits,
+            scope=scope,
+        )
+
+    def record(self, index: int, entry: dict, result: AgentResult, tools: dict, toolsets: list, metadata: dict) -> dict:
+        """The sample's trajectory record; `metadata`: batch_num, sample_index and its seconds so far."""
+        return build_record(
+            prompt_index=index,
+            entry=entry,
+            turns=result.turns,
+            tool_schemas=[t.schema for t in tools.values()],
+            toolsets=toolsets,
+            tool_names=self.setup.tool_names,
+            api_calls=result.api_calls,
+            exit_reason=result.exit_reason,
+            usage=result.usage,
+            metadata={
+                "batch_num": metadata["batch_num"],
+                "model": self.config.model.model,
+                "model_reported": result.model_reported,
+                "run_name": self.config.run_name,
+                "duration_seconds": round(metadata["seconds"], 3),
+                "sample_index": metadata["sample_index"],
+                "token_drift": drift_text(result.tokens or []),
+            },
+        )
+
+    async def deliver(
+        self,
+        unit: tuple[int, int, int],
+        line: bytes,
+        outcome: str,
+        result: AgentResult,
+        verification: dict,
+        offered: int,
+    ) -> None:
+        """The line into its batch file (or onto its event), the pass counted, the driver told; `unit`:
+        (batch number, prompt index, sample index), `offered` how many tools the sample was offered."""
+        batch_num, index, sample = unit
+        if self.files:
+            await self.files.append(batch_num, line)
+        if verification["passed"]:  # before this slot takes its next sample
+            self.passes.add(index)
+        called = sum(len(turn.calls) for turn in result.turns)
+        passed = verification_passed(verification)
+        carried = None if self.files else line  # travels with the event where the driver writes it
+        self.events.put(PromptDone(index, batch_num, outcome, result.retries, carried, sample, passed, offered, called))
+
+
+def batch_line(
+    record: dict, result: AgentResult, verification: dict, offered: set[str], redactions: dict
+) -> tuple[bytes, str | None]:
+    """The sample's line of its batch file, and why the merge drops it (None: kept). Pure: the record
+    with its verification and the keys the merge takes off again (discarded, redactions, tokens,
+    nonzero_exits)."""
+    record = {**record, "metadata": dict(record["metadata"])}
+    with_verification(record, verification)
+    reason = discard_reason(result.turns, offered)
+    if reason:
+        record["discarded"] = reason
+    if redactions:  # for statistics.json; the merge takes it off, as it does `discarded`
+        record["redactions"] = redactions
+    if result.tokens is not None:  # for tokens.jsonl; the merge takes it off trajectories.jsonl
+        record["tokens"] = {"turns": result.tokens, "missing": result.tokens_missing}
+    exits = nonzero_exits(result.turns)
+    if exits:  # for the summary's tool table; taken off by the merge too
+        record["nonzero_exits"] = exits
+    return dumps(record) + b"\n", reason  # what orjson cannot encode kept as text
 
 
 async def _next_batch(tasks) -> Batch | None:

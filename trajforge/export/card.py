@@ -11,7 +11,7 @@ import json
 import re
 from urllib.parse import urlsplit
 
-from trajforge.config import RunConfig
+from trajforge.cli.config import RunConfig
 from trajforge.export import loading
 
 FILE = "README.md"

@@ -399,19 +399,9 @@ def reply(
     prompt = prompt_text(messages)
     steer = Directives.parse(prompt)
     faulty = steer.times is None or attempts < steer.times
-    if steer.fail and faulty:
-        headers = {} if steer.retry_after is None else {"Retry-After": f"{steer.retry_after:g}"}
-        error = "Your input was flagged by moderation" if steer.flagged else "injected fault"
-        return Reply(status=steer.fail, headers=headers, error=error), steer.latency
-    if steer.overflow in OVERFLOWS and faulty:
-        status, body = OVERFLOWS[steer.overflow]
-        return Reply(status=status, body=body), steer.latency
-    if steer.upstream_error and faulty:
-        charged = {"cost": steer.cost} if steer.cost is not None else {}
-        message = {"role": "assistant", "content": ""}
-        return Reply(message=message, finish_reason="error", usage=charged, error="upstream"), 0.0
-    if steer.empty and faulty:
-        return Reply(empty=True), 0.0
+    fault = _fault(steer) if faulty else None
+    if fault is not None:
+        return fault
     image = _image_part(messages)
     if image:
         return _vision_reply(messages, prompt, image, cost), steer.latency
@@ -421,44 +411,82 @@ def reply(
     plan = _plan(offered, prompt, site, _results_by_tool(since_prompt))
     turns = next((n for n in (steer.turns, turns) if n is not None), len(plan))
     turn = turn_of(messages) if prompt else 0
-    results = [m for m in since_prompt if m.get("role") == "tool"]
-
     if turn < turns and offered:
-        calls = plan[turn] if turn < len(plan) else [_filler(offered, turn)]
-        if turn == 0 and steer.calls is not None:
-            calls = [_filler(offered, i) for i in range(steer.calls)]
-        tool_calls = [_call(turn, i, name, args) for i, (name, args) in enumerate(calls)]
-        if turn == 0 and steer.bad_json:
-            tool_calls[0]["function"]["arguments"] = '{"command": "echo broken'
-        command = _first_command(steer, messages, session) if turn == 0 else None
-        if command is not None and tool_calls[0]["function"]["name"] == "terminal":
-            tool_calls[0]["function"]["arguments"] = json.dumps({"command": command})
-        if turn == 0 and steer.args_deep:
-            nested = "[" * steer.args_deep + "]" * steer.args_deep
-            tool_calls[0]["function"]["arguments"] = '{"command": ' + nested + "}"
-        if turn == 0 and steer.args_surrogate:
-            tool_calls[0]["function"]["arguments"] = '{"command": "echo \\ud800"}'
-        if turn == 0 and steer.unknown_tool:
-            tool_calls[0]["function"]["name"] = "hallucinated_tool"
-        thought = f"Turn {turn + 1}: to make progress on '{prompt[:60]}' I will call " + ", ".join(
-            name for name, _ in calls
-        )
-        thought += f" My instructions say: {_preamble(messages)}" if steer.quote else ""
-        message = _with_reasoning(steer.reasoning, thought, "")
-        message["tool_calls"] = _malformed(tool_calls, steer) if turn == 0 else tool_calls
+        message, thought = _calling(steer, messages, session, prompt, turn, plan, offered)
         finish = "tool_calls"
     else:
-        seen = (results[-1].get("content") or "")[:200] if results else "nothing yet"
-        thought = f"I have what I need after {turn} tool turns; the last result was: {seen[:80]}"
-        answer = f"Here is my answer to '{prompt[:60]}'. The tools showed: {seen}"
-        if steer.quote:
-            thought += f" My instructions say: {_preamble(messages)}"
-            answer += f" I was told: {_preamble(messages)}"
-        finish = "stop"
-        if steer.stop:  # cut off mid-word, as max_tokens or a content filter leaves an answer
-            answer, finish = answer[: len(answer) // 2].rstrip(), steer.stop
-        message = _with_reasoning(steer.reasoning, thought, answer)
+        results = [m for m in since_prompt if m.get("role") == "tool"]
+        message, thought, finish = _answering(steer, messages, prompt, turn, results)
+    return _sent(steer, faulty, messages, message, thought, finish, cost), steer.latency
 
+
+def _fault(steer: Directives) -> tuple[Reply, float] | None:
+    """The injected failure a prompt asks for (while it is still `faulty`), or None."""
+    if steer.fail:
+        headers = {} if steer.retry_after is None else {"Retry-After": f"{steer.retry_after:g}"}
+        error = "Your input was flagged by moderation" if steer.flagged else "injected fault"
+        return Reply(status=steer.fail, headers=headers, error=error), steer.latency
+    if steer.overflow in OVERFLOWS:
+        status, body = OVERFLOWS[steer.overflow]
+        return Reply(status=status, body=body), steer.latency
+    if steer.upstream_error:
+        charged = {"cost": steer.cost} if steer.cost is not None else {}
+        message = {"role": "assistant", "content": ""}
+        return Reply(message=message, finish_reason="error", usage=charged, error="upstream"), 0.0
+    if steer.empty:
+        return Reply(empty=True), 0.0
+    return None
+
+
+def _calling(
+    steer: Directives, messages: list[dict], session: int, prompt: str, turn: int, plan: list, offered: set[str]
+) -> tuple[dict, str]:
+    """A tool-calling turn: the assistant message with its calls (as the directives bend them), its thought."""
+    calls = plan[turn] if turn < len(plan) else [_filler(offered, turn)]
+    if turn == 0 and steer.calls is not None:
+        calls = [_filler(offered, i) for i in range(steer.calls)]
+    tool_calls = [_call(turn, i, name, args) for i, (name, args) in enumerate(calls)]
+    if turn == 0 and steer.bad_json:
+        tool_calls[0]["function"]["arguments"] = '{"command": "echo broken'
+    command = _first_command(steer, messages, session) if turn == 0 else None
+    if command is not None and tool_calls[0]["function"]["name"] == "terminal":
+        tool_calls[0]["function"]["arguments"] = json.dumps({"command": command})
+    if turn == 0 and steer.args_deep:
+        nested = "[" * steer.args_deep + "]" * steer.args_deep
+        tool_calls[0]["function"]["arguments"] = '{"command": ' + nested + "}"
+    if turn == 0 and steer.args_surrogate:
+        tool_calls[0]["function"]["arguments"] = '{"command": "echo \\ud800"}'
+    if turn == 0 and steer.unknown_tool:
+        tool_calls[0]["function"]["name"] = "hallucinated_tool"
+    thought = f"Turn {turn + 1}: to make progress on '{prompt[:60]}' I will call " + ", ".join(
+        name for name, _ in calls
+    )
+    thought += f" My instructions say: {_preamble(messages)}" if steer.quote else ""
+    message = _with_reasoning(steer.reasoning, thought, "")
+    message["tool_calls"] = _malformed(tool_calls, steer) if turn == 0 else tool_calls
+    return message, thought
+
+
+def _answering(
+    steer: Directives, messages: list[dict], prompt: str, turn: int, results: list[dict]
+) -> tuple[dict, str, str]:
+    """The final answer: the assistant message, its thought and its finish reason."""
+    seen = (results[-1].get("content") or "")[:200] if results else "nothing yet"
+    thought = f"I have what I need after {turn} tool turns; the last result was: {seen[:80]}"
+    answer = f"Here is my answer to '{prompt[:60]}'. The tools showed: {seen}"
+    if steer.quote:
+        thought += f" My instructions say: {_preamble(messages)}"
+        answer += f" I was told: {_preamble(messages)}"
+    finish = "stop"
+    if steer.stop:  # cut off mid-word, as max_tokens or a content filter leaves an answer
+        answer, finish = answer[: len(answer) // 2].rstrip(), steer.stop
+    return _with_reasoning(steer.reasoning, thought, answer), thought, finish
+
+
+def _sent(
+    steer: Directives, faulty: bool, messages: list[dict], message: dict, thought: str, finish: str, cost
+) -> Reply:
+    """The reply as sent: its usage, and the faults a prompt asks of a reply that is otherwise fine."""
     if steer.huge_mb and faulty:
         message["content"] += "x" * int(steer.huge_mb * 2**20)
     usage = _usage(messages, message, thought if steer.reasoning != "none" else "", _cost(steer, cost), steer.cached)
@@ -469,7 +497,7 @@ def reply(
     deep, bad = (steer.body_deep, steer.bad_utf8) if faulty else (0, False)
     reply = Reply(message=message, finish_reason=finish, usage=usage, endless=endless, trickle=trickle)
     reply.deep, reply.bad_utf8 = deep, bad
-    return reply, steer.latency
+    return reply
 
 
 def _preamble(messages: list[dict]) -> str:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
-from trajforge.flagtable import default
+from trajforge.cli.flagtable import default
 from trajforge.money.pricing import Prices
 
 

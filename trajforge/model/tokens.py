@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 
-from trajforge.dataset import UsageError
+from trajforge.errors import UsageError
 from trajforge.money.errors import SpendStop
 
 MODES = ("off", "on", "required")

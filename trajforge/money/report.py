@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 
-from trajforge.money.store import Totals
+from trajforge.money.store import SpendingTotals
 
 PRICE_HINT = "set --price_input and --price_output (USD per million tokens)"
 
@@ -15,13 +15,13 @@ def usd(amount: float) -> str:
     return f"${amount:,.2f}" if amount >= 1 else f"${amount:.4f}"
 
 
-def spent(totals: Totals) -> float | None:
+def spent(totals: SpendingTotals) -> float | None:
     """USD paid for every call in the run folder (unfinished prompts' included); None when a paid
     call's cost is unknown: a sum that leaves it out would be a made-up figure."""
     return None if totals.unknown_calls else round(totals.spent, 8)
 
 
-def money_statistics(totals: Totals, records_cost_known: bool, max_cost: float | None, stopped: bool) -> dict:
+def money_statistics(totals: SpendingTotals, records_cost_known: bool, max_cost: float | None, stopped: bool) -> dict:
     """statistics.json's `cost_known`, `cache` and `budget`."""
     return {
         "cost_known": records_cost_known and not totals.unknown_calls,

@@ -41,7 +41,7 @@ CREATE TABLE IF NOT EXISTS state (name TEXT PRIMARY KEY, value);
 
 
 @dataclass(frozen=True)
-class Totals:
+class SpendingTotals:
     spent: float  # USD of every paid call whose cost is known, in every invocation on this folder
     paid_calls: int  # calls sent to the endpoint and answered (cache misses)
     unknown_calls: int  # paid calls whose cost nobody knows
@@ -109,10 +109,10 @@ class Store:
             db.execute("DELETE FROM buckets")
             db.execute("DELETE FROM state")
 
-    def totals(self) -> Totals:
+    def totals(self) -> SpendingTotals:
         db = self._conn()
         row = db.execute("SELECT spent, paid_calls, unknown_calls, hits, saved, largest FROM totals").fetchone()
-        return Totals(*row, self._state(db, "stopped"))
+        return SpendingTotals(*row, self._state(db, "stopped"))
 
     def stop(self, reason: str) -> None:
         with self._write() as db:

@@ -16,13 +16,13 @@ from pathlib import Path
 import orjson
 
 from trajectory import verification_passed
-from trajforge.dataset import UsageError
+from trajforge.errors import UsageError
 
 BATCH_FILE = re.compile(r"batch_(\d+)\.jsonl$")
 FILE_MODE = 0o666  # every file of the run folder: the umask decides, as for any file the user makes
 
 
-TASK_KEYS = ("files", "workspace", "setup", "tests")  # what the agent finds, and what judges it (tasks.py)
+TASK_KEYS = ("files", "workspace", "setup", "tests")  # what the agent finds, and what judges it (verification/tasks.py)
 
 
 def entry_key(entry: dict) -> str:

@@ -21,7 +21,7 @@ from trajforge.secrets import KINDS
 
 
 @dataclass
-class Totals:
+class TrajectoryTotals:
     completed: int = 0
     partial: int = 0
     discarded_no_reasoning: int = 0
@@ -92,7 +92,7 @@ class Verified:
         }
 
 
-def _sum_usage(usage: dict, record_usage: dict, totals: Totals) -> None:
+def _sum_usage(usage: dict, record_usage: dict, totals: TrajectoryTotals) -> None:
     """Add a record's usage to statistics.json's: its cost is None as soon as one record's is unknown
     (never a sum that leaves a prompt out); `cost_known` is statistics.json's own key."""
     for key, value in record_usage.items():
@@ -119,87 +119,109 @@ def merge(
     keep: str = "all",
     observe: Callable[[dict, str | None], None] | None = None,
     tokens: bool = False,
-) -> Totals:
+) -> TrajectoryTotals:
     """`observe(record, why it was dropped or None)` sees every finished sample (the report's data);
     with `tokens`, tokens.jsonl gets a line for each line of trajectories.jsonl."""
-    totals = Totals()
-    tools = {name: {"count": 0, "success": 0, "failure": 0} for name in tool_names}
-    turns = with_reasoning = 0
-    usage: dict = {}
-    exits: Counter = Counter()
-    verified = Verified()
-    candidates: dict[str, list[Candidate]] = {}  # verified samples the filters keep, by entry key
+    run = Merge(folder, require_reasoning, tool_names, warn, keep, observe)
+    if keep == "best":
+        run.first_pass(None)
+    else:
+        write_with_tokens(folder, tokens, run.first_pass)
+    chosen = {c.position for c in map(best, run.candidates.values()) if c} if keep == "best" else set()
+    pairs = [found for found in map(pair, run.candidates.values()) if found]
+    if keep == "best" or pairs:
+        _second_pass(folder, warn, chosen, pairs, run.written, keep == "best", tokens)
+    if not pairs:  # no pair now: none from an earlier merge, and no empty file `datasets` cannot load
+        folder.preferences.unlink(missing_ok=True)
+    return run.result(len(pairs))
 
-    def count_written(record: dict) -> None:
-        totals.trajectories += 1
-        totals.completed += record["completed"]
-        totals.partial += record["partial"]
 
-    def first_pass(handle, ids=None) -> None:
-        nonlocal turns, with_reasoning
-        for position, (line, record) in enumerate(folder.batch_lines(warn)):
-            for turn in record["conversations"]:
-                if turn["from"] == "gpt":
-                    turns += 1
-                    with_reasoning += not turn["value"].startswith(EMPTY_THINK)
-            for name, entry in record["tool_stats"].items():
-                known = tools.setdefault(name, {"count": 0, "success": 0, "failure": 0})
-                for key in known:
-                    known[key] += entry[key]
-            _sum_usage(usage, record["metadata"]["usage"], totals)
+class Merge:
+    """One merge's counts over every line of the batch files (the first pass reads each once), and the
+    totals they add up to."""
+
+    def __init__(self, folder: RunFolder, require_reasoning: bool, tool_names: list[str], warn, keep: str, observe):
+        self.folder = folder
+        self.require_reasoning = require_reasoning
+        self.warn = warn
+        self.keep = keep  # all, passed or best (best: written by the second pass)
+        self.observe = observe
+        self.totals = TrajectoryTotals()
+        self.tools = {name: {"count": 0, "success": 0, "failure": 0} for name in tool_names}
+        self.turns = self.with_reasoning = 0
+        self.usage: dict = {}
+        self.exits: Counter = Counter()
+        self.verified = Verified()
+        self.candidates: dict[str, list[Candidate]] = {}  # verified samples the filters keep, by entry key
+
+    def written(self, record: dict) -> None:
+        self.totals.trajectories += 1
+        self.totals.completed += record["completed"]
+        self.totals.partial += record["partial"]
+
+    def first_pass(self, handle, ids=None) -> None:
+        """Count every line; write those `keep` keeps to `handle` (and their token lines to `ids`)."""
+        for position, (line, record) in enumerate(self.folder.batch_lines(self.warn)):
             key, sample = sample_key(record)
-            totals.finished[key, sample] += 1
             verification = record["metadata"].get("verification") or {}
             passed = verification_passed(verification)
-            if passed is not None:
-                verified.add(key, verification, passed)
-                totals.passed[key, sample] += passed
-            reason = record.get("discarded")
-            totals.tokens.add(record)
-            exits.update(record.get("nonzero_exits") or {})
-            for kind, count in (record.get("redactions") or {}).items():
-                totals.redactions[kind] = totals.redactions.get(kind, 0) + count
-            if reason == "hallucinated_tool":
-                totals.discarded_hallucinated_tools += 1
-            elif reason == "no_reasoning" and require_reasoning:
-                totals.discarded_no_reasoning += 1
-            else:
-                reason = None
-            if observe is not None:
-                observe(record, reason)
+            reason = self.count(record, key, sample, verification, passed)
+            if self.observe is not None:
+                self.observe(record, reason)
             if reason is not None:
                 continue
             if passed is not None:
                 reward = verification.get("reward") or 0.0
-                candidates.setdefault(key, []).append(
+                self.candidates.setdefault(key, []).append(
                     Candidate(position, passed, reward, record.get("api_calls", 0), sample)
                 )
-            if handle is not None and (keep == "all" or (keep == "passed" and passed)):
+            if handle is not None and (self.keep == "all" or (self.keep == "passed" and passed)):
                 if ids is not None:
                     ids.write(token_line(record))
                 handle.write(_clean(line, record))
-                count_written(record)
+                self.written(record)
 
-    if keep == "best":
-        first_pass(None)
-    else:
-        write_with_tokens(folder, tokens, first_pass)
-    chosen = {c.position for c in map(best, candidates.values()) if c} if keep == "best" else set()
-    pairs = [found for found in map(pair, candidates.values()) if found]
-    if keep == "best" or pairs:
-        _second_pass(folder, warn, chosen, pairs, count_written, keep == "best", tokens)
-    if not pairs:  # no pair now: none from an earlier merge, and no empty file `datasets` cannot load
-        folder.preferences.unlink(missing_ok=True)
-    totals.verification = verified.summary(len(pairs))
-    totals.tool_statistics = _rates(tools, exits)
-    totals.reasoning_statistics = {
-        "total_assistant_turns": turns,
-        "turns_with_reasoning": with_reasoning,
-        "turns_without_reasoning": turns - with_reasoning,
-        "coverage": round(with_reasoning / turns, 4) if turns else 0.0,
-    }
-    totals.usage = {key: round(value, 8) if isinstance(value, float) else value for key, value in usage.items()}
-    return totals
+    def count(self, record: dict, key: str, sample: int, verification: dict, passed: bool | None) -> str | None:
+        """Add a finished sample to the counts; why it stays out of trajectories.jsonl (None: it may go in)."""
+        totals = self.totals
+        for turn in record["conversations"]:
+            if turn["from"] == "gpt":
+                self.turns += 1
+                self.with_reasoning += not turn["value"].startswith(EMPTY_THINK)
+        for name, entry in record["tool_stats"].items():
+            known = self.tools.setdefault(name, {"count": 0, "success": 0, "failure": 0})
+            for stat in known:
+                known[stat] += entry[stat]
+        _sum_usage(self.usage, record["metadata"]["usage"], totals)
+        totals.finished[key, sample] += 1
+        if passed is not None:
+            self.verified.add(key, verification, passed)
+            totals.passed[key, sample] += passed
+        totals.tokens.add(record)
+        self.exits.update(record.get("nonzero_exits") or {})
+        for kind, count in (record.get("redactions") or {}).items():
+            totals.redactions[kind] = totals.redactions.get(kind, 0) + count
+        reason = record.get("discarded")
+        if not dropped(reason, self.require_reasoning):  # the one rule, the progress line's too
+            return None
+        if reason == "hallucinated_tool":
+            totals.discarded_hallucinated_tools += 1
+        else:
+            totals.discarded_no_reasoning += 1
+        return reason
+
+    def result(self, pairs: int) -> TrajectoryTotals:
+        totals, turns, with_reasoning = self.totals, self.turns, self.with_reasoning
+        totals.verification = self.verified.summary(pairs)
+        totals.tool_statistics = _rates(self.tools, self.exits)
+        totals.reasoning_statistics = {
+            "total_assistant_turns": turns,
+            "turns_with_reasoning": with_reasoning,
+            "turns_without_reasoning": turns - with_reasoning,
+            "coverage": round(with_reasoning / turns, 4) if turns else 0.0,
+        }
+        totals.usage = {key: round(v, 8) if isinstance(v, float) else v for key, v in self.usage.items()}
+        return totals
 
 
 def _second_pass(

@@ -11,7 +11,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from trajforge.tools import Tool, browser, code_execution, file, image_gen, terminal, vision, web
+from trajforge.tools import Tool, code_execution, file, image_gen, terminal, vision, web
+from trajforge.tools.browser import tools as browser
 from trajforge.tools.settings import ToolSettings
 
 NOT_IMPLEMENTED = "not implemented in this version"

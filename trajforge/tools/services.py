@@ -12,9 +12,9 @@ from trajforge.model.settings import ModelSettings
 from trajforge.model.tool_model import ToolModel
 from trajforge.money.spending import Spending
 from trajforge.secrets import Secrets
-from trajforge.tools.browser_client import BrowserClient
-from trajforge.tools.browser_guard import GuardProxy
-from trajforge.tools.browser_runtime import BrowserLauncher
+from trajforge.tools.browser.client import BrowserClient
+from trajforge.tools.browser.guard import GuardProxy
+from trajforge.tools.browser.runtime import BrowserLauncher
 from trajforge.tools.fetch import http_client
 from trajforge.tools.settings import ToolSettings
 

@@ -12,7 +12,7 @@ from rich.table import Table
 from trajectory import EXIT_CODE_TOOLS
 from trajforge.events import PromptDone, PromptEnded, PromptFailed, Retrying, RunRefused, SampleSkipped
 from trajforge.money.report import PRICE_HINT, next_budget, projected, spent, usd
-from trajforge.money.store import Totals
+from trajforge.money.store import SpendingTotals
 from trajforge.runfolder.merge import dropped
 
 PLAIN_EVERY = 10.0  # seconds between progress lines when stdout is not a terminal
@@ -44,7 +44,7 @@ class Tally:
 
 
 class ProgressView:
-    def __init__(self, console: Console, tally: Tally, require_reasoning: bool, money: Totals):
+    def __init__(self, console: Console, tally: Tally, require_reasoning: bool, money: SpendingTotals):
         self.console = console
         self.tally = tally
         self.require_reasoning = require_reasoning
@@ -118,7 +118,7 @@ class ProgressView:
             cut = text[:FIRST_MESSAGE_CHARS] + ("…" if len(text) > FIRST_MESSAGE_CHARS else "")
             self.log(f"{error_type}: {cut}")
 
-    def money(self, totals: Totals) -> None:
+    def money(self, totals: SpendingTotals) -> None:
         self.totals = totals
 
     def _money_text(self) -> str:
@@ -243,7 +243,9 @@ def _print_money(console: Console, stats: dict) -> None:
         console.print(f"Budget: {usd(budget['spent'])} spent of {usd(budget['max_cost'])} (--max_cost)")
 
 
-def print_budget_stop(console: Console, stats: dict, totals: Totals, spent_before: float, tally: Tally) -> float:
+def print_budget_stop(
+    console: Console, stats: dict, totals: SpendingTotals, spent_before: float, tally: Tally
+) -> float:
     """The run stopped at its budget: what was spent of what, what remains; returns the budget that
     lets it go on (the caller prints the command)."""
     paid, budget = spent(totals) or 0.0, stats["budget"]["max_cost"]

@@ -189,7 +189,7 @@ def help_text(version: str) -> str:
 REFERENCE_INTRO = """\
 # Flags
 
-Generated from `trajforge/flagtable.py` by `python -m trajforge.flagtable > docs/flags.md`; a test
+Generated from `trajforge/cli/flagtable.py` by `python -m trajforge.cli.flagtable > docs/flags.md`; a test
 checks that this file is what the table gives. `python batch_runner.py --help` prints the same flags.
 
 Flags are written `--name=value` (or `--name value`); a boolean is `--name` or `--noname`. A misspelt

@@ -1,4 +1,4 @@
-"""A worker's side of the run's browser service (browser_service.py): its browser tool calls run in the
+"""A worker's side of the run's browser service (service.py): its browser tool calls run in the
 one process that drives Chromium for every worker of the run, over a Unix socket.
 
 Messages are length-prefixed JSON. A call names its prompt, so each prompt has its own browser context
@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Callable
 
 import orjson
 
-from trajforge.tools.browser_runtime import BrowserUnavailable
+from trajforge.tools.browser.runtime import BrowserUnavailable
 
 HEADER = struct.Struct(">I")
 

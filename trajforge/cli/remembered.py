@@ -1,6 +1,6 @@
 """What a run folder remembers of its run (run.json): the settings that shape the data, kept by the
 first invocation so that --resume goes on with the same ones. Which flags, and their rules, come from
-trajforge.flagtable; config.RUN_SETTINGS holds the rows with their checks."""
+trajforge.cli.flagtable; config.RUN_SETTINGS holds the rows with their checks."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from trajforge.dataset import UsageError
+from trajforge.errors import UsageError
 
 
 def digest(value) -> str:

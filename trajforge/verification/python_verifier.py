@@ -19,6 +19,8 @@ import importlib
 import importlib.util
 import inspect
 import io
+import json
+import math
 import os
 import pickle
 import signal
@@ -28,9 +30,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import NoReturn
 
-from trajforge.dataset import UsageError
 from trajforge.environments import ExecResult
-from trajforge.verify import VerifySettings, reading, result
+from trajforge.errors import UsageError
+from trajforge.verification.result import VerifySettings, result
 
 FORM = "--verifier must be path/to/file.py:function or module:function"
 PR_SET_PDEATHSIG = 1
@@ -194,6 +196,24 @@ async def _serve(sock: socket.socket, env, settings: VerifySettings) -> tuple:
             answer = ("raise", type(exc)(str(exc)))
         payload = pickle.dumps(answer)
         await loop.sock_sendall(sock, HEADER.pack(len(payload)) + payload)
+
+
+def reading(value, threshold: float) -> tuple[float, bool, str]:
+    """(reward, passed, output) from what a Python verifier returned: a number, or a dict with a number
+    `reward`, optionally a bool `passed` (default: reward >= threshold) and `info` (kept as output).
+    ValueError for anything else."""
+    if isinstance(value, dict):
+        reward, passed, info = value.get("reward"), value.get("passed"), value.get("info")
+        if passed is not None and not isinstance(passed, bool):
+            raise ValueError(f"'passed' must be true or false, got {passed!r}"[:300])
+        output = info if isinstance(info, str) else "" if info is None else json.dumps(info, default=str)
+    else:
+        reward, passed, output = value, None, ""
+    if isinstance(reward, bool) or not isinstance(reward, int | float) or not math.isfinite(reward):
+        raise ValueError(
+            f"returned {value!r}"[:300] + "; return a finite number (the reward) or a dict {reward, passed, info}"
+        )
+    return float(reward), reward >= threshold if passed is None else passed, output
 
 
 async def call_verifier(settings: VerifySettings, record: dict, env, started: float) -> dict:

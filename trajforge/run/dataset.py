@@ -10,8 +10,9 @@ from pathlib import Path
 import orjson
 
 from trajforge import safejson
-from trajforge.tasks import task_problem
-from trajforge.verify import spec_problem
+from trajforge.errors import UsageError
+from trajforge.verification.checks import spec_problem
+from trajforge.verification.tasks import task_problem
 
 MAX_LISTED = 20
 # What a system takes as a path (Linux: NAME_MAX, PATH_MAX), and levels a path may have before walking
@@ -20,10 +21,6 @@ MAX_NAME_BYTES, MAX_PATH_BYTES, MAX_PATH_LEVELS = 255, 4096, 256
 OPTIONAL_STRINGS = ("image", "docker_image", "cwd")
 # Levels of nesting an entry may have (the entry itself is one): the run's one limit (safejson.py).
 TOO_DEEP = f"{safejson.TOO_DEEP}: its trajectory could not be saved"
-
-
-class UsageError(Exception):
-    """Bad arguments or dataset: printed as one message, exit status 2, no request sent."""
 
 
 @dataclass(frozen=True)

@@ -14,32 +14,16 @@ on which rows a file holds (docs/record.md).
 
 from __future__ import annotations
 
-import json
 import math
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 from trajectory import Turn
 from trajforge.environments import Environment
-from trajforge.flagtable import default
-from trajforge.tasks import reveal_tests
+from trajforge.verification.result import VerifySettings, capped, result, unverified
+from trajforge.verification.tasks import reveal_tests
 
-OUTPUT_CAP = 2000  # characters of a verifier's output kept in the record
 CHECKS = ("command", "final_contains", "final_excludes", "tools_called")
-KEYS = ("verified", "passed", "reward", "output", "duration_seconds", "error")
-
-
-@dataclass(frozen=True)
-class VerifySettings:
-    timeout: float = default("verify_timeout")  # seconds for one sample's whole verification
-    threshold: float = 0.5  # reward a sample needs to pass
-    verifier: str | None = None  # "/abs/path/file.py:function" or "module:function"; wins over `verify`
-    reward_range: tuple[float, float] = (0.0, 1.0)  # a reward outside it is a verification error
-
-
-def unverified() -> dict:
-    return {"verified": False, "passed": False, "reward": 0.0, "output": "", "duration_seconds": 0.0, "error": ""}
 
 
 def spec_problem(spec) -> str | None:
@@ -94,42 +78,6 @@ def check_failures(spec: dict, turns: list[Turn]) -> list[str]:
     return failures
 
 
-CUT = "\n[... output cut ...]"
-
-
-def capped(text: str) -> str:
-    return text if len(text) <= OUTPUT_CAP else text[: OUTPUT_CAP - len(CUT)] + CUT
-
-
-def result(passed: bool, reward: float, output: str, started: float, error: str = "") -> dict:
-    return {
-        "verified": True,
-        "passed": passed,
-        "reward": None if reward is None else float(reward),
-        "output": capped(output),
-        "duration_seconds": round(time.monotonic() - started, 3),
-        "error": error,
-    }
-
-
-def reading(value, threshold: float) -> tuple[float, bool, str]:
-    """(reward, passed, output) from what a Python verifier returned: a number, or a dict with a number
-    `reward`, optionally a bool `passed` (default: reward >= threshold) and `info` (kept as output).
-    ValueError for anything else."""
-    if isinstance(value, dict):
-        reward, passed, info = value.get("reward"), value.get("passed"), value.get("info")
-        if passed is not None and not isinstance(passed, bool):
-            raise ValueError(f"'passed' must be true or false, got {passed!r}"[:300])
-        output = info if isinstance(info, str) else "" if info is None else json.dumps(info, default=str)
-    else:
-        reward, passed, output = value, None, ""
-    if isinstance(reward, bool) or not isinstance(reward, int | float) or not math.isfinite(reward):
-        raise ValueError(
-            f"returned {value!r}"[:300] + "; return a finite number (the reward) or a dict {reward, passed, info}"
-        )
-    return float(reward), reward >= threshold if passed is None else passed, output
-
-
 async def run_command(env: Environment, command: str, timeout: float, threshold: float, started: float) -> dict:
     done = await env.exec(command, timeout, capped=False)
     if done.timed_out:
@@ -172,7 +120,7 @@ async def _verify(
 
 async def _check(settings: VerifySettings, spec, record: dict, turns: list[Turn], env, started: float) -> dict:
     if settings.verifier:
-        from trajforge.verifier import call_verifier  # forks: loaded only by runs that have one
+        from trajforge.verification.python_verifier import call_verifier  # forks: loaded only by runs that have one
 
         return await call_verifier(settings, record, env, started)
     if isinstance(spec, str):

@@ -1,7 +1,7 @@
 """Chromium through Playwright: one browser context per prompt (its own cookies, storage and history),
 closed when the prompt ends.
 
-With local worker processes the run's browser service (browser_service.py) launches one Chromium for
+With local worker processes the run's browser service (service.py) launches one Chromium for
 all of them and runs their browser tools; elsewhere (Ray tasks, tests) a worker launches its own, once.
 
 The browser is the machine's Chromium (Debian's package); Playwright's own browser download is never used.
@@ -19,8 +19,8 @@ import signal
 import subprocess
 from collections.abc import Awaitable, Callable
 
-from trajforge.tools.browser_guard import GuardProxy
-from trajforge.tools.browser_sandbox import SandboxedBrowser
+from trajforge.tools.browser.guard import GuardProxy
+from trajforge.tools.browser.sandbox import SandboxedBrowser
 
 try:
     from playwright.async_api import Error as PlaywrightError
@@ -40,7 +40,7 @@ PLAYWRIGHT_DISABLED_FEATURES = (
     "AvoidCorsURLLoaderRestartOnRedirect,OptimizationHints,NetworkTimeServiceQuerying,AimEnabled,PreconnectToSearch"
 )
 LAUNCH_ARGS = [
-    "--no-sandbox",  # in bwrap, which is the sandbox; dropped where Chromium's own runs (browser_sandbox.py)
+    "--no-sandbox",  # in bwrap, which is the sandbox; dropped where Chromium's own runs (sandbox.py)
     "--disable-gpu",
     "--disable-dev-shm-usage",  # /dev/shm is tiny in containers
     "--disable-background-networking",

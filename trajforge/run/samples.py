@@ -12,7 +12,7 @@ import multiprocessing
 from collections import Counter
 from dataclasses import dataclass, field
 
-from trajforge.dataset import Entry
+from trajforge.run.dataset import Entry
 from trajforge.runfolder.folder import entry_key
 
 Unit = tuple[int, int]  # (prompt_index, sample_index)

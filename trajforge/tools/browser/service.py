@@ -1,6 +1,6 @@
 """The run's browser service: one process drives one headless Chromium through one Playwright driver and
 runs the browser tools for every local worker process, which reach it over a Unix socket
-(browser_client.py). A Playwright driver per worker would cost each of them most of a second of CPU.
+(client.py). A Playwright driver per worker would cost each of them most of a second of CPU.
 
 Each prompt gets a browser context of its own, closed when the prompt ends or its worker's connection
 does (a killed worker leaves nothing open). The service launches Chromium as soon as it is forked, while
@@ -21,10 +21,10 @@ import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from trajforge.tools import browser
-from trajforge.tools.browser_client import frame, read_frame
-from trajforge.tools.browser_guard import GuardProxy
-from trajforge.tools.browser_runtime import LAUNCH_TIMEOUT_MS, BrowserLauncher, BrowserUnavailable, die_with_parent
+from trajforge.tools.browser import tools as browser
+from trajforge.tools.browser.client import frame, read_frame
+from trajforge.tools.browser.guard import GuardProxy
+from trajforge.tools.browser.runtime import LAUNCH_TIMEOUT_MS, BrowserLauncher, BrowserUnavailable, die_with_parent
 from trajforge.tools.session import Resources
 from trajforge.tools.settings import ToolSettings
 

@@ -1,7 +1,7 @@
-"""The browser toolset: a real headless Chromium, one browser context per prompt (see browser_runtime).
+"""The browser toolset: a real headless Chromium, one browser context per prompt (see runtime.py).
 
 The model reads a page with browser_snapshot and acts on the refs it lists (e1, e2, ...). Each tool runs
-where the worker's browser is: in this process, or in the run's browser service (browser_service.py).
+where the worker's browser is: in this process, or in the run's browser service (service.py).
 """
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ import contextlib
 import functools
 from urllib.parse import urlsplit
 
-from trajforge.tools.browser_guard import BLOCKED_HEADER
-from trajforge.tools.browser_runtime import PlaywrightError, launch_problem
-from trajforge.tools.browser_snapshot import element, snapshot
+from trajforge.tools.browser.guard import BLOCKED_HEADER
+from trajforge.tools.browser.runtime import PlaywrightError, launch_problem
+from trajforge.tools.browser.snapshot import element, snapshot
 from trajforge.tools.netguard import Blocked, check_url
 from trajforge.tools.session import ToolSession
 from trajforge.tools.settings import ToolSettings

@@ -1,5 +1,5 @@
 """The run's helper processes: the scripted model's server (--model=mock, on 127.0.0.1, for this run
-only) and the browser service (one Chromium for every local worker: tools/browser_service.py).
+only) and the browser service (one Chromium for every local worker: tools/browser/service.py).
 
 batch_runner.py starts them as soon as the flags are read, before it imports the rest of the runner
 (about 2 s, most of it the openai package), so that they come up on the other core meanwhile. A run
@@ -19,10 +19,10 @@ from dataclasses import replace
 from urllib.parse import urlsplit
 
 from toolset_distributions import DISTRIBUTIONS
-from trajforge.config import RunConfig
-from trajforge.environments import SetupError
-from trajforge.tools.browser_runtime import BrowserUnavailable, launch_problem
-from trajforge.tools.browser_service import BrowserService
+from trajforge.cli.config import RunConfig
+from trajforge.errors import SetupError
+from trajforge.tools.browser.runtime import BrowserUnavailable, launch_problem
+from trajforge.tools.browser.service import BrowserService
 
 
 @contextlib.contextmanager

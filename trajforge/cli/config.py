@@ -14,20 +14,20 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from toolset_distributions import DISTRIBUTIONS
-from trajforge.dataset import UsageError
+from trajforge.cli.flagtable import FLAGS, MAY_CHANGE, OPENROUTER, default
+from trajforge.cli.remembered import Remembered, changes, digest, itself, remembered, settle_flags
 from trajforge.environments import KINDS, EnvironmentSettings
 from trajforge.environments.limits import Limits
+from trajforge.errors import UsageError
 from trajforge.export import FORMATS
-from trajforge.flagtable import FLAGS, MAY_CHANGE, OPENROUTER, default
 from trajforge.model.settings import ModelSettings
 from trajforge.model.tokens import token_mode
 from trajforge.money.pricing import Prices
 from trajforge.money.spending import MoneySettings
-from trajforge.run_settings import Remembered, changes, digest, itself, remembered, settle_flags
 from trajforge.runfolder.folder import RunFolder
 from trajforge.secrets import Secrets
 from trajforge.tools.settings import ToolSettings
-from trajforge.verify import VerifySettings
+from trajforge.verification.result import VerifySettings
 
 PROVIDER_SORTS = ("price", "throughput", "latency")
 REASONING_EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh")
@@ -178,7 +178,7 @@ def _verifier(value) -> str | None:
     stops the run here, before any request."""
     spec = _verifier_spec(value, "verifier")
     if spec is not None:
-        from trajforge.verifier import load_verifier
+        from trajforge.verification.python_verifier import load_verifier
 
         load_verifier(spec)
     return spec
@@ -225,7 +225,7 @@ def _verifier_spec(value, flag: str) -> str | None:
         return None
     if isinstance(value, bool) or not str(value).strip():
         raise UsageError(f"--{flag} needs path/to/file.py:function or module:function")
-    from trajforge.verifier import normalize
+    from trajforge.verification.python_verifier import normalize
 
     return normalize(str(value))
 
@@ -315,7 +315,7 @@ def _amount(positive: bool = True) -> Callable:
 
 
 # The checks of the flags run.json keeps (flagtable: remembered or may change) whose value is more than
-# text: (normal, restore, agrees) as run_settings.Remembered takes them.
+# text: (normal, restore, agrees) as remembered.Remembered takes them.
 CHECKS: dict[str, tuple] = {
     "base_url": (_url,),
     "distribution": (_one_of(tuple(DISTRIBUTIONS)),),

@@ -21,9 +21,10 @@ import shlex
 import shutil
 import tempfile
 
-from trajforge.environments import EnvironmentSettings, SetupError
+from trajforge.environments import EnvironmentSettings
 from trajforge.environments.bwrap import SYSTEM_DIRS, UNPRIVILEGED, BwrapBackend, system_mounts
 from trajforge.environments.limits import NOBODY, host_user
+from trajforge.errors import SetupError
 
 NO_SANDBOX = "--no-sandbox"
 ROOT_REFUSED = (

@@ -7,19 +7,18 @@ import signal
 import sys
 import time
 from collections import Counter
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 
 from rich.console import Console
 from rich.markup import escape
 
 from toolset_distributions import DISTRIBUTIONS, usable
-from trajforge.advice import Advice
-from trajforge.config import RunConfig
-from trajforge.continuation import continue_command
-from trajforge.dataset import Entry, UsageError, load_dataset
-from trajforge.environments import SetupError, choose, prepare_run, remove_leftovers
+from trajforge.cli.config import RunConfig
+from trajforge.cli.continuation import continue_command
+from trajforge.environments import choose, prepare_run, remove_leftovers
 from trajforge.environments.limits import unenforced
+from trajforge.errors import SetupError, UsageError
 from trajforge.events import (
     LogLine,
     PromptDone,
@@ -36,17 +35,19 @@ from trajforge.executors.ray_pool import RayPool
 from trajforge.executors.worker import Batch, WorkerSetup
 from trajforge.export.publish import publish
 from trajforge.export.report import ReportData
-from trajforge.helpers import Helpers
 from trajforge.model.client import endpoint_problem
 from trajforge.model.served import model_problem
 from trajforge.model.tokens import TokensMissing
 from trajforge.money.report import money_statistics
-from trajforge.money.store import Store
-from trajforge.progress import ProgressView, Tally, print_budget_stop, print_summary
+from trajforge.money.store import SpendingTotals, Store
+from trajforge.run.advice import Advice
+from trajforge.run.dataset import Entry, load_dataset
+from trajforge.run.helper_processes import Helpers
+from trajforge.run.progress import ProgressView, Tally, print_budget_stop, print_summary
+from trajforge.run.samples import Plan, plan_samples
 from trajforge.runfolder.folder import RunFolder, entry_key, passed, sample_key, write_json_atomic
-from trajforge.runfolder.merge import merge
+from trajforge.runfolder.merge import TrajectoryTotals, merge
 from trajforge.runfolder.state import RunState
-from trajforge.samples import Plan, plan_samples
 from trajforge.tools import registry
 
 UNPRICED = (
@@ -117,6 +118,15 @@ class BatchRunner:
                 self.money.close()
 
     def _run_locked(self, entries: list[Entry], weights: dict, toolsets: dict, started: float) -> int:
+        prepared = self.prepare(entries, started)
+        tools = (weights, toolsets, prepared.tool_names)
+        batches, state, tally = prepared.batches, prepared.state, prepared.tally
+        interrupted = bool(batches) and self.start(batches, prepared.plan, tools, state, tally)
+        self.helpers.release()
+        return self.finish(entries, prepared, interrupted, started)
+
+    def prepare(self, entries: list[Entry], started: float) -> Prepared:
+        """Before any worker starts: the plan, run.json, the batches, the checkpoint's state, the budget."""
         config = self.config
         plan = self.plan(entries)
         pending = plan.pending
@@ -130,56 +140,32 @@ class BatchRunner:
         ]
         if config.resume:
             self.announce(plan)
-        tool_names = sorted(registry.TOOLS)
         by_index = {e.index: e.data for e in entries}
         state = RunState(self.folder, config.run_name, str(config.dataset_file), by_index, plan.done, started)
         tally = Tally(planned=len(pending), unit="samples" if config.n_samples > 1 else "prompts")
         self.money.begin()
         spent_before = self.money.totals().spent
         self.money.close()  # no connection of ours may cross the fork into the workers
-        interrupted = bool(batches) and self.start(batches, plan, (weights, toolsets, tool_names), state, tally)
-        self.helpers.release()
+        return Prepared(plan, batches, state, tally, spent_before, sorted(registry.TOOLS))
+
+    def finish(self, entries: list[Entry], prepared: Prepared, interrupted: bool, started: float) -> int:
+        """After the workers: merge, statistics.json, exports and report, the summary; the exit status."""
+        config, state, tally = self.config, prepared.state, prepared.tally
         collected = ReportData(config.report_max_trajectories) if config.report else None
         observe = collected.observe if collected else None
         tokens = config.model.token_ids != "off" or self.folder.tokens.exists()
-        totals = merge(self.folder, config.require_reasoning, tool_names, self.warn, config.keep, observe, tokens)
+        names = prepared.tool_names
+        totals = merge(self.folder, config.require_reasoning, names, self.warn, config.keep, observe, tokens)
         if totals.tokens.missing and config.model.token_ids == "on":
             self.warn(f"--token_ids: {config.model.base_url} answered without token ids: {totals.tokens.missing}")
         # The batch files, not the events that raced a kill or Ctrl-C, say what is done.
         final = self.matched(entries, totals.finished, totals.passed)
         remaining = final.unfinished
         error_counts, failed_before = self.folder.error_summary()
-        money = self.money.totals()
         state.settle(final.done, [e.index for e in remaining if entry_key(e.data) in failed_before])
-        stats = {
-            "run_name": config.run_name,
-            "model": config.model.model,
-            "distribution": config.distribution,
-            "environment": config.environment.kind,
-            "dataset_file": str(config.dataset_file),
-            "total_prompts": len(entries),
-            "n_samples": config.n_samples,
-            "completed": totals.completed,
-            "partial": totals.partial,
-            "failed": len(state.failed),
-            "remaining": len(remaining),  # entries without a final outcome: failed or never reached
-            "discarded_no_reasoning": totals.discarded_no_reasoning,
-            "discarded_hallucinated_tools": totals.discarded_hallucinated_tools,
-            "trajectories": totals.trajectories,
-            "batch_size": config.batch_size,
-            "total_batches": len(self.folder.batch_files()),
-            "duration_seconds": state.duration_seconds,  # every invocation's, summed
-            "completed_at": datetime.now(UTC).isoformat(timespec="seconds"),
-            "retries": state.retries,
-            "tool_statistics": totals.tool_statistics,
-            "reasoning_statistics": totals.reasoning_statistics,
-            "usage": totals.usage,
-            **money_statistics(money, totals.cost_known, config.money.max_cost, state.halted == "budget"),
-            "errors": error_counts,
-            "redactions": totals.redactions,
-            "verification": totals.verification | {"skipped_after_pass": final.skipped},
-            "token_ids": totals.tokens.statistics(),
-        }
+        counts = {"total_prompts": len(entries), "total_batches": len(self.folder.batch_files())}
+        completed_at = datetime.now(UTC).isoformat(timespec="seconds")
+        stats = statistics(config, totals, final, state, self.money.totals(), error_counts, counts, completed_at)
         write_json_atomic(self.folder.statistics, stats)
         paths = {"Trajectories": self.folder.trajectories, "Statistics": self.folder.statistics}
         paths |= {"Preference pairs": self.folder.preferences} if self.folder.preferences.exists() else {}
@@ -189,7 +175,7 @@ class BatchRunner:
         paths.update(publish(self.folder, stats, config, collected, settled))
         tally.seconds = time.monotonic() - started
         print_summary(self.console, stats, tally, paths)
-        return self.ending(state, interrupted, stats, spent_before, tally)
+        return self.ending(state, interrupted, stats, prepared.spent_before, tally)
 
     def start(self, batches: list[Batch], plan: Plan, tools: tuple, state: RunState, tally: Tally) -> bool:
         """Check the endpoint and run the batches (see execute); `tools`: (weights, toolsets, tool names)."""
@@ -217,28 +203,15 @@ class BatchRunner:
     def ending(self, state: RunState, interrupted: bool, stats: dict, spent_before: float, tally: Tally) -> int:
         """The exit status, and for an exit that can be continued, what happened and the one command
         that goes on (no placeholders: a secret given as a flag is left out, with a note to pass it)."""
-        changes: dict[str, str] = {}
-        if interrupted:
-            code, text = 130, "[red]Interrupted.[/] Finished prompts are saved; rerun with --resume to go on:"
-        elif state.stopped:
-            code, text = (
-                1,
-                f"[red]Stopped:[/] {escape(state.stopped)}. Fix the key or account, then rerun with --resume:",
-            )
-        elif state.halted == "cost_unknown":
-            why = escape(state.halt_message or "a reply came without one")
-            code, text = 2, f"[red]Stopped:[/] a cost limit needs the cost of every call, but {why}. {UNPRICED}"
-        elif state.halted == TokensMissing.reason:  # --token_ids=required
-            code, text = 2, f"[red]Stopped:[/] --token_ids=required, but {escape(state.halt_message)}."
-        elif state.halted == "budget":
-            budget = print_budget_stop(self.console, stats, self.money.totals(), spent_before, tally)
-            code, text, changes = 3, "", {"max_cost": f"{budget:.2f}"}
-        elif stats["remaining"]:
-            code, text = 1, "Some entries have no final outcome yet; rerun with --resume to retry them:"
-        else:
+        code, why = exit_code(interrupted, state.stopped, state.halted, stats["remaining"])
+        if not code:
             return 0
-        if text:
-            self.console.print(text)
+        changes: dict[str, str] = {}
+        if why == "budget":
+            budget = print_budget_stop(self.console, stats, self.money.totals(), spent_before, tally)
+            changes = {"max_cost": f"{budget:.2f}"}
+        else:
+            self.console.print(_ENDINGS[why](state))
         command, notes = continue_command(sys.argv, changes)
         self.console.print(command, markup=False, highlight=False)
         for note in notes:
@@ -305,6 +278,92 @@ class BatchRunner:
             executor.stop(finished=not outstanding)
             with contextlib.suppress(SetupError):  # a worker killed after its grace period leaves containers
                 remove_leftovers(self.config.environment)
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """What a run has before its workers start (BatchRunner.prepare)."""
+
+    plan: Plan
+    batches: list[Batch]
+    state: RunState
+    tally: Tally
+    spent_before: float  # USD spent on this folder before this invocation
+    tool_names: list[str]  # every registered tool: the keys of tool_stats
+
+
+def statistics(
+    config: RunConfig,
+    totals: TrajectoryTotals,
+    final: Plan,
+    state: RunState,
+    money: SpendingTotals,
+    errors: dict,
+    counts: dict,
+    completed_at: str,
+) -> dict:
+    """statistics.json, from what the merge totalled, what is left (`final`), the run's state and money;
+    `counts`: total_prompts and total_batches."""
+    return {
+        "run_name": config.run_name,
+        "model": config.model.model,
+        "distribution": config.distribution,
+        "environment": config.environment.kind,
+        "dataset_file": str(config.dataset_file),
+        "total_prompts": counts["total_prompts"],
+        "n_samples": config.n_samples,
+        "completed": totals.completed,
+        "partial": totals.partial,
+        "failed": len(state.failed),
+        "remaining": len(final.unfinished),  # entries without a final outcome: failed or never reached
+        "discarded_no_reasoning": totals.discarded_no_reasoning,
+        "discarded_hallucinated_tools": totals.discarded_hallucinated_tools,
+        "trajectories": totals.trajectories,
+        "batch_size": config.batch_size,
+        "total_batches": counts["total_batches"],
+        "duration_seconds": state.duration_seconds,  # every invocation's, summed
+        "completed_at": completed_at,
+        "retries": state.retries,
+        "tool_statistics": totals.tool_statistics,
+        "reasoning_statistics": totals.reasoning_statistics,
+        "usage": totals.usage,
+        **money_statistics(money, totals.cost_known, config.money.max_cost, state.halted == "budget"),
+        "errors": errors,
+        "redactions": totals.redactions,
+        "verification": totals.verification | {"skipped_after_pass": final.skipped},
+        "token_ids": totals.tokens.statistics(),
+    }
+
+
+def exit_code(interrupted: bool, stopped: str | None, halted: str | None, remaining: int) -> tuple[int, str]:
+    """The exit status of a run and why: 130 interrupted; 1 the endpoint refused the key or account;
+    2 a cost limit without a cost, or --token_ids=required without token ids; 3 the budget is spent;
+    1 entries without a final outcome; else 0."""
+    if interrupted:
+        return 130, "interrupted"
+    if stopped:
+        return 1, "stopped"
+    if halted == "cost_unknown":
+        return 2, "cost_unknown"
+    if halted == TokensMissing.reason:  # --token_ids=required
+        return 2, "token_ids"
+    if halted == "budget":
+        return 3, "budget"
+    return (1, "remaining") if remaining else (0, "")
+
+
+_ENDINGS = {  # why -> what is printed before the command that goes on
+    "interrupted": lambda state: "[red]Interrupted.[/] Finished prompts are saved; rerun with --resume to go on:",
+    "stopped": lambda state: (
+        f"[red]Stopped:[/] {escape(state.stopped)}. Fix the key or account, then rerun with --resume:"
+    ),
+    "cost_unknown": lambda state: (
+        "[red]Stopped:[/] a cost limit needs the cost of every call, but "
+        f"{escape(state.halt_message or 'a reply came without one')}. {UNPRICED}"
+    ),
+    "token_ids": lambda state: f"[red]Stopped:[/] --token_ids=required, but {escape(state.halt_message)}.",
+    "remaining": lambda state: "Some entries have no final outcome yet; rerun with --resume to retry them:",
+}
 
 
 def check_endpoint(config: RunConfig) -> None:

@@ -20,12 +20,14 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from trajforge.config import RunConfig
-from trajforge.dataset import Entry, load_dataset
-from trajforge.environments import Backend, SetupError, backend_for, choose, prepare_run, remove_leftovers
+from trajforge.cli.config import RunConfig
+from trajforge.environments import Backend, backend_for, choose, prepare_run, remove_leftovers
+from trajforge.errors import SetupError
+from trajforge.run.dataset import Entry, load_dataset
 from trajforge.runfolder.folder import RunFolder, write_atomic
-from trajforge.tasks import SetupFailed, prepare_task
-from trajforge.verify import capped, verify_sample
+from trajforge.verification.checks import verify_sample
+from trajforge.verification.result import capped
+from trajforge.verification.tasks import SetupFailed, prepare_task
 
 FILE = "task_check.jsonl"
 

@@ -1,0 +1,1 @@
+"""The command line: the flag table, flags -> RunConfig, run.json's memory, --version, the command to go on."""

@@ -1,0 +1,1 @@
+"""One run: the dataset, the plan of samples, the helper processes, the run itself, its progress and advice."""

@@ -1,0 +1,1 @@
+"""Tasks as data and the verification of a finished sample: checks, the user's Python verifier, --check_tasks."""

@@ -1,0 +1,42 @@
+"""A verification's result: always the same dict, `{verified, passed, reward, output,
+duration_seconds, error}` (checks.py says why), and the settings every check reads."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from trajforge.cli.flagtable import default
+
+OUTPUT_CAP = 2000  # characters of a verifier's output kept in the record
+KEYS = ("verified", "passed", "reward", "output", "duration_seconds", "error")
+
+
+@dataclass(frozen=True)
+class VerifySettings:
+    timeout: float = default("verify_timeout")  # seconds for one sample's whole verification
+    threshold: float = 0.5  # reward a sample needs to pass
+    verifier: str | None = None  # "/abs/path/file.py:function" or "module:function"; wins over `verify`
+    reward_range: tuple[float, float] = (0.0, 1.0)  # a reward outside it is a verification error
+
+
+def unverified() -> dict:
+    return {"verified": False, "passed": False, "reward": 0.0, "output": "", "duration_seconds": 0.0, "error": ""}
+
+
+CUT = "\n[... output cut ...]"
+
+
+def capped(text: str) -> str:
+    return text if len(text) <= OUTPUT_CAP else text[: OUTPUT_CAP - len(CUT)] + CUT
+
+
+def result(passed: bool, reward: float, output: str, started: float, error: str = "") -> dict:
+    return {
+        "verified": True,
+        "passed": passed,
+        "reward": None if reward is None else float(reward),
+        "output": capped(output),
+        "duration_seconds": round(time.monotonic() - started, 3),
+        "error": error,
+    }
