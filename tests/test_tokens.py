@@ -185,6 +185,7 @@ def test_tokens_jsonl_and_rl_rows_hold_what_the_server_sent(run_here, server):
 
     rows = result.jsonl("export/rl.jsonl")
     assert Counter(row["prompt_index"] for row in rows) == Counter({0: 1, 1: 1, 2: 3})  # the drifting one, split
+    assert all(row["reward"] is None for row in rows)  # unverified: null, not the record's 0.0 placeholder
     _, notes = by_prompt["take notes"]
     (row,) = [row for row in rows if row["prompt_index"] == 0]
     last = notes["turns"][-1]
