@@ -1,7 +1,8 @@
 """Every example of README.md and docs/*.md runs, offline, against the scripted model, as a reader would
 paste it (the convention and how a document's blocks run: tests/docs_examples.py). An example that cannot
 run offline says why; every other one must run, exit as it says, and leave run folders without a failed
-prompt or a verifier error. And docs/internals.md's Layout names every module of the package."""
+prompt or a verifier error. And docs/internals.md's Layout names every module of the package, and
+every relative link of these documents names a file that exists."""
 
 from __future__ import annotations
 
