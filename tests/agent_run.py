@@ -8,7 +8,7 @@ import asyncio
 from tool_session import tool_session
 
 from trajforge.agent.loop import AgentResult, run_agent
-from trajforge.model.client import ModelClient
+from trajforge.model.chat import ChatModel
 from trajforge.model.settings import ModelSettings
 from trajforge.tools.registry import BY_TOOLSET
 
@@ -35,7 +35,7 @@ def agent(
         log.append(f"{label}: {text}")
 
     async def go() -> AgentResult:
-        client = ModelClient(settings)
+        client = ChatModel(settings)
         try:
             async with tool_session() as session:
                 return await run_agent(

@@ -161,6 +161,13 @@ def test_a_plain_run_sends_what_it_always_sent(run_here, server):
     }
 
 
+def test_token_ids_refuse_the_never_saved_system_prompt(run_here, server):
+    # Prompt ids are what the model saw: they would keep the ephemeral system prompt a run never saves.
+    result = run_here([{"prompt": "p"}], *ONE_SLOT, "--token_ids", "--ephemeral_system_prompt=SECRET-RULES")
+    assert result.code == 2 and "--ephemeral_system_prompt" in result.stderr
+    assert server.chat_requests() == []
+
+
 def test_tokens_jsonl_and_rl_rows_hold_what_the_server_sent(run_here, server):
     entries = [{"prompt": "take notes"}, {"prompt": "again [mock turns=2]"}, {"prompt": "shifty [mock template=drift]"}]
     result = run_here(entries, *ONE_SLOT, "--token_ids", "--export=rl,parquet", batch_size=2)

@@ -499,6 +499,12 @@ def build_config(flags: dict) -> RunConfig:
     if "rl" in exports and model.token_ids == "off":
         raise UsageError("--export=rl builds its rows from token ids: add --token_ids (a new run, or one made with it)")
     require, ephemeral = flags["require_reasoning"], flags["ephemeral_system_prompt"]
+    if model.token_ids != "off" and (ephemeral is not None or flags["prefill_messages_file"] is not None):
+        # The prompt's ids hold what the model saw, the never-saved system prompt and prefill included.
+        raise UsageError(
+            "--token_ids saves the prompt's token ids, which would hold the --ephemeral_system_prompt and "
+            "--prefill_messages_file that are never saved: leave those out of a run with --token_ids"
+        )
     return RunConfig(
         dataset_file=Path(str(flags["dataset_file"])),
         batch_size=as_int(flags["batch_size"], "batch_size", 1),

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from trajectory import Turn, split_reasoning
 from trajforge.agent.calls import read_tool_calls
 from trajforge.flagtable import default
-from trajforge.model.client import ModelClient, OnRetry
+from trajforge.model.chat import ChatModel, OnRetry
 from trajforge.model.retry import ModelCallFailed
 from trajforge.model.usage import add_usage, empty_usage, usage_total
 from trajforge.tools import Tool, call_tool
@@ -53,7 +53,7 @@ class PromptLimits:
 
 
 async def run_agent(
-    client: ModelClient,
+    client: ChatModel,
     session: ToolSession,
     prompt: str,
     tools: dict[str, Tool],

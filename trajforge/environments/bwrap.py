@@ -11,7 +11,7 @@ import shutil
 import subprocess
 
 from trajforge.environments import OUTPUT_LIMIT, EnvironmentSettings, ExecResult, SetupError
-from trajforge.environments.limits import MB
+from trajforge.environments.limits import MB, host_user, preexec
 from trajforge.environments.local import (
     LocalBackend,
     LocalEnvironment,
@@ -24,8 +24,10 @@ SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "
 SANDBOX_TMP = "/tmp"
 SANDBOX_TESTS = "/tests"  # bound only for the commands after add_tests: the verification's
 # Every command is this uid in a user namespace of its own, with no capability, whoever started the
-# runner: no remount of the read-only system, no raw socket, no write outside the workspace and /tmp. The
-# runner's uid is what it maps to, so the workspace the runner made is the sandbox user's to write.
+# runner: no remount of the read-only system, no raw socket, no write outside the workspace and /tmp.
+# What it maps to on the host is the runner's uid, or nobody when the runner is root (limits.host_user):
+# never the host's root, whose uid would open /proc/sys, root-only files and setuid programs to it. The
+# sample's folders are that host uid's, so the sandbox user may write them.
 SANDBOX_UID = 1000
 UNPRIVILEGED = ["--unshare-user", "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID), "--cap-drop", "ALL"]
 
@@ -40,7 +42,9 @@ def system_mounts() -> list[str]:
     return mounts
 
 
-def bwrap_argv(settings: EnvironmentSettings, binds: list[tuple[str, str]], cwd: str, argv: list[str]) -> list[str]:
+def bwrap_argv(
+    settings: EnvironmentSettings, binds: list[tuple[str, str]], cwd: str, argv: list[str], read_only: tuple = ()
+) -> list[str]:
     network = ["--share-net"] if settings.sandbox_network else []
     # --die-with-parent and the PID namespace take every process of a command down with bwrap, so
     # killing bwrap's process group on a timeout kills the command's children too.
@@ -48,10 +52,12 @@ def bwrap_argv(settings: EnvironmentSettings, binds: list[tuple[str, str]], cwd:
     sandbox += ["--die-with-parent", "--new-session"]
     # The root is an empty tmpfs: only what is mounted below exists, so no host socket can be reached by path.
     shm = settings.limits.max_file_size_mb  # /dev/shm is memory: bounded like one file
-    sandbox += [*system_mounts(), "--dev", "/dev", "--proc", "/proc", *(["--size", str(shm * MB)] if shm else [])]
-    sandbox += ["--tmpfs", "/dev/shm"]
+    sandbox += [*system_mounts(), "--dev", "/dev", "--proc", "/proc", "--ro-bind", "/proc/sys", "/proc/sys"]
+    sandbox += [*(["--size", str(shm * MB)] if shm else []), "--tmpfs", "/dev/shm"]
     for source, target in binds:
         sandbox += ["--bind", source, target]
+    for source, target in read_only:
+        sandbox += ["--ro-bind", source, target]
     return [*sandbox, "--chdir", cwd, "--", *argv]
 
 
@@ -63,6 +69,13 @@ class BwrapEnvironment(LocalEnvironment):
     def __init__(self, cwd: str | None, settings: EnvironmentSettings, sample: str = ""):
         super().__init__(cwd, settings, sample)
         self.tmp = ""  # made by start()
+        self.host_uid = host_user()
+
+    async def start(self) -> None:
+        await super().start()
+        if self.host_uid is not None:
+            await asyncio.to_thread(_give, self.host_uid, self.workspace, self.tmp)
+            self.preexec = preexec(self.settings.limits, self.cgroup.paths, self.host_uid)
 
     async def _tmpdir(self) -> str:
         # /tmp is per prompt, kept between its commands and removed with it; the host's /tmp stays hidden.
@@ -72,14 +85,19 @@ class BwrapEnvironment(LocalEnvironment):
     async def run(
         self, argv: list[str], timeout: float, stdin: bytes | None = None, limit: int = OUTPUT_LIMIT
     ) -> ExecResult:
-        binds = [(self.tmp, SANDBOX_TMP), (self.workspace, self.workspace)]
-        if self.tests_host:
-            binds.append((self.tests_host, SANDBOX_TESTS))
-        sandboxed = bwrap_argv(self.settings, binds, self.cwd, argv)
+        # The clean room's /tmp is a fresh folder: nothing the agent left there (a link into /tests) is seen.
+        binds = [(self.verify_tmp or self.tmp, SANDBOX_TMP), (self.workspace, self.workspace)]
+        tests = ((self.tests_host, SANDBOX_TESTS),) if self.tests_host else ()  # read-only: no one edits them
+        sandboxed = bwrap_argv(self.settings, binds, self.cwd, argv, tests)
         return await run_process(sandboxed, self.workspace, self.env, timeout, stdin, limit, self.preexec)
 
     async def clean_variables(self) -> None:
-        """Nothing to change: TMPDIR is the sandbox's /tmp, where the clean room's HOME is made fresh."""
+        """A fresh folder for the sandbox's /tmp (TMPDIR stays /tmp), where the clean room's HOME is made."""
+        if self.verify_tmp:  # a sample's verifications share it (each makes its own HOME there)
+            return
+        self.verify_tmp = await asyncio.to_thread(make_workspace, self.settings, "verify-")
+        if self.host_uid is not None:
+            await asyncio.to_thread(_give, self.host_uid, self.verify_tmp)
 
     def _tests_path(self) -> str:
         return SANDBOX_TESTS
@@ -88,6 +106,14 @@ class BwrapEnvironment(LocalEnvironment):
         await super().close()
         if self.tmp and not self.settings.keep_workspaces:
             await asyncio.to_thread(shutil.rmtree, self.tmp, ignore_errors=True)
+
+
+def _give(uid: int, *folders: str) -> None:
+    """The sample's fresh folders (and what start() put in them) to the sandbox's host uid."""
+    for folder in folders:
+        for root, dirs, files in os.walk(folder):
+            for name in (root, *(os.path.join(root, entry) for entry in dirs + files)):
+                os.lchown(name, uid, uid)
 
 
 class BwrapBackend(LocalBackend):  # the same workspaces, so the same leftovers

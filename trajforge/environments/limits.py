@@ -26,6 +26,7 @@ MB = 1024 * 1024
 V2 = "/sys/fs/cgroup"
 RLIMITS = ("local", "bwrap")  # where the runner starts each command's process itself
 OWN_LIMITS = ("docker",)  # where the container enforces them
+NOBODY = 65534
 V1 = {"pids": "/sys/fs/cgroup/pids", "memory": "/sys/fs/cgroup/memory"}
 
 
@@ -132,6 +133,14 @@ class SampleCgroup:
         ]
         cgroup.remove()
 
+    def kill(self) -> None:
+        """Kill what is in it: also a process that left the prompt's marker behind (`env -i`). Blocking."""
+        for path in self.paths:
+            for _ in range(50):
+                if not _members(path):
+                    break
+                _kill_members(path)
+
     def remove(self) -> None:
         """Kill what is still in it, then remove it. Blocking: call it on a thread."""
         for path in self.paths:
@@ -143,6 +152,14 @@ class SampleCgroup:
         self.paths = []
 
 
+def _members(path: str) -> list[str]:
+    try:
+        with open(os.path.join(path, "cgroup.procs")) as handle:
+            return handle.read().split()
+    except OSError:
+        return []
+
+
 def _kill_members(path: str) -> None:
     with contextlib.suppress(OSError), open(os.path.join(path, "cgroup.procs")) as handle:
         for pid in handle.read().split():
@@ -151,9 +168,27 @@ def _kill_members(path: str) -> None:
     time.sleep(0.01)  # SIGKILL takes effect when each runs next
 
 
-def preexec(limits: Limits, cgroups: list[str]):
-    """What the command's process does after fork and before exec: join the sample's cgroups and take the
-    file size rlimit. Only system calls: it runs in a forked child of a threaded process."""
+def host_user() -> int | None:
+    """The host uid a root runner's sandboxed commands run as (nobody), None where there is none to
+    drop to: a runner that is not root, or root of a user namespace where only it is mapped (`unshare
+    -r`), which is no one's root on the host."""
+    return NOBODY if os.geteuid() == 0 and mapped(NOBODY) else None
+
+
+def mapped(uid: int) -> bool:
+    """Whether `uid` exists in this process's user namespace."""
+    try:
+        with open("/proc/self/uid_map") as handle:
+            ranges = [tuple(map(int, line.split())) for line in handle if line.strip()]
+    except OSError:
+        return True
+    return any(inside <= uid < inside + count for inside, _, count in ranges)
+
+
+def preexec(limits: Limits, cgroups: list[str], uid: int | None = None):
+    """What the command's process does after fork and before exec: join the sample's cgroups, take the
+    file size rlimit and, with `uid`, become that user (groups, gid and uid: no way back). Only system
+    calls: it runs in a forked child of a threaded process."""
     size = limits.max_file_size_mb * MB
 
     def apply() -> None:
@@ -170,5 +205,9 @@ def preexec(limits: Limits, cgroups: list[str]):
                 os.close(fd)
         if size:
             resource.setrlimit(resource.RLIMIT_FSIZE, (size, size))
+        if uid is not None:
+            os.setgroups([])
+            os.setresgid(uid, uid, uid)
+            os.setresuid(uid, uid, uid)
 
     return apply

@@ -16,7 +16,7 @@ from collections.abc import Callable
 
 from trajforge.environments import OUTPUT_LIMIT, Backend, CappedOutput, EnvironmentSettings, ExecResult, SetupError
 from trajforge.environments.contract import timeout_result
-from trajforge.environments.limits import SampleCgroup, preexec
+from trajforge.environments.limits import SampleCgroup, host_user, preexec
 from trajforge.environments.orphans import (
     PROMPT_MARKER,
     become_subreaper,
@@ -153,7 +153,7 @@ def make_workspace(settings: EnvironmentSettings, kind: str = "", name: str = ""
 def _own_directory(path: str) -> bool:
     """A real directory of ours, not a symlink or someone else's folder planted in a shared /tmp."""
     info = os.lstat(path)
-    return stat.S_ISDIR(info.st_mode) and info.st_uid == os.getuid()
+    return stat.S_ISDIR(info.st_mode) and info.st_uid in (os.getuid(), host_user())  # bwrap's are nobody's
 
 
 def command_env(home: str, tmpdir: str) -> dict:
@@ -177,6 +177,7 @@ def workspace_cwd(workspace: str, cwd: str | None, absolute_ok: bool) -> str:
 def write_tests(settings: EnvironmentSettings, files: dict[str, bytes]) -> str:
     """A fresh host folder holding `files` (their paths were checked at load: none leaves it)."""
     root = make_workspace(settings, "tests-")
+    os.chmod(root, 0o755)  # readable by the sandbox's user (bound read-only), written by no one but us
     for name, data in files.items():
         path = os.path.join(root, os.path.normpath(name))
         os.makedirs(os.path.dirname(path), exist_ok=True)
@@ -229,6 +230,7 @@ class LocalEnvironment(CommandEnvironment):
 
     async def end_agent_processes(self) -> None:
         await asyncio.to_thread(end_prompt, self.token)  # also a `setsid` daemon: it carries the token
+        await asyncio.to_thread(self.cgroup.kill)  # and one that dropped the token (`env -i`) but not the cgroup
 
     async def clean_variables(self) -> None:
         # The clean room's HOME is made below TMPDIR: here a fresh folder outside the workspace.

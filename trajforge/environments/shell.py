@@ -4,6 +4,7 @@ see exactly the files the prompt's commands see, with the same rights, and fail 
 from __future__ import annotations
 
 import io
+import shlex
 import tarfile
 from abc import abstractmethod
 
@@ -37,9 +38,19 @@ WRITE_SCRIPT = f'if [ -e "$1" ]; then {NOT_SPECIAL}fi; mkdir -p -- "$(dirname --
 # expected answer a verify command compares with stays out of reach of a symlink to /proc/*/cmdline. It
 # gets a fresh HOME that no agent process could have prepared (mktemp makes it, after they are gone),
 # and Python reads neither a user site (a .pth file there runs at every start) nor the cwd (a json.py).
+# Git in the agent's repository would run what its .git/config names (an fsmonitor, hooks, a pager): off.
+GIT_SAFE = {"core.fsmonitor": "false", "core.hooksPath": "/dev/null", "core.pager": "cat", "core.editor": "true"}
+GIT_SAFE |= {"core.sshCommand": "false", "diff.external": "false", "credential.helper": "", "gpg.program": "false"}
+GIT_VARIABLES = " ".join(
+    [f"GIT_CONFIG_COUNT={len(GIT_SAFE)}"]
+    + [
+        f"GIT_CONFIG_KEY_{n}={key} GIT_CONFIG_VALUE_{n}={shlex.quote(value)}"
+        for n, (key, value) in enumerate(GIT_SAFE.items())
+    ]
+)
 CLEAN_SHELL = (
     "c=$(cat) && exec </dev/null && HOME=$(mktemp -d) || exit 125; "
-    'export HOME TMPDIR="$HOME" PYTHONNOUSERSITE=1 PYTHONSAFEPATH=1; eval "$c"'
+    f'export HOME TMPDIR="$HOME" PYTHONNOUSERSITE=1 PYTHONSAFEPATH=1 GIT_CONFIG_NOSYSTEM=1 {GIT_VARIABLES}; eval "$c"'
 )
 # Removes, under $1, what would let a verifier read something other than the agent's work: symlinks
 # resolving outside $1 (/proc/self/cmdline, /dev, /etc), FIFOs, sockets and devices; prints each removed.
@@ -94,9 +105,14 @@ class CommandEnvironment(Environment):
         await self.clean_variables()
         scan = ["sh", "-c", ESCAPES_SCRIPT, "sh", self.scan_root or self.cwd]
         found = await self.run(scan, self.settings.command_timeout)
+        if found.exit_code and not found.output.strip() and not found.error:
+            # A sandbox that failed to start says nothing (seen once in ~40 runs of 12 bwrap samples at
+            # once under a nested user namespace, exit 255): the scan removes, so a second one is safe.
+            found = await self.run(scan, self.settings.command_timeout)
         removed = found.output.splitlines()
         if found.error or found.exit_code:
-            raise OSError(f"cannot clean the workspace before verification: {(found.error or found.output).strip()}")
+            why = (found.error or found.output).strip() or f"the scan exited {found.exit_code}"
+            raise OSError(f"cannot clean the workspace before verification: {why}")
         if not removed:
             return ""
         named = ", ".join(removed[:NOTED]) + (f" and {len(removed) - NOTED} more" if len(removed) > NOTED else "")

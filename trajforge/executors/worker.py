@@ -34,7 +34,7 @@ from trajforge.events import (
     RunRefused,
     SampleSkipped,
 )
-from trajforge.model.client import ModelClient
+from trajforge.model.chat import ChatModel
 from trajforge.model.retry import ModelCallFailed, RunStopped
 from trajforge.model.tokens import drift_text
 from trajforge.model.usage import add_usage
@@ -83,7 +83,7 @@ class Worker:
         # --max_cost and rate limits with a cluster).
         here = socket.gethostname() == money.host and os.path.isdir(money.folder)
         self.spending = Spending(money, self.config.secrets.redact) if here else None
-        self.client = ModelClient(self.config.model, self.spending)
+        self.client = ChatModel(self.config.model, self.spending)
         self.services = ToolServices(self.config.tools, self.config.model, self.config.secrets, self.spending)
         self.limits = PromptLimits(money.max_cost_per_prompt, money.max_tokens_per_prompt)
         self.environments = backend_for(self.config.environment)  # shared by this process's prompts

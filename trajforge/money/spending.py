@@ -114,19 +114,30 @@ class Spending:
         self._thread.submit(self.store.strike, retry_after)
 
     async def pay(self, key: str, data: dict, cost: float | None, charged: float) -> bool:
-        """A reply as soon as it came, before anything of it is read: its cost into the ledger (the
-        token bucket set right for the `charged` tokens taken before it) when the endpoint charges for
-        it (reply_cost.billed); whether it does. The cache takes it only once it is read (keep)."""
+        """A reply as soon as it came, before anything of it is read: when the endpoint charges for it
+        (reply_cost.billed), its cost into the ledger (the token bucket set right for the `charged`
+        tokens taken before it) and the reply into the cache, in one transaction, so no kill -9 between
+        the two pays for it again on --resume; whether it was charged. A reply then found bad is
+        forgotten (forget); one not charged goes into the cache once it is read (keep)."""
         if not billed(data):
             return False
         used = tokens(reply_usage(data))["total_tokens"]
-        await self._run(self.store.settle, key, None, cost, used, None, charged if self.tokens else 0.0)
+        await self._run(self.store.settle, key, self._stored(data), cost, used, None, charged if self.tokens else 0.0)
         return True
 
     async def keep(self, key: str, data: dict, cost: float | None) -> None:
-        """A reply already in the ledger, read and found good: into the cache before it is used."""
-        if self.settings.cache:  # its secrets masked; what orjson cannot encode kept as text
-            await self._run(self.store.keep, key, self.redact(dumps(data).decode()).encode(), cost)
+        """A reply nobody charged for, read and found good: into the cache before it is used."""
+        if self.settings.cache:
+            await self._run(self.store.keep, key, self._stored(data), cost)
+
+    async def forget(self, key: str) -> None:
+        """A cached reply found bad: out of the cache, so the request is sent again."""
+        await self._run(self.store.forget, key)
+
+    def _stored(self, data: dict) -> bytes | None:
+        """A reply as the cache keeps it (None with --no_cache): its secrets masked, what orjson cannot
+        encode kept as text."""
+        return self.redact(dumps(data).decode()).encode() if self.settings.cache else None
 
     async def release(self, reservation: int | None) -> None:
         if reservation is not None:

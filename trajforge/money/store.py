@@ -166,8 +166,12 @@ class Store:
                 db.execute("UPDATE buckets SET level = level + ? WHERE name = 'tokens'", (charged - tokens,))
             db.execute("DELETE FROM state WHERE name = 'strikes'")
 
+    def forget(self, key: str) -> None:
+        with self._write() as db:
+            db.execute("DELETE FROM replies WHERE key = ?", (key,))
+
     def keep(self, key: str, data: bytes, cost: float | None) -> None:
-        """A reply whose cost the ledger has already (settle without data): into the cache."""
+        """A reply into the cache whose call the ledger does not count (nobody charged for it)."""
         with self._write() as db:
             db.execute("INSERT OR REPLACE INTO replies VALUES (?, ?, ?, ?)", (key, data, cost, time.time()))
 

@@ -20,30 +20,19 @@ import os
 import shlex
 import shutil
 import tempfile
-from pathlib import Path
 
 from trajforge.environments import EnvironmentSettings, SetupError
 from trajforge.environments.bwrap import SYSTEM_DIRS, UNPRIVILEGED, BwrapBackend, system_mounts
+from trajforge.environments.limits import NOBODY, host_user
 
 NO_SANDBOX = "--no-sandbox"
 ROOT_REFUSED = (
     "Chromium does not run as root without a sandbox, and bwrap cannot sandbox it here: install "
     "bubblewrap, or run the runner as a user other than root"
 )
-HOST_UID = 65534  # what a root runner's Chromium runs as on the host (nobody), uid 1000 inside bwrap
+HOST_UID = NOBODY  # what a root runner's Chromium runs as on the host (nobody), uid 1000 inside bwrap
 # The font cache, read-only where it exists, so Chromium need not rebuild it at every launch.
 SHARED_READ_ONLY = ("/var/cache/fontconfig",)
-
-
-def host_uid_mapped() -> bool:
-    """Whether HOST_UID exists in this user namespace: a root of `unshare -r` maps only itself, and is no
-    host root anyway (setresuid to an unmapped uid fails, and the launch with it)."""
-    try:
-        lines = Path("/proc/self/uid_map").read_text().split()
-    except OSError:
-        return True
-    ranges = [(int(lines[i]), int(lines[i + 2])) for i in range(0, len(lines) - 2, 3)]
-    return any(start <= HOST_UID < start + count for start, count in ranges)
 
 
 @functools.cache
@@ -70,7 +59,7 @@ def script(executable: str) -> str:
         sandbox += ["--ro-bind", folder, folder]
     drop, own = [], ""
     # Not even the host's root: an unprivileged uid (where it can reach the executable's own folder).
-    if os.geteuid() == 0 and in_system and shutil.which("setpriv") and host_uid_mapped():
+    if os.geteuid() == 0 and in_system and shutil.which("setpriv") and host_user() == HOST_UID:
         drop = ["setpriv", f"--reuid={HOST_UID}", f"--regid={HOST_UID}", "--clear-groups"]
         own = f'[ -n "$profile" ] && chown -R {HOST_UID}:{HOST_UID} "$profile"\n'
     return (
