@@ -1,7 +1,8 @@
 """Every example of README.md and docs/*.md runs, offline, against the scripted model, as a reader would
 paste it (the convention and how a document's blocks run: tests/docs_examples.py). An example that cannot
 run offline says why; every other one must run, exit as it says, and leave run folders without a failed
-prompt or a verifier error. And docs/internals.md's Layout names every module of the package."""
+prompt or a verifier error. And docs/internals.md's Layout names every module of the package, and
+every relative link of these documents names a file that exists."""
 
 from __future__ import annotations
 
@@ -45,6 +46,18 @@ def test_the_layout_names_every_module_and_only_those():
     assert sorted(listed - modules) == []
 
 
+LINK = re.compile(r"\]\(([^)#\s]+)(?:#[^)]*)?\)")  # a markdown link's target, its anchor left off
+
+
+def test_every_relative_link_names_a_file_that_exists():
+    broken = []
+    for path in DOCUMENTS:
+        for target in LINK.findall(path.read_text()):
+            if "://" not in target and not target.startswith("mailto:") and not (path.parent / target).exists():
+                broken.append(f"{path.relative_to(ROOT)}: {target}")
+    assert broken == []
+
+
 def example_folder(tmp_path: Path, examples: list[Block]) -> Path:
     """What a reader has: the checkout's entry point and datasets, and the document's own files."""
     folder = tmp_path / "example"
@@ -52,6 +65,8 @@ def example_folder(tmp_path: Path, examples: list[Block]) -> Path:
     (folder / "batch_runner.py").symlink_to(ROOT / "batch_runner.py")  # imports the checkout's package
     for dataset in (ROOT / "data").glob("*.jsonl"):
         shutil.copy(dataset, folder / "data")
+    for tasks in (ROOT / "data").glob("*/"):  # the folders the example tasks take their files from
+        shutil.copytree(tasks, folder / "data" / tasks.name)
     for block in examples:
         if "file" in block.marks:
             target = folder / block.marks["file"]

@@ -17,7 +17,13 @@ from collections.abc import Callable
 from trajforge.environments import OUTPUT_LIMIT, Backend, CappedOutput, EnvironmentSettings, ExecResult
 from trajforge.environments.contract import timeout_result
 from trajforge.environments.limits import SampleCgroup, host_user, preexec
-from trajforge.environments.orphans import PROMPT_MARKER, become_subreaper, commands_running, end_prompt
+from trajforge.environments.orphans import (
+    PROMPT_MARKER,
+    become_subreaper,
+    commands_running,
+    end_prompt,
+    starting_command,
+)
 from trajforge.environments.shell import CommandEnvironment
 from trajforge.errors import SetupError
 
@@ -40,17 +46,18 @@ async def run_process(
     """Run argv in its own process group, feeding it `stdin`; on timeout (or cancellation) end the whole
     group: SIGTERM, then SIGKILL for what is still there after TERM_GRACE. `preexec` runs in the child
     before exec (the sample's limits), never in the runner."""
-    proc = await asyncio.create_subprocess_exec(
-        *argv,
-        cwd=cwd,
-        env=env,
-        stdin=asyncio.subprocess.DEVNULL if stdin is None else asyncio.subprocess.PIPE,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.STDOUT,
-        start_new_session=True,
-        preexec_fn=preexec,
-    )
-    commands_running.add(proc.pid)
+    with starting_command():
+        proc = await asyncio.create_subprocess_exec(
+            *argv,
+            cwd=cwd,
+            env=env,
+            stdin=asyncio.subprocess.DEVNULL if stdin is None else asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT,
+            start_new_session=True,
+            preexec_fn=preexec,
+        )
+        commands_running.add(proc.pid)
     output = CappedOutput(limit)
 
     async def feed() -> None:

@@ -28,6 +28,19 @@ EMPTY_SCANS = 3  # scans in a row that found nothing before a prompt counts as e
 KILL_PASSES = 50  # scans of /proc before giving up on a process that forks faster than we kill
 # Direct children that run_process started and still waits for: asyncio reaps them, we must not.
 commands_running: set[int] = set()
+# Commands being started (another prompt's, on the loop thread while end_prompt runs on its own): a
+# zombie may be one of them, exited before its pid reached commands_running. Reaping it then makes
+# asyncio report exit 255 ("Unknown child process pid") for a command that succeeded.
+starting: list[int] = []
+
+
+@contextlib.contextmanager
+def starting_command():
+    starting.append(1)
+    try:
+        yield
+    finally:
+        starting.pop()
 
 
 def become_subreaper() -> bool:
@@ -116,5 +129,7 @@ def reap_exited_orphans() -> None:
     for pid in _pids():
         stat = _stat(pid)
         if stat and stat[0] == "Z" and stat[1] == me and stat[2] != own_session and pid not in commands_running:
+            if starting:  # left for the next prompt's end to collect
+                return
             with contextlib.suppress(ChildProcessError):
                 os.waitpid(pid, os.WNOHANG)
