@@ -37,7 +37,18 @@ ATTACKS = [
         f"setsid sh -c 'sleep 2; echo {SECRET} > answer.txt' > /dev/null 2>&1 < /dev/null &",
         f"sleep 4; grep -q {SECRET} answer.txt",
     ),
+    (
+        "unmarked_daemon",  # the same, without the marker that ends a prompt's processes (env -i)
+        f"setsid env -i sh -c 'sleep 2; echo {SECRET} > answer.txt' > /dev/null 2>&1 < /dev/null &",
+        f"sleep 4; grep -q {SECRET} answer.txt",
+    ),
+    (
+        "git_fsmonitor",  # the repository's config runs when the verify command runs git
+        "git init -q . && git config core.fsmonitor 'cp \"$TESTS_DIR/expected.txt\" answer.txt; echo; false'",
+        'git status --porcelain > /dev/null 2>&1; cmp -s answer.txt "$TESTS_DIR/expected.txt"',
+    ),
 ]
+TESTS = {"expected.txt": f"{SECRET}\n"}  # hidden until verification: $TESTS_DIR
 HONEST = f"echo {SECRET} > answer.txt; echo '\"{SECRET}\"' > answer.json"
 
 
@@ -48,8 +59,8 @@ def scripted(command: str) -> str:
 def entries() -> list[dict]:
     tasks = []
     for name, attack, verify in ATTACKS:
-        tasks.append({"prompt": f"{name} attack {scripted(attack)}", "verify": verify})
-        tasks.append({"prompt": f"{name} honest {scripted(HONEST)}", "verify": verify})
+        tasks.append({"prompt": f"{name} attack {scripted(attack)}", "verify": verify, "tests": TESTS})
+        tasks.append({"prompt": f"{name} honest {scripted(HONEST)}", "verify": verify, "tests": TESTS})
     tasks.append({"prompt": f"huge reward {scripted('true')}", "verify": "echo 100000"})
     tasks.append({"prompt": f"fair reward {scripted('true')}", "verify": "echo 1"})
     return tasks
@@ -58,6 +69,23 @@ def entries() -> list[dict]:
 @pytest.fixture(params=["bwrap", "local"])
 def kind(request) -> str:
     return _available(request)
+
+
+def test_a_link_left_in_tmp_does_not_reach_the_hidden_tests(run_here):
+    # bwrap's /tmp is the prompt's, kept between its commands: the clean room's is a fresh one, and the
+    # tests are read-only. (local's /tmp is the host's: no sandbox, as docs/sandbox.md says.)
+    verify = 'cat answer.txt > /tmp/out.txt; cmp -s /tmp/out.txt "$TESTS_DIR/expected.txt"'
+    attack = "ln -s /tests/expected.txt /tmp/out.txt; echo wrong > answer.txt"
+    tasks = [
+        {"prompt": f"attack {scripted(attack)}", "verify": verify, "tests": TESTS},
+        {"prompt": f"honest {scripted(HONEST)}", "verify": verify, "tests": TESTS},
+        {"prompt": f"write {scripted('true')}", "verify": 'echo x > "$TESTS_DIR/expected.txt"', "tests": TESTS},
+    ]
+    result = run_here(tasks, "--distribution=terminal_only", "--num_workers=1", "--concurrency=3", batch_size=3)
+    assert result.code == 0, result.stdout + result.stderr
+    verdicts = {source(r)["prompt"].split(" [")[0]: r["metadata"]["verification"] for r in result.trajectories}
+    assert [verdicts[name]["passed"] for name in ("attack", "honest", "write")] == [False, True, False], verdicts
+    assert "Read-only file system" in verdicts["write"]["output"]
 
 
 def test_every_attack_fails_and_every_honest_solution_passes(run_here, kind):

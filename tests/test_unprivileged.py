@@ -5,8 +5,10 @@ its limits (processes, memory, file size, tmpfs) as ordinary errors. Real bwrap,
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import resource
+from pathlib import Path
 
 import pytest
 from conftest import wait_for
@@ -14,14 +16,18 @@ from test_environments import _available
 from test_sandbox import bwrap, settings  # noqa: F401  (the fixture)
 
 from trajforge.environments import backend_for
-from trajforge.environments.limits import Limits, unenforced
+from trajforge.environments.limits import Limits, host_user, unenforced
 
+HOST_MARK = "3.14159"  # a sleep no other test runs: how the host finds the sandboxed command
 PROBE = (
     "grep CapEff /proc/self/status; id -u; "
     "mount -o remount,rw,bind /usr 2>/dev/null && echo remounted-usr; "
     "mount -o remount,rw,bind /etc 2>/dev/null && echo remounted-etc; "
     "python3 -c 'import socket; socket.socket(socket.AF_INET, socket.SOCK_RAW, 1)' 2>/dev/null && echo raw-socket; "
-    "touch x && echo workspace-writable; grep NoNewPrivs /proc/self/status"
+    "touch x && echo workspace-writable; grep NoNewPrivs /proc/self/status; "
+    # The host's kernel settings, root-only files and setuid programs: none is the sandbox's.
+    "python3 -c \"import os; os.open('/proc/sys/kernel/core_pattern', os.O_WRONLY)\" 2>/dev/null && echo sysctl; "
+    "head -c1 /etc/shadow > /dev/null 2>&1 && echo shadow"
 )
 
 
@@ -42,6 +48,31 @@ def test_commands_have_no_capability_and_a_non_root_uid(bwrap, tmp_path):  # noq
         assert lines[:3] == ["CapEff:", "0000000000000000", "1000"], output
         assert "remounted-usr" not in lines and "remounted-etc" not in lines and "raw-socket" not in lines
         assert "workspace-writable" in lines and "NoNewPrivs:\t1" in output, output
+        assert "sysctl" not in lines and "shadow" not in lines, output
+
+
+async def _host_uid(env_settings) -> int:
+    """The host uid of a sandboxed command, read from the host's /proc while it runs."""
+    env = await backend_for(env_settings).open({})
+    try:
+        running = asyncio.create_task(env.exec(f"exec sleep {HOST_MARK}"))
+        for _ in range(200):
+            for path in Path("/proc").glob("[0-9]*/cmdline"):
+                with contextlib.suppress(OSError):
+                    if HOST_MARK.encode() in path.read_bytes():
+                        status = (path.parent / "status").read_text()
+                        return int(next(line for line in status.splitlines() if line.startswith("Uid:")).split()[1])
+            await asyncio.sleep(0.02)
+        raise AssertionError("the command never showed up")
+    finally:
+        running.cancel()
+        await env.close()
+
+
+@pytest.mark.skipif(host_user() is None, reason="the runner is not the host's root: nothing to drop")
+def test_a_root_runner_s_commands_are_nobody_on_the_host(bwrap, tmp_path):  # noqa: F811
+    # So no setuid program it plants, no root-only file and no /proc/sys setting is root's to it.
+    assert asyncio.run(_host_uid(settings("bwrap", tmp_path))) == host_user()
 
 
 def test_docker_containers_have_no_capability_and_no_new_privileges(docker_host, tmp_path):

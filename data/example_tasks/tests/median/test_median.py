@@ -1,10 +1,13 @@
-import os
+"""Hidden test. The repository's code runs in a child process and only this process's assert decides:
+an exit(0) or SystemExit in the code under test ends the child, not the check."""
+
+import json
+import subprocess
 import sys
 
-sys.path.insert(0, os.getcwd())  # the repository under test is the working directory
-from textkit.stats import median
-
-assert median([3, 1, 2]) == 2
-assert median([4, 1, 3, 2]) == 2.5, median([4, 1, 3, 2])
-assert median([5]) == 5
+CASES, EXPECTED = [[3, 1, 2], [4, 1, 3, 2], [5]], [2, 2.5, 5]
+CALL = "from textkit.stats import median; print(json.dumps([median(v) for v in cases]))"
+code = f"import json, os, sys; sys.path.insert(0, os.getcwd()); cases = json.loads(sys.argv[1]); {CALL}"
+child = subprocess.run([sys.executable, "-c", code, json.dumps(CASES)], capture_output=True, text=True, timeout=60)
+assert child.stdout.splitlines()[-1:] == [json.dumps(EXPECTED)], child.stdout + child.stderr
 print("median: all tests passed")
