@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import secrets
+import shutil
 from pathlib import Path
 from urllib.parse import quote
 
@@ -190,6 +191,21 @@ def test_the_example_tasks_are_sound_and_the_mock_solves_one(tmp_path, run_here,
         r["metadata"]["verification"]["passed"] for r in sorted(result.trajectories, key=lambda r: r["prompt_index"])
     ]
     assert passed == [False, True, False]  # the mock fixes slugify (its prompt steers it), nothing else
+
+
+@pytest.mark.parametrize(
+    "fake", ["echo 'import os; os._exit(0)' >> textkit/__init__.py", "echo 'raise SystemExit(0)' >> textkit/stats.py"]
+)
+def test_an_exit_in_the_code_under_test_does_not_pass_an_example_task(tmp_path, run_here, server, fake):
+    # The hidden test runs the repository's code in a child process and decides in its own.
+    data = tmp_path / "data"
+    shutil.copytree(ROOT / "data" / "example_tasks", data / "example_tasks")
+    median = json.loads((ROOT / "data" / "example_tasks.jsonl").read_text().splitlines()[0])
+    dataset = data / "tasks.jsonl"
+    dataset.write_text(json.dumps(median | {"prompt": median["prompt"] + " " + steer(fake)}) + "\n")
+    result = run_here(dataset, *flags("bwrap" if Path("/usr/bin/bwrap").exists() else "local"))
+    assert result.code == 0, result.stdout + result.stderr
+    assert result.trajectories[0]["metadata"]["verification"]["passed"] is False
 
 
 def test_a_python_verifier_finds_the_tests_at_env_tests_dir(tmp_path, run_here, server):
