@@ -15,7 +15,7 @@ from conftest import wait_for
 from test_environments import _available
 from test_sandbox import bwrap, settings  # noqa: F401  (the fixture)
 
-from trajforge.environments import backend_for
+from trajforge.environments import backend_for, tmpfs
 from trajforge.environments.limits import Limits, host_user, unenforced
 
 HOST_MARK = "3.14159"  # a sleep no other test runs: how the host finds the sandboxed command
@@ -114,7 +114,8 @@ def test_a_command_past_a_limit_fails_as_any_command_and_the_next_one_runs(limit
     if limited == "docker":
         request.getfixturevalue("docker_host")
     env_settings = settings(limited, tmp_path, limits=SMALL, default_image="batch-runner-test/alpha:1")
-    forks, greedy, big, after = asyncio.run(_limited(env_settings, [FORK_MANY, GREEDY, BIG_FILE, "echo still here"]))
+    # The forks last: their sleeps may outlive the command (local), holding the sample's processes.
+    greedy, big, forks, after = asyncio.run(_limited(env_settings, [GREEDY, BIG_FILE, FORK_MANY, "echo still here"]))
     assert "fork" in forks.output.lower() or "resource" in forks.output.lower(), forks
     assert greedy.exit_code != 0 and "314572800" not in greedy.output, greedy
     assert big.output.split()[-1] == "1048576", big  # cut at the limit: the write failed
@@ -133,6 +134,16 @@ def test_bwrap_dev_shm_is_a_bounded_tmpfs(bwrap, tmp_path):  # noqa: F811
     limits = Limits(max_processes=0, max_memory_mb=0, max_file_size_mb=2)
     (shm,) = asyncio.run(_limited(settings("bwrap", tmp_path, limits=limits), ["df -k /dev/shm | tail -1"]))
     assert shm.output.split()[1] == "2048", shm
+
+
+@pytest.mark.skipif(not tmpfs.possible(), reason="a tmpfs on the host needs the host's root")
+def test_bwrap_tmp_is_a_bounded_tmpfs_kept_between_commands(bwrap, tmp_path):  # noqa: F811
+    limits = Limits(max_processes=0, max_memory_mb=0, max_file_size_mb=2)
+    commands = ["head -c 1500000 /dev/zero > /tmp/a && echo first", "head -c 1500000 /dev/zero > /tmp/b", "ls /tmp"]
+    first, second, listing = asyncio.run(_limited(settings("bwrap", tmp_path, limits=limits), commands))
+    assert first.output.strip() == "first" and "No space left on device" in second.output, second
+    assert "a" in listing.output.split(), listing  # the sample's /tmp, kept between its commands
+    assert "size=2048k" not in Path("/proc/self/mounts").read_text()  # unmounted with the sample
 
 
 @pytest.mark.parametrize(

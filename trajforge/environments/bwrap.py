@@ -10,7 +10,7 @@ import os
 import shutil
 import subprocess
 
-from trajforge.environments import OUTPUT_LIMIT, EnvironmentSettings, ExecResult
+from trajforge.environments import OUTPUT_LIMIT, EnvironmentSettings, ExecResult, tmpfs
 from trajforge.environments.limits import MB, host_user, preexec
 from trajforge.environments.local import (
     LocalBackend,
@@ -70,6 +70,7 @@ class BwrapEnvironment(LocalEnvironment):
     def __init__(self, cwd: str | None, settings: EnvironmentSettings, sample: str = ""):
         super().__init__(cwd, settings, sample)
         self.tmp = ""  # made by start()
+        self.tmp_mounted = False  # a bounded tmpfs lies on it
         self.host_uid = host_user()
 
     async def start(self) -> None:
@@ -81,6 +82,9 @@ class BwrapEnvironment(LocalEnvironment):
     async def _tmpdir(self) -> str:
         # /tmp is per prompt, kept between its commands and removed with it; the host's /tmp stays hidden.
         self.tmp = await asyncio.to_thread(make_workspace, self.settings, "tmp-", self.sample)
+        size = self.settings.limits.max_file_size_mb
+        if size and tmpfs.possible():  # bounded as /dev/shm is: no command fills the host's disk through it
+            self.tmp_mounted = await asyncio.to_thread(tmpfs.mount, self.tmp, size, self.host_uid)
         return SANDBOX_TMP
 
     async def run(
@@ -105,6 +109,8 @@ class BwrapEnvironment(LocalEnvironment):
 
     async def close(self) -> None:
         await super().close()
+        if self.tmp_mounted:  # a tmpfs: what it holds is gone with it (--keep_workspaces keeps none of it)
+            await asyncio.to_thread(tmpfs.unmount, self.tmp)
         if self.tmp and not self.settings.keep_workspaces:
             await asyncio.to_thread(shutil.rmtree, self.tmp, ignore_errors=True)
 
@@ -117,7 +123,7 @@ def _give(uid: int, *folders: str) -> None:
                 os.lchown(name, uid, uid)
 
 
-class BwrapBackend(LocalBackend):  # the same workspaces, so the same leftovers
+class BwrapBackend(LocalBackend):  # the same workspaces, so the same leftovers (a /tmp may be mounted)
     async def environment(self, entry: dict, sample: str = "") -> BwrapEnvironment:
         return BwrapEnvironment(entry.get("cwd"), self.settings, sample)
 

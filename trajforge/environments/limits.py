@@ -73,13 +73,15 @@ def unenforced(limits: Limits, kind: str) -> str | None:
     if kind not in RLIMITS:
         wanted = asked
     elif _v2_parent() or _v1_parents():
-        return None
+        wanted = []
     else:
         wanted = [name for name in asked if name != "--max_file_size_mb"]  # an rlimit: it holds
-    if not wanted:
-        return None
     how = "no cgroup can be made here (run as root, or in a delegated cgroup v2 subtree)" if kind in RLIMITS else ""
-    return f"{' and '.join(wanted)} not enforced by --environment={kind}" + (f": {how}" if how else "")
+    said = [f"{' and '.join(wanted)} not enforced by --environment={kind}" + (f": {how}" if how else "")]
+    # bwrap's /tmp is a tmpfs of --max_file_size_mb only where the host's root mounts it (tmpfs.py).
+    if kind == "bwrap" and limits.max_file_size_mb and host_user() is None:
+        said.append("the size of bwrap's /tmp (--max_file_size_mb) is not enforced: its tmpfs needs the host's root")
+    return "; ".join(said[0 if wanted else 1 :]) or None
 
 
 class SampleCgroup:

@@ -14,7 +14,7 @@ import tempfile
 import time
 from collections.abc import Callable
 
-from trajforge.environments import OUTPUT_LIMIT, Backend, CappedOutput, EnvironmentSettings, ExecResult
+from trajforge.environments import OUTPUT_LIMIT, Backend, CappedOutput, EnvironmentSettings, ExecResult, tmpfs
 from trajforge.environments.contract import timeout_result
 from trajforge.environments.limits import SampleCgroup, host_user, preexec
 from trajforge.environments.orphans import (
@@ -276,6 +276,7 @@ class LocalBackend(Backend):
     @classmethod
     def remove_leftovers(cls, settings: EnvironmentSettings) -> None:
         SampleCgroup.remove_leftovers(workspace_prefix(settings))
+        tmpfs.unmount_below(os.path.join(tempfile.gettempdir(), workspace_prefix(settings)))  # bwrap's /tmp
         if not settings.keep_workspaces:
             for path in glob.glob(os.path.join(tempfile.gettempdir(), glob.escape(workspace_prefix(settings)) + "*")):
                 shutil.rmtree(path, ignore_errors=True)

@@ -1,0 +1,40 @@
+"""A bwrap sample's /tmp as a tmpfs of bounded size (--max_file_size_mb, as its /dev/shm), mounted on the
+host folder that bwrap binds at /tmp: it is kept between the sample's commands and goes with the
+sample. Mounting needs root in the host's mount namespace; elsewhere /tmp is a plain folder and the run
+says so at start (limits.unenforced)."""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import os
+
+from trajforge.environments.limits import host_user
+
+MS_NOSUID, MS_NODEV, MNT_DETACH = 2, 4, 2
+_libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+
+
+def possible() -> bool:
+    """Root of the host (not of a user namespace of its own, where a mount would be refused)."""
+    return host_user() is not None
+
+
+def mount(path: str, size_mb: int, uid: int | None) -> bool:
+    """Whether a tmpfs of `size_mb` now lies on `path`, owned by `uid` (the sandbox's host user)."""
+    owner = f",uid={uid},gid={uid}" if uid is not None else ""
+    options = f"size={size_mb}m,mode=0700{owner}".encode()
+    return _libc.mount(b"tmpfs", os.fsencode(path), b"tmpfs", MS_NOSUID | MS_NODEV, options) == 0
+
+
+def unmount(path: str) -> None:
+    _libc.umount2(os.fsencode(path), MNT_DETACH)  # lazily: a process still in it keeps it until it ends
+
+
+def unmount_below(prefix: str) -> None:
+    """What a killed run left mounted under `prefix` (its folders' common start), before they are removed."""
+    with open("/proc/self/mounts") as mounts:
+        points = [line.split()[1].encode().decode("unicode_escape") for line in mounts]
+    for point in points:
+        if point.startswith(prefix):
+            unmount(point)
