@@ -29,10 +29,17 @@ import time
 from pathlib import Path
 
 from trajforge.environments import EnvironmentSettings, backend_for
-from trajforge.verification.checks import verify_sample
-from trajforge.verification.python_verifier import normalize
-from trajforge.verification.result import VerifySettings
-from trajforge.verification.tasks import prepare_task, reveal_tests
+
+try:  # this tree's layout
+    from trajforge.verification.checks import verify_sample
+    from trajforge.verification.python_verifier import normalize
+    from trajforge.verification.result import VerifySettings
+    from trajforge.verification.tasks import prepare_task, reveal_tests
+except ImportError:  # a --before tree from before the package was laid out by role, and before tasks
+    from trajforge.verifier import normalize
+    from trajforge.verify import VerifySettings, verify_sample
+
+    prepare_task = reveal_tests = None
 
 VERIFIER = """
 def check(record, env):
@@ -110,7 +117,8 @@ def medians(args) -> dict[str, dict[str, list[float]]]:
     path.write_text(VERIFIER)
     verifier = normalize(f"{path}:check")
     return {
-        kind: asyncio.run(measure(kind, args.repeats, verifier)) | asyncio.run(measure_task(kind, args.repeats))
+        kind: asyncio.run(measure(kind, args.repeats, verifier))
+        | (asyncio.run(measure_task(kind, args.repeats)) if prepare_task else {})
         for kind in kinds(args.docker)
     }
 
