@@ -110,7 +110,13 @@ FLAGS: tuple[Flag, ...] = (
     Flag("sandbox_network", bool, False, "let sandboxed commands reach the network", BOX, _R),
     Flag("max_processes", int, 256, "processes of one sample at once (0: no limit)", BOX),
     Flag("max_memory_mb", int, 4096, "memory of one sample's processes in MB (0: no limit)", BOX),
-    Flag("max_file_size_mb", int, 1024, "size of any one file a command writes, and bwrap's /dev/shm (0: none)", BOX),
+    Flag(
+        "max_file_size_mb",
+        int,
+        1024,
+        "size of any one file a command writes, and of bwrap's /dev/shm and /tmp (0: none)",
+        BOX,
+    ),
     Flag("allow_private_urls", bool, False, "let web tools fetch loopback and private addresses", BOX, _R),
     Flag("n_samples", int, 1, "samples (sessions) per entry; may grow on --resume", VER, _R),
     Flag("verifier", str, None, "path/to/file.py:function or module:function that scores a sample", VER, _R),
@@ -182,7 +188,7 @@ def help_text(version: str) -> str:
             left = f"  --{flag.name}{_placeholder(flag)}"
             said = flag.default_text()
             said = said if said.startswith("required") else f"default {said}"
-            lines.append(f"{left:<32}{flag.help}; {said}" + (" [kept]" if flag.kept else ""))
+            lines.append(f"{left:<31} {flag.help}; {said}" + (" [kept]" if flag.kept else ""))
     return "\n".join(lines) + "\n"
 
 
