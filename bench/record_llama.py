@@ -170,6 +170,20 @@ SCENARIOS = (
         TOOL_SHOTS,
     ),
     Scenario(
+        "token_ids",
+        "--token_ids: llama.cpp puts each completion token's id in its logprobs entries, no prompt ids",
+        TOOLS,
+        TOOL_PROMPTS,
+        ("--max_turns=2", "--max_tokens=48", "--token_ids"),
+    ),
+    Scenario(
+        "token_ids_streamed",
+        "the same, streamed: llama.cpp refuses logprobs with tools + stream (HTTP 400), every prompt fails",
+        TOOLS,
+        TOOL_PROMPTS,
+        ("--max_turns=2", "--max_tokens=48", "--token_ids", "--stream"),
+    ),
+    Scenario(
         "no_tools_template",
         "the model's own chat template, which has no tools: the server drops them and the model never calls one",
         OWN,

@@ -28,6 +28,8 @@ SCENARIOS = [
     "length_stop",
     "context_overflow",
     "no_tools_template",
+    "token_ids",
+    "token_ids_streamed",
 ]
 
 
@@ -343,6 +345,34 @@ def test_without_a_tools_template_the_run_says_tools_may_not_be_supported(replay
     said = " ".join((run.result.stdout + run.result.stderr).split())
     assert "may not support tool calling" in said
     assert "--require_reasoning=False" in said
+
+
+def test_token_ids_are_the_completion_ids_llama_cpp_sent(replayed):
+    run = replayed("token_ids", "--require_reasoning=False")  # as recorded: the 135M model does not reason
+    assert run.result.code == 0, run.result.stdout + run.result.stderr
+    requests = [e.body for e in load_fixture(FIXTURES / "token_ids.json")[1] if e.path.endswith("/chat/completions")]
+    assert requests and all(body.get("logprobs") is True for body in requests)
+    lines = run.result.jsonl("tokens.jsonl")
+    assert len(lines) == len(run.result.trajectories) > 0
+    turns = [turn for line in lines for turn in line["turns"]]
+    assert turns and all(turn["prompt_token_ids"] is None for turn in turns)  # chat completions give none
+    assert all(turn["token_ids"] and len(turn["token_ids"]) == len(turn["logprobs"]) for turn in turns)
+    completion = sum(r["metadata"]["usage"]["completion_tokens"] for r in run.result.trajectories)
+    assert sum(len(turn["token_ids"]) for turn in turns) == completion
+    sent = [  # the ids as the server wrote them, reply by reply
+        [entry["id"] for entry in json.loads(body)["choices"][0]["logprobs"]["content"]]
+        for status, body in chat_replies(run.fixture)
+        if status == 200
+    ]
+    assert sorted(map(tuple, sent)) == sorted(tuple(turn["token_ids"]) for turn in turns)
+    assert run.result.stderr.count("without token ids") == 1  # said once, naming what the reply lacked
+
+
+def test_llama_cpp_refuses_logprobs_with_tools_when_streamed_and_the_prompt_fails_at_once(replayed):
+    run = replayed("token_ids_streamed", "--require_reasoning=False")
+    errors = run.result.jsonl("errors.jsonl")
+    assert run.result.code == 1 and len(errors) == len(run.fixture["runner"]["prompts"])
+    assert all(e["attempts"] == 1 and "logprobs is not supported with tools + stream" in e["message"] for e in errors)
 
 
 def test_the_model_name_the_server_reports_is_kept(replayed):
