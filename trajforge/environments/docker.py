@@ -87,10 +87,6 @@ def container_limits(limits: Limits) -> dict:
     return options
 
 
-def _tar(name: str, data: bytes) -> bytes:
-    return tar_archive({name: data})
-
-
 class DockerEnvironment(CommandEnvironment):
     def __init__(self, client: docker.DockerClient, image: str, cwd: str, settings: EnvironmentSettings):
         self.client, self.api, self.image, self.cwd, self.settings = client, client.api, image, cwd, settings
@@ -132,7 +128,7 @@ class DockerEnvironment(CommandEnvironment):
     ) -> ExecResult:
         if stdin is not None:
             staged = f"{self.cwd.rstrip('/')}/.batch-runner-input-{uuid.uuid4().hex}"
-            await self._call(self.api.put_archive, self.name, self.cwd, _tar(os.path.basename(staged), stdin))
+            await self._call(self.api.put_archive, self.name, self.cwd, tar_archive({os.path.basename(staged): stdin}))
             argv = [*FROM_FILE, staged, *argv]
         command = [*REPORT_PID, *argv]
         exec_id = (await self._call(self.api.exec_create, self.name, command, environment=self.exec_env or None))["Id"]

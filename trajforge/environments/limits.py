@@ -22,6 +22,8 @@ import time
 import uuid
 from dataclasses import dataclass, fields
 
+from trajforge.cli.flagtable import default
+
 MB = 1024 * 1024
 V2 = "/sys/fs/cgroup"
 RLIMITS = ("local", "bwrap")  # where the runner starts each command's process itself
@@ -31,10 +33,10 @@ V1 = {"pids": "/sys/fs/cgroup/pids", "memory": "/sys/fs/cgroup/memory"}
 
 
 @dataclass(frozen=True)
-class Limits:
-    max_processes: int = 256  # 0 for none
-    max_memory_mb: int = 4096
-    max_file_size_mb: int = 1024
+class Limits:  # 0 for none
+    max_processes: int = default("max_processes")
+    max_memory_mb: int = default("max_memory_mb")
+    max_file_size_mb: int = default("max_file_size_mb")
 
 
 def _own_cgroup(controller: str) -> str:
@@ -163,10 +165,9 @@ def _members(path: str) -> list[str]:
 
 
 def _kill_members(path: str) -> None:
-    with contextlib.suppress(OSError), open(os.path.join(path, "cgroup.procs")) as handle:
-        for pid in handle.read().split():
-            with contextlib.suppress(OSError):
-                os.kill(int(pid), 9)
+    for pid in _members(path):
+        with contextlib.suppress(OSError):
+            os.kill(int(pid), 9)
     time.sleep(0.01)  # SIGKILL takes effect when each runs next
 
 

@@ -201,9 +201,8 @@ class LocalEnvironment(CommandEnvironment):
         self.token = secrets.token_hex(16)  # marks every process of this prompt (orphans.py)
         self.tests_host = ""  # the hidden tests' folder on this machine, made only by add_tests
         self.verify_tmp = ""  # the clean room's TMPDIR, outside the workspace (clean_variables)
-        self.cgroup = SampleCgroup(
-            settings.limits, workspace_prefix(settings)
-        )  # the sample's processes and memory, where cgroups work
+        # The sample's processes and memory, where cgroups work.
+        self.cgroup = SampleCgroup(settings.limits, workspace_prefix(settings))
         self.preexec = preexec(settings.limits, [])
 
     async def start(self) -> None:
@@ -235,9 +234,8 @@ class LocalEnvironment(CommandEnvironment):
 
     async def clean_variables(self) -> None:
         # The clean room's HOME is made below TMPDIR: here a fresh folder outside the workspace.
-        prefix = workspace_prefix(self.settings) + "verify-"
         if not self.verify_tmp:  # each verification's HOME is a fresh folder in it (shell.CLEAN_SHELL)
-            self.verify_tmp = await asyncio.to_thread(tempfile.mkdtemp, prefix=prefix)
+            self.verify_tmp = await asyncio.to_thread(make_workspace, self.settings, "verify-")
         self.env = {**self.env, "TMPDIR": self.verify_tmp}
 
     async def add_tests(self, files: dict[str, bytes]) -> None:
