@@ -168,6 +168,11 @@ def known_cost(usage: dict) -> float | None:
     return usage.get("cost") if usage.get("cost_known", True) else None
 
 
+def known_reward(metadata: dict) -> float | None:
+    """A record's reward; None when nothing verified the sample (the record's 0.0 is a placeholder)."""
+    return metadata.get("reward") if verification_passed(metadata.get("verification")) is not None else None
+
+
 def with_verification(record: dict, verification: dict) -> dict:
     """The record with its verification (verification.result: unverified() or result()) and the reward it gave:
     0.0 when nothing verified the sample, `verification.verified` says which."""

@@ -11,7 +11,7 @@ that carries its own `usage` (a later record format) gets per-step `metrics` fro
 
 from __future__ import annotations
 
-from trajectory import known_cost, verification_passed
+from trajectory import known_cost, known_reward
 from trajforge.export.openai import arguments_object
 from trajforge.export.record import Conversation
 
@@ -84,7 +84,7 @@ def row(conversation: Conversation, record: dict, version: str) -> dict:
             "completed": record.get("completed"),
             "partial": record.get("partial"),
             "duration_seconds": metadata.get("duration_seconds"),
-            "reward": metadata.get("reward") if verification_passed(metadata.get("verification")) is not None else None,
+            "reward": known_reward(metadata),
             "toolsets_used": record.get("toolsets_used"),
         },
     }

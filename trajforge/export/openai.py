@@ -21,10 +21,9 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from trajectory import verification_passed
+from trajectory import known_reward
 from trajforge.export.record import Call, Conversation, loads, offered_tools
-
-UNPARSED = "_unparsed"
+from trajforge.safejson import UNPARSED
 
 
 def arguments_object(call: Call) -> dict:
@@ -76,10 +75,7 @@ def row(conversation: Conversation, record: dict) -> dict:
         "tools": tool_schemas(conversation.system),
         "prompt_index": record.get("prompt_index"),
         "sample_index": metadata.get("sample_index", 0),
-        # null when unverified (the record holds a 0.0 placeholder there): the features type it float64
-        "reward": metadata.get("reward")
-        if verification_passed(metadata.get("verification") or {}) is not None
-        else None,
+        "reward": known_reward(metadata),  # null when unverified: the features type it float64
         "model": metadata.get("model", ""),
         "run_name": metadata.get("run_name", ""),
     }

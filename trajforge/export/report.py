@@ -22,7 +22,7 @@ from datetime import UTC, datetime
 from importlib import resources
 from itertools import count
 
-from trajectory import known_cost, verification_passed
+from trajectory import known_cost, known_reward, verification_passed
 from trajforge.export.record import first_line, parse
 from trajforge.runfolder.folder import RunFolder, entry_key, write_atomic
 from trajforge.safejson import dumps
@@ -68,7 +68,7 @@ def _compact(record: dict, verdict: str | None) -> dict:
         "discard": verdict or "",
         "exit_reason": str(metadata.get("exit_reason") or ""),
         "passed": passed,
-        "reward": None if passed is None else metadata.get("reward"),  # 0.0 in the record when unverified
+        "reward": known_reward(metadata),  # 0.0 in the record when unverified
         "toolsets": [str(t) for t in record.get("toolsets_used") or []],
         "tools": used,
         "first_line": first_line(conversation.prompt),

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import orjson
 
-from trajectory import verification_passed
+from trajectory import known_reward
 from trajforge.export.files import JsonLines
 
 PARQUET_FILE = "rl.parquet"
@@ -50,10 +50,8 @@ def segments(turns: list[dict]) -> list[dict]:
 def rows(record: dict, tokens: dict) -> list[dict]:
     """The rows of one trajectory record and its tokens.jsonl line."""
     metadata = record.get("metadata") or {}
-    verified = verification_passed(metadata.get("verification") or {}) is not None
     key = {
-        # null when unverified, as in openai.jsonl: the record's 0.0 there is a placeholder, not a reward
-        "reward": metadata.get("reward") if verified else None,
+        "reward": known_reward(metadata),  # null when unverified, as in openai.jsonl
         "prompt_index": record.get("prompt_index"),
         "sample_index": metadata.get("sample_index", 0),
     }

@@ -20,7 +20,6 @@ from trajforge.money.errors import SpendStop
 
 MODES = ("off", "on", "required")
 REQUEST = {"return_token_ids": True, "logprobs": True}  # what every chat request adds with --token_ids
-EMPTY = {"prompt_token_ids": None, "token_ids": None, "logprobs": None}
 
 
 class TokensMissing(SpendStop):
@@ -95,10 +94,10 @@ def gather_chunk(data: dict, chunk: dict) -> None:
         if not isinstance(choice, dict):
             continue
         target = data["choices"][0]
-        if _ids(choice.get("token_ids")) is not None:
-            target["token_ids"] = target.get("token_ids", []) + choice["token_ids"]
-        if _entries(choice):
-            target.setdefault("logprobs", {"content": []})["content"].extend(_entries(choice))
+        if _ids(choice.get("token_ids")) is not None:  # in place: a reply of many chunks stays linear
+            target.setdefault("token_ids", []).extend(choice["token_ids"])
+        if entries := _entries(choice):
+            target.setdefault("logprobs", {"content": []})["content"].extend(entries)
 
 
 def drift(turns: list[dict]) -> list[int]:

@@ -11,6 +11,7 @@ client's retried send, which itself knows nothing of money:
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
@@ -61,11 +62,14 @@ class Metered:
         client, within the budget and the rate limits. Money first: each reply's cost goes into the
         ledger as soon as it arrives, before `check` (BadReply: tried again) reads it; a good reply is
         cached before it is used. CostUnknown when a cost limit is set and nobody knows a reply's cost."""
-        size = len(dumps(body)) // 4  # a request's tokens, roughly: enough to reserve, to pace, to believe usage
         max_tokens = body.get("max_tokens") if isinstance(body.get("max_tokens"), int) else None
 
+        @functools.cache
+        def size() -> int:  # a request's tokens, roughly: to reserve, to pace, to believe usage (not on a hit)
+            return len(dumps(body)) // 4
+
         def cost_of(data: dict) -> float | None:
-            return reply_cost(data, prices, size, max_tokens)
+            return reply_cost(data, prices, size(), max_tokens)
 
         if self.spending is None:
 
@@ -80,7 +84,7 @@ class Metered:
         hit = await self.spending.cached(key)
         if hit is not None and (found := await self._from_cache(key, body, hit, cost_of, check)) is not None:
             return found
-        return await self._sent(key, body, Call(size, max_tokens, prices), send, cost_of, check, log, on_retry)
+        return await self._sent(key, body, Call(size(), max_tokens, prices), send, cost_of, check, log, on_retry)
 
     async def _from_cache(
         self, key: str, body: dict, hit: tuple[dict, float | None], cost_of, check: Check
