@@ -59,6 +59,8 @@ def backend(request) -> str:
         ({"files": {"../out.txt": "x"}}, "leaves the workspace"),
         ({"files": {"/etc/passwd": "x"}}, "leaves the workspace"),
         ({"tests": {"a/../../b": "x"}}, "leaves the workspace"),
+        ({"files": {"a\u0001.txt": "x"}}, "holds a NUL or control character"),  # what a cwd may not hold either
+        ({"tests": {"n" * 300: "x"}}, "has a name of 300 bytes, more than 255"),
         ({"files": ["a.txt"]}, '"files" must be an object'),
         ({"files": {"a.bin": {"base64": "!!"}}}, "not valid base64"),
         ({"files": {"a.txt": 3}}, "must be text"),

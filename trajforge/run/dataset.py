@@ -12,12 +12,11 @@ import orjson
 from trajforge import safejson
 from trajforge.errors import UsageError
 from trajforge.verification.checks import spec_problem
-from trajforge.verification.tasks import task_problem
+from trajforge.verification.tasks import path_problem, task_problem
 
 MAX_LISTED = 20
 # What a system takes as a path (Linux: NAME_MAX, PATH_MAX), and levels a path may have before walking
 # it recurses too deep; a name beyond them fails every prompt that uses it, so it is refused at load.
-MAX_NAME_BYTES, MAX_PATH_BYTES, MAX_PATH_LEVELS = 255, 4096, 256
 OPTIONAL_STRINGS = ("image", "docker_image", "cwd")
 # Levels of nesting an entry may have (the entry itself is one): the run's one limit (safejson.py).
 TOO_DEEP = f"{safejson.TOO_DEEP}: its trajectory could not be saved"
@@ -53,22 +52,6 @@ def _problem(data, base: Path) -> str | None:
         orjson.dumps(data)
     except orjson.JSONEncodeError as exc:
         return f"cannot be saved in a trajectory ({exc})"
-    return None
-
-
-def path_problem(path: str) -> str | None:
-    """Why the system cannot take `path` (a cwd, an image name, a file to put in place), or None."""
-    if any(ord(char) < 32 or ord(char) == 127 for char in path):
-        return "holds a NUL or control character"
-    size = len(path.encode("utf-8", "surrogatepass"))
-    if size > MAX_PATH_BYTES:
-        return f"is {size} bytes long, more than {MAX_PATH_BYTES}"
-    parts = path.split("/")
-    if len(parts) > MAX_PATH_LEVELS:
-        return f"has {len(parts)} levels, more than {MAX_PATH_LEVELS}"
-    longest = max(len(part.encode("utf-8", "surrogatepass")) for part in parts)
-    if longest > MAX_NAME_BYTES:
-        return f"has a name of {longest} bytes, more than {MAX_NAME_BYTES}"
     return None
 
 

@@ -25,9 +25,30 @@ class SetupFailed(Exception):
     """The entry's setup exited non-zero or timed out: the sample fails as `setup_failed`, no model call made."""
 
 
+MAX_NAME_BYTES, MAX_PATH_BYTES, MAX_PATH_LEVELS = 255, 4096, 256
+
+
+def path_problem(path: str) -> str | None:
+    """Why the system cannot take `path` (a cwd, an image name, a file to put in place), or None."""
+    if any(ord(char) < 32 or ord(char) == 127 for char in path):
+        return "holds a NUL or control character"
+    size = len(path.encode("utf-8", "surrogatepass"))
+    if size > MAX_PATH_BYTES:
+        return f"is {size} bytes long, more than {MAX_PATH_BYTES}"
+    parts = path.split("/")
+    if len(parts) > MAX_PATH_LEVELS:
+        return f"has {len(parts)} levels, more than {MAX_PATH_LEVELS}"
+    longest = max(len(part.encode("utf-8", "surrogatepass")) for part in parts)
+    if longest > MAX_NAME_BYTES:
+        return f"has a name of {longest} bytes, more than {MAX_NAME_BYTES}"
+    return None
+
+
 def _path_problem(field: str, path) -> str | None:
-    if not isinstance(path, str) or not path or "\0" in path:
+    if not isinstance(path, str) or not path:
         return f'"{field}" has a path that is not a non-empty string: {path!r}'
+    if problem := path_problem(path):
+        return f'"{field}" path {path!r} {problem}'
     normal = posixpath.normpath(path)
     if posixpath.isabs(path) or normal == ".." or normal.startswith("../") or normal == ".":
         return f'"{field}" path {path!r} leaves the workspace'
