@@ -183,6 +183,14 @@ def test_check_tasks_calls_no_model_and_names_the_unsound_tasks(backend, run_her
     assert good.code == 0 and "1 of 1 tasks sound" in good.stdout and server.requests == []
 
 
+def test_the_table_names_a_long_oracle_s_verdict_not_the_cut(tmp_path, run_here, server):
+    noisy = {"prompt": "noisy", "solution": "head -c 5000 /dev/zero | tr '\\0' x; echo", "verify": "test -f done.txt"}
+    result = run_here([noisy], "--check_tasks", *flags("local"))
+    assert result.code == 1, result.stdout + result.stderr
+    table = result.stdout.split("Tasks that are not sound")[1]
+    assert "output cut" not in table and "reward 0.0" in table, table
+
+
 def test_the_example_tasks_are_sound_and_the_mock_solves_one(tmp_path, run_here, server):
     dataset = ROOT / "data" / "example_tasks.jsonl"
     check = run_here(dataset, "--check_tasks", *flags("local"), run_name="check")

@@ -27,8 +27,13 @@ def unverified() -> dict:
 CUT = "\n[... output cut ...]"
 
 
-def capped(text: str) -> str:
-    return text if len(text) <= OUTPUT_CAP else text[: OUTPUT_CAP - len(CUT)] + CUT
+def capped(text: str, tail: bool = False) -> str:
+    """`text` within OUTPUT_CAP: its head (a verifier's output), or with `tail` its end (where a task
+    check's verdict is), the cut marked."""
+    if len(text) <= OUTPUT_CAP:
+        return text
+    keep = OUTPUT_CAP - len(CUT)
+    return CUT.lstrip("\n") + "\n" + text[-keep + 1 :] if tail else text[:keep] + CUT
 
 
 def result(passed: bool, reward: float, output: str, started: float, error: str = "") -> dict:

@@ -74,9 +74,9 @@ async def attempt(backend: Backend, config: RunConfig, entry: Entry, oracle: boo
         said.append(f"verify: reward {verification['reward']}\n{verification['output']}")
         if verification["error"]:
             said.append(f"verify error: {verification['error']}")
-        return bool(verification["passed"]), capped("\n".join(said))
+        return bool(verification["passed"]), capped("\n".join(said), tail=True)  # the table shows the last line
     except SetupFailed as exc:
-        return False, capped(str(exc))
+        return False, capped(str(exc), tail=True)
     finally:
         await env.close()
 
