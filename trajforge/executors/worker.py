@@ -165,8 +165,7 @@ class Worker:
             # In the same environment, still open; its commands stay out of the conversation and tool_stats.
             verification = await verify_sample(self.config.verify, entry, record, result.turns, env.env, self.task_base)
             for field_name in ("output", "error"):  # a Python verifier's info and prints may quote a secret too
-                if isinstance(verification[field_name], str):
-                    verification[field_name] = env.redact(verification[field_name])
+                verification[field_name] = env.redact(verification[field_name])
             line, reason = batch_line(record, result, verification, set(tools), dict(env.redactions))
             unit, outcome = (batch_num, index, sample), reason or result.exit_reason
             await self.deliver(unit, line, outcome, result, verification, len(tools))
@@ -250,10 +249,10 @@ class Worker:
         batch_num, index, sample = unit
         if self.files:
             await self.files.append(batch_num, line)
-        if verification["passed"]:  # before this slot takes its next sample
+        passed = verification_passed(verification)  # None: nothing verified the sample
+        if passed:  # before this slot takes its next sample
             self.passes.add(index)
         called = sum(len(turn.calls) for turn in result.turns)
-        passed = verification_passed(verification)
         carried = None if self.files else line  # travels with the event where the driver writes it
         self.events.put(PromptDone(index, batch_num, outcome, result.retries, carried, sample, passed, offered, called))
 

@@ -61,6 +61,7 @@ def load_dataset(path: Path, max_samples: int | None = None) -> list[Entry]:
         raise UsageError(f"--dataset_file: {path} does not exist or is not a file")
     entries: list[Entry] = []
     bad: list[str] = []
+    base = path.resolve().parent  # where an entry's `workspace` and `tests` folders are
     with open(path, encoding="utf-8-sig") as handle:  # -sig: a byte-order mark is not part of line 1
         try:
             for number, line in enumerate(handle, 1):
@@ -76,7 +77,7 @@ def load_dataset(path: Path, max_samples: int | None = None) -> list[Entry]:
                 except RecursionError:  # the parser recurses per level: thousands of levels end it
                     bad.append(f"line {number}: {TOO_DEEP}")
                     continue
-                problem = _problem(data, path.resolve().parent)
+                problem = _problem(data, base)
                 if problem:
                     bad.append(f"line {number}: {problem}")
                 else:

@@ -15,7 +15,7 @@ KEYS = ("verified", "passed", "reward", "output", "duration_seconds", "error")
 @dataclass(frozen=True)
 class VerifySettings:
     timeout: float = default("verify_timeout")  # seconds for one sample's whole verification
-    threshold: float = 0.5  # reward a sample needs to pass
+    threshold: float = default("pass_threshold")  # reward a sample needs to pass
     verifier: str | None = None  # "/abs/path/file.py:function" or "module:function"; wins over `verify`
     reward_range: tuple[float, float] = (0.0, 1.0)  # a reward outside it is a verification error
 
@@ -40,7 +40,7 @@ def result(passed: bool, reward: float, output: str, started: float, error: str 
     return {
         "verified": True,
         "passed": passed,
-        "reward": None if reward is None else float(reward),
+        "reward": float(reward),
         "output": capped(output),
         "duration_seconds": round(time.monotonic() - started, 3),
         "error": error,
