@@ -33,9 +33,12 @@ def _writer(name: str, path: Path, folder: RunFolder, formats: list[str]):
     return (JsonArray if name == "llamafactory" else JsonLines)(path)
 
 
+RAW = ("parquet", "rl")  # the formats whose writer maps the record itself: no parsed Conversation
+
+
 def _row(name: str, conversation: Conversation | None, record: dict, version: str):
     """What the writer of format `name` takes for one record."""
-    if name in ("parquet", "rl"):
+    if name in RAW:
         return record  # its writer maps the record onto its schema
     if name == "atif":
         return atif.row(conversation, record, version)
@@ -55,7 +58,7 @@ def write_exports(folder: RunFolder, formats: list[str], run_name: str, version:
     directory = folder.path / EXPORT_DIR
     directory.mkdir(exist_ok=True)
     writers = {name: _writer(name, directory / FILES[name], folder, formats) for name in formats}
-    needs_parse = any(name not in ("parquet", "rl") for name in formats)
+    needs_parse = any(name not in RAW for name in formats)
     try:
         with open(folder.trajectories, "rb") as lines:
             for line in lines:

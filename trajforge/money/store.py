@@ -153,7 +153,7 @@ class Store:
         (`charged` tokens were taken before the call, `tokens` were used) and the 429 streak ended."""
         with self._write() as db:
             if data is not None:
-                db.execute("INSERT OR REPLACE INTO replies VALUES (?, ?, ?, ?)", (key, data, cost, time.time()))
+                _cache(db, key, data, cost)
             db.execute("INSERT INTO paid (key, cost, tokens, at) VALUES (?, ?, ?, ?)", (key, cost, tokens, time.time()))
             db.execute(
                 "UPDATE totals SET spent = spent + ?, paid_calls = paid_calls + 1, unknown_calls = unknown_calls + ?,"
@@ -173,7 +173,7 @@ class Store:
     def keep(self, key: str, data: bytes, cost: float | None) -> None:
         """A reply into the cache whose call the ledger does not count (nobody charged for it)."""
         with self._write() as db:
-            db.execute("INSERT OR REPLACE INTO replies VALUES (?, ?, ?, ?)", (key, data, cost, time.time()))
+            _cache(db, key, data, cost)
 
     # -- the budget ----------------------------------------------------------------------------
     def reserve(self, call: Call, max_cost: float, ttl: float) -> int | None:
@@ -245,6 +245,10 @@ class Store:
             self._set(db, "strikes", strikes)
             self._set(db, "pause_until", until)
         return pause
+
+
+def _cache(db: sqlite3.Connection, key: str, data: bytes, cost: float | None) -> None:
+    db.execute("INSERT OR REPLACE INTO replies VALUES (?, ?, ?, ?)", (key, data, cost, time.time()))
 
 
 def _alive(pid: int) -> bool:
