@@ -268,7 +268,7 @@ def test_a_server_that_never_answers_is_a_timeout(run_here, raw):
 def test_any_http_answer_counts_as_answering_a_404_too(run_here, raw):
     server = raw("no_models")
     result = run_here([{"prompt": "x"}], *TOOLS, f"--base_url={server.url}")
-    assert result.code == 1  # the run went ahead; its prompt failed on the server's 404
+    assert result.code == 4  # the run went ahead; its prompt failed on the server's 404, for good
     assert [e["error_type"] for e in result.jsonl("errors.jsonl")] == ["api_http_404"]
     assert server.heard == ["GET /v1/models HTTP/1.1", "POST /v1/chat/completions HTTP/1.1"]
 
@@ -315,7 +315,7 @@ def test_a_connection_broken_during_the_run_fails_with_its_own_type(run_here, ra
 def test_a_context_overflow_fails_the_prompt_at_once_and_says_what_to_change(run_here, server, form, stream):
     entries = [{"prompt": f"too long [mock overflow={form}]"}, {"prompt": "fits"}]
     result = run_here(entries, *TOOLS, *(["--stream"] if stream else []), "--num_workers=1")
-    assert result.code == 1
+    assert result.code == 4  # an overflow is the endpoint's answer for good: a resume does not send it
     (error,) = result.jsonl("errors.jsonl")
     assert (error["error_type"], error["attempts"]) == ("context_length", 1)
     assert "--max_turns" in error["message"] and "--max_tokens" in error["message"]

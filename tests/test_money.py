@@ -76,7 +76,8 @@ def test_a_budget_stops_the_run_with_exit_3_and_resume_pays_for_nothing_twice(ru
     assert stats["budget"] == {"max_cost": budget, "spent": spent, "stopped": True}
     assert stats["remaining"] > 0 and stats["failed"] == 0
     assert len(first.batch_lines) == stats["total_prompts"] - stats["remaining"]  # stopped prompts left no line
-    assert not (first.run_dir / "errors.jsonl").exists()  # and are not failures
+    # and are not failures: their lines in errors.jsonl say budget, a class that uses no try
+    assert {(e["error_class"], e["attempts"]) for e in first.jsonl("errors.jsonl")} <= {("budget", 0)}
     assert "Budget reached" in first.stdout and f"of {stats['total_prompts']} dataset entries remain" in first.stdout
     assert "--resume --max_cost=" in first.stdout
     assert f"${spent:.4f} spent" in first.stderr  # the progress line (here a plain one: stdout is no terminal)
@@ -172,7 +173,8 @@ def test_a_budget_with_no_way_to_know_the_cost_stops_at_the_first_reply(run_here
     assert result.code == 2, result.stdout + result.stderr
     assert len(server.chat_requests()) == 1  # one call finds out; nothing more runs blind
     assert "--price_input" in result.stdout and "--price_output" in result.stdout
-    assert result.batch_lines == [] and not (result.run_dir / "errors.jsonl").exists()
+    assert result.batch_lines == [] and result.statistics["failed"] == 0
+    assert [(e["error_type"], e["error_class"]) for e in result.jsonl("errors.jsonl")] == [("cost_unknown", "budget")]
     # With prices the same folder goes on, the paid reply answered from the cache.
     again = run_here(entries, *FLAGS, "--resume", "--max_cost=1", "--price_input=1", "--price_output=1")
     assert again.code == 0 and again.statistics["cache"]["hits"] == 1

@@ -80,7 +80,7 @@ def hostile_run(run_here):
     sample dropped for want of reasoning, and a prompt that fails (errors.jsonl)."""
     prompts = ["plain task", SCRIPT_PAYLOAD, IMG_PAYLOAD, "[mock calls=3] parallel", "[mock reasoning=none] silent"]
     result = run_here([{"prompt": p} for p in [*prompts, "[mock fail=400] refused"]], *TOOLS)
-    assert result.code == 1, result.stdout + result.stderr  # the refused prompt failed
+    assert result.code == 4, result.stdout + result.stderr  # the refused prompt failed for good
     return result
 
 

@@ -205,7 +205,7 @@ def test_every_file_of_the_run_folder_has_the_mode_the_umask_gives(run):
         timeout=120,
         umask=0o027,
     )
-    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert proc.returncode == 4, proc.stdout + proc.stderr  # the 400 is not sent again: nothing left to retry
     run_dir = run.tmp_path / "out" / "run"
     made = {
         str(path.relative_to(run_dir)): stat.S_IMODE(os.stat(path).st_mode)
@@ -213,6 +213,7 @@ def test_every_file_of_the_run_folder_has_the_mode_the_umask_gives(run):
         if path.is_file() and path.name != ".lock"
     }
     expected = {"batch_0.jsonl", "trajectories.jsonl", "statistics.json", "checkpoint.json", "errors.jsonl", "run.json"}
+    expected.add("attempts.jsonl")
     expected |= {"README.md", "report.html", "responses.sqlite"}
     expected |= {f"export/{name}" for name in ("openai.jsonl", "llamafactory.json")}
     expected |= {"export/dataset_info.json", "export/trajectories.parquet"}

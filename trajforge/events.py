@@ -29,6 +29,14 @@ class Claimed:
 
 
 @dataclass(frozen=True)
+class SampleStarted:
+    """A worker that cannot write the run folder (Ray without a shared filesystem) starts a sample: the
+    driver counts the try in attempts.jsonl (runfolder/attempts.py; `unit`: its unit_id)."""
+
+    unit: str
+
+
+@dataclass(frozen=True)
 class PromptDone(OfSample):
     """A prompt has its line in its batch file. `outcome` is the exit reason (completed, max_turns, ...)
     or, for a discarded sample, the discard reason.
@@ -117,4 +125,4 @@ class LogLine:
 
 
 PromptEnded = PromptDone | PromptFailed | RunRefused
-Event = Claimed | PromptEnded | Retrying | SampleSkipped | PromptStopped | LogLine
+Event = Claimed | SampleStarted | PromptEnded | Retrying | SampleSkipped | PromptStopped | LogLine

@@ -20,6 +20,7 @@ from trajforge.environments import KINDS, EnvironmentSettings
 from trajforge.environments.limits import Limits
 from trajforge.errors import UsageError
 from trajforge.export import FORMATS
+from trajforge.failures import RETRYABLE
 from trajforge.model.settings import ModelSettings
 from trajforge.model.tokens import token_mode
 from trajforge.money.pricing import Prices
@@ -79,6 +80,8 @@ class RunConfig:
     )  # seconds for a task's `setup` (and, with --check_tasks, its `solution`)
     check_tasks: bool = False  # check every task (oracle passes, a no-op fails) instead of running the model
     changes: tuple[str, ...] = ()  # may-change settings this resume changed: "--max_cost: 1.00 -> 2.00"
+    max_attempts: int = default("max_attempts")  # tries of a sample over every invocation (runfolder/attempts.py)
+    retry_failed: tuple[str, ...] = ()  # failure classes a resume sends again although it would not (failures.py)
 
     @property
     def preamble(self) -> list[dict]:
@@ -345,6 +348,7 @@ CHECKS: dict[str, tuple] = {
     "batch_size": (_number(1, optional=True),),
     "num_workers": (_number(1),),
     "concurrency": (_number(1),),
+    "max_attempts": (_number(1),),
     "stop_after_passes": (_number(1, optional=True),),
     "price_input": (_amount(positive=False),),
     "price_output": (_amount(positive=False),),
@@ -410,6 +414,10 @@ def _api_key(flags: dict, base_url: str, mock: bool) -> str:
     if base_url.rstrip("/") == OPENROUTER:
         raise UsageError("no API key: pass --api_key or set OPENROUTER_API_KEY (or OPENAI_API_KEY)")
     return NO_KEY  # local servers (vLLM, llama.cpp) usually accept any key
+
+
+def _retried(flags: dict) -> list[str]:
+    return as_list(flags["retry_failed"], "retry_failed")
 
 
 def export_formats(value) -> tuple[str, ...]:
@@ -553,4 +561,6 @@ def build_config(flags: dict) -> RunConfig:
         setup_timeout=as_seconds(flags["setup_timeout"], "setup_timeout"),
         check_tasks=as_bool(flags["check_tasks"], "check_tasks"),
         changes=tuple(changes(RUN_SETTINGS, flags, kept)),
+        max_attempts=as_int(flags["max_attempts"], "max_attempts", 1),
+        retry_failed=tuple(choice(name, "retry_failed", RETRYABLE) for name in _retried(flags)),
     )

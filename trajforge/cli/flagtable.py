@@ -94,6 +94,8 @@ FLAGS: tuple[Flag, ...] = (
     Flag("num_workers", int, 4, "worker processes", RUN, _M),
     Flag("concurrency", int, 1, "sessions at once in each worker", RUN, _M),
     Flag("resume", bool, False, "go on with the run in <output_dir>/<run_name>", RUN),
+    Flag("max_attempts", int, 3, "tries of one sample over every invocation; then it is exhausted (exit 4)", RUN, _M),
+    Flag("retry_failed", str, None, "endpoint: a resume sends again what the endpoint refused (400 ...)", RUN),
     Flag("max_samples", int, None, "only the first N entries of the dataset", RUN, shown="all"),
     Flag("seed", int, None, "the run seed (toolset draws)", RUN, _R, shown="drawn once, then kept"),
     Flag("ephemeral_system_prompt", str, None, "a system prompt sent, never saved", RUN, _R),

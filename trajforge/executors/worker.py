@@ -34,6 +34,7 @@ from trajforge.events import (
     Retrying,
     RunRefused,
     SampleSkipped,
+    SampleStarted,
 )
 from trajforge.model.chat import ChatModel
 from trajforge.model.retry import ModelCallFailed, RunStopped
@@ -42,6 +43,7 @@ from trajforge.model.usage import add_usage
 from trajforge.money.errors import SpendStop
 from trajforge.money.spending import Spending, sample_scope
 from trajforge.run.samples import PassCounts
+from trajforge.runfolder.attempts import AttemptLog, unit_id
 from trajforge.runfolder.folder import BatchFiles, RunFolder, entry_key
 from trajforge.safejson import dumps
 from trajforge.tools import Tool
@@ -65,6 +67,7 @@ class WorkerSetup:
     tool_names: list[str]  # every registered tool: the keys of tool_stats
     passes_before: dict[int, int] = field(default_factory=dict)  # prompt index -> samples passed before this run
     copies: dict[int, int] = field(default_factory=dict)  # prompt index -> its copy number (samples.Plan)
+    invocation: str = ""  # this invocation's id in attempts.jsonl
 
 
 class Worker:
@@ -89,6 +92,7 @@ class Worker:
         self.limits = PromptLimits(money.max_cost_per_prompt, money.max_tokens_per_prompt)
         self.environments = backend_for(self.config.environment)  # shared by this process's prompts
         self.task_base = Path(self.config.dataset_file).resolve().parent  # a task's `workspace`, `tests` folders
+        self.attempts = AttemptLog(files.folder) if files else None
 
     def _logger(self, index: int):
         if not self.config.verbose:
@@ -155,6 +159,7 @@ class Worker:
             if self.spending is not None and await self.spending.stopped():  # the budget is spent: start nothing
                 self.stopped = True
                 return
+            self.started(unit_id(key, sample, self.setup.copies.get(index, 0)))
             env = await self.open(entry, scope)
             result = await self.converse(env, entry, tools, index, scope)
             add_usage(result.usage, env.usage)  # the tools' own model calls (vision, images) count too
@@ -184,6 +189,14 @@ class Worker:
                 await env.close()
             if self.files:
                 self.files.finish(batch_num)
+
+    def started(self, unit: str) -> None:
+        """The sample's try counts from here, before its first step: written to attempts.jsonl where this
+        process can, else told to the driver, which writes it."""
+        if self.attempts is not None:
+            self.attempts.started(self.setup.invocation, unit)
+        else:
+            self.events.put(SampleStarted(unit))
 
     async def open(self, entry: dict, scope: str) -> ToolSession:
         """The sample's environment, with the task's files and setup in place before any model call."""

@@ -24,6 +24,8 @@ from itertools import count
 
 from trajectory import known_cost, known_reward, verification_passed
 from trajforge.export.record import first_line, parse
+from trajforge.failures import BUDGET, failure_class
+from trajforge.runfolder.attempts import History, line_unit
 from trajforge.runfolder.folder import RunFolder, entry_key, write_atomic
 from trajforge.safejson import dumps
 
@@ -177,26 +179,34 @@ class ReportData:
         }
 
 
-def failed_prompts(folder: RunFolder, settled: set[str], limit: int, setup: bool = False) -> tuple[list[dict], int]:
+def failed_prompts(
+    folder: RunFolder, settled: set[str], limit: int, max_attempts: int, setup: bool = False
+) -> tuple[list[dict], int]:
     """(the last error of each prompt with work left to run, at most `limit` of them; how many);
     `settled`: the entry keys with nothing left to run. `setup`: only the prompts whose task's setup
-    failed (no model call made), else only the others: the two are shown apart."""
+    failed (no model call made), else only the others: the two are shown apart. Each says its failure
+    class, its tries so far and whether a --resume sends it again (runfolder/attempts.py)."""
     last: dict[str, dict] = {}
     for line in folder.error_lines():
         source = line.get("source")
         key = entry_key(source) if isinstance(source, dict) else repr(line.get("prompt_index"))
-        if key not in settled:
+        if key not in settled and failure_class(str(line.get("error_type", ""))) != BUDGET:  # a stop, no failure
             last[key] = line
     last = {key: line for key, line in last.items() if (line.get("error_type") == SETUP_FAILED) == setup}
     shown = []
+    history = History.read(folder) if last else None
     for line in list(last.values())[:limit]:
         source = line.get("source") if isinstance(line.get("source"), dict) else {}
         prompt = source.get("prompt") if isinstance(source.get("prompt"), str) else ""
+        unit = line_unit(line) or ""
         shown.append(
             {
                 "prompt_index": line.get("prompt_index"),
                 "first_line": first_line(prompt),
                 "error_type": str(line.get("error_type", "")),
+                "error_class": str(line.get("error_class") or failure_class(str(line.get("error_type", "")))),
+                "tries": history.tries[unit],
+                "held_back": history.held_back(unit, max_attempts, ()) or "",
                 "message": cut(str(line.get("message", "")), 2000),
                 "attempts": line.get("attempts"),
                 "time": str(line.get("time", "")),
@@ -236,8 +246,9 @@ def page(data: dict) -> bytes:
 
 
 def write_report(folder: RunFolder, stats: dict, collected: ReportData, settled: set[str]) -> None:
-    failed, failed_total = failed_prompts(folder, settled, collected.limit)
-    setup_failed, setup_failed_total = failed_prompts(folder, settled, collected.limit, setup=True)
+    most = stats["max_attempts"]
+    failed, failed_total = failed_prompts(folder, settled, collected.limit, most)
+    setup_failed, setup_failed_total = failed_prompts(folder, settled, collected.limit, most, setup=True)
     trajectories = collected.trajectories()
     data = {
         "run_name": stats.get("run_name", ""),

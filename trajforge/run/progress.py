@@ -229,7 +229,13 @@ def print_summary(console: Console, stats: dict, tally: Tally, paths: dict) -> N
             "them without calling the model again: rerun with --resume --require_reasoning=False."
         )
     if stats["failed"]:
-        console.print(f"[red]{stats['failed']} prompt(s) failed[/] (see errors.jsonl).")
+        classes = ", ".join(f"{kind} {count}" for kind, count in stats["error_classes"].items() if count)
+        console.print(f"[red]{stats['failed']} prompt(s) failed[/] (see errors.jsonl; its lines by class: {classes}).")
+    if stats["exhausted"] or stats["endpoint_failed"]:
+        console.print(
+            f"Not sent again by --resume: {stats['exhausted']} sample(s) exhausted (--max_attempts="
+            f"{stats['max_attempts']}), {stats['endpoint_failed']} failed at the endpoint for good (a 400 stays a 400)."
+        )
 
 
 def _print_money(console: Console, stats: dict) -> None:

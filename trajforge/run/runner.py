@@ -29,12 +29,14 @@ from trajforge.events import (
     Retrying,
     RunRefused,
     SampleSkipped,
+    SampleStarted,
 )
 from trajforge.executors.pool import ProcessPool
 from trajforge.executors.ray_pool import RayPool
 from trajforge.executors.worker import Batch, WorkerSetup
 from trajforge.export.publish import publish
 from trajforge.export.report import ReportData
+from trajforge.failures import BUDGET, ENDPOINT, INTERRUPTED
 from trajforge.model.client import endpoint_problem
 from trajforge.model.served import model_problem
 from trajforge.model.tokens import TokensMissing
@@ -45,6 +47,7 @@ from trajforge.run.dataset import Entry, load_dataset
 from trajforge.run.helper_processes import Helpers
 from trajforge.run.progress import ProgressView, Tally, print_budget_stop, print_summary
 from trajforge.run.samples import Plan, plan_samples
+from trajforge.runfolder.attempts import EXHAUSTED, AttemptLog, History, new_invocation, unit_id
 from trajforge.runfolder.folder import RunFolder, entry_key, passed, sample_key, write_json_atomic
 from trajforge.runfolder.merge import TrajectoryTotals, merge
 from trajforge.runfolder.state import RunState
@@ -91,7 +94,18 @@ class BatchRunner:
         return self.matched(entries, finished, passes)
 
     def matched(self, entries: list[Entry], finished: Counter, passed: Counter) -> Plan:
-        return plan_samples(entries, finished, passed, self.config.n_samples, self.config.stop_after_passes)
+        """What is left: the samples without a line, less those a resume does not send again (out of
+        --max_attempts, or failed at the endpoint for good without --retry_failed=endpoint)."""
+        config = self.config
+        plan = plan_samples(entries, finished, passed, config.n_samples, config.stop_after_passes)
+        if self.folder.path.exists():
+            history = History.read(self.folder)
+            plan.hold_back(
+                lambda key, sample, copy: history.held_back(
+                    unit_id(key, sample, copy), config.max_attempts, config.retry_failed
+                )
+            )
+        return plan
 
     # -- running -------------------------------------------------------------------------------
     def run(self) -> int:
@@ -120,8 +134,7 @@ class BatchRunner:
     def _run_locked(self, entries: list[Entry], weights: dict, toolsets: dict, started: float) -> int:
         prepared = self.prepare(entries, started)
         tools = (weights, toolsets, prepared.tool_names)
-        batches, state, tally = prepared.batches, prepared.state, prepared.tally
-        interrupted = bool(batches) and self.start(batches, prepared.plan, tools, state, tally)
+        interrupted = bool(prepared.batches) and self.start(prepared.batches, prepared, tools)
         self.helpers.release()
         return self.finish(entries, prepared, interrupted, started)
 
@@ -141,12 +154,14 @@ class BatchRunner:
         if config.resume:
             self.announce(plan)
         by_index = {e.index: e.data for e in entries}
-        state = RunState(self.folder, config.run_name, str(config.dataset_file), by_index, plan.done, started)
+        state = RunState(
+            self.folder, config.run_name, str(config.dataset_file), by_index, plan.done, started, plan.copies
+        )
         tally = Tally(planned=len(pending), unit="samples" if config.n_samples > 1 else "prompts")
         self.money.begin()
         spent_before = self.money.totals().spent
         self.money.close()  # no connection of ours may cross the fork into the workers
-        return Prepared(plan, batches, state, tally, spent_before, sorted(registry.TOOLS))
+        return Prepared(plan, batches, state, tally, spent_before, sorted(registry.TOOLS), new_invocation())
 
     def finish(self, entries: list[Entry], prepared: Prepared, interrupted: bool, started: float) -> int:
         """After the workers: merge, statistics.json, exports and report, the summary; the exit status."""
@@ -175,17 +190,18 @@ class BatchRunner:
         paths.update(publish(self.folder, stats, config, collected, settled))
         tally.seconds = time.monotonic() - started
         print_summary(self.console, stats, tally, paths)
-        return self.ending(state, interrupted, stats, prepared.spent_before, tally)
+        return self.ending(state, interrupted, stats, prepared.spent_before, tally, final)
 
-    def start(self, batches: list[Batch], plan: Plan, tools: tuple, state: RunState, tally: Tally) -> bool:
+    def start(self, batches: list[Batch], prepared: Prepared, tools: tuple) -> bool:
         """Check the endpoint and run the batches (see execute); `tools`: (weights, toolsets, tool names)."""
         weights, toolsets, tool_names = tools
+        plan = prepared.plan
         prepare_run(self.config.environment, self.config.resume)
         live = self.helpers.ready(self.config, "browser" in weights)
         if not self.helpers.serves_the_model:
             check_endpoint(live)
-        setup = WorkerSetup(live, weights, toolsets, tool_names, plan.passes, plan.copies)
-        return self.execute(setup, batches, state, tally)
+        setup = WorkerSetup(live, weights, toolsets, tool_names, plan.passes, plan.copies, prepared.invocation)
+        return self.execute(setup, batches, prepared.state, prepared.tally)
 
     def announce(self, plan: Plan) -> None:
         """What a resume has left to do, and the may-change settings it changes (said once, by the
@@ -197,19 +213,30 @@ class BatchRunner:
             else f"{len(pending)} samples of {len(plan.unfinished)} prompts to run"
         )
         self.console.print(f"Resuming {config.run_name}: {len(plan.done)} prompts already done, {todo}")
+        held = Counter(plan.held.values())
+        if held:
+            self.console.print(
+                f"Not sent again: {held[EXHAUSTED]} sample(s) out of --max_attempts={config.max_attempts}, "
+                f"{held[ENDPOINT]} failed at the endpoint for good (--retry_failed=endpoint sends those)"
+            )
         for change in config.changes:
             self.notes.print(change, markup=False)
 
-    def ending(self, state: RunState, interrupted: bool, stats: dict, spent_before: float, tally: Tally) -> int:
+    def ending(
+        self, state: RunState, interrupted: bool, stats: dict, spent_before: float, tally: Tally, final: Plan
+    ) -> int:
         """The exit status, and for an exit that can be continued, what happened and the one command
         that goes on (no placeholders: a secret given as a flag is left out, with a note to pass it)."""
-        code, why = exit_code(interrupted, state.stopped, state.halted, stats["remaining"])
+        retryable = len({entry.index for entry, _ in final.pending})
+        code, why = exit_code(interrupted, state.stopped, state.halted, stats["remaining"], retryable)
         if not code:
             return 0
         changes: dict[str, str] = {}
         if why == "budget":
             budget = print_budget_stop(self.console, stats, self.money.totals(), spent_before, tally)
             changes = {"max_cost": f"{budget:.2f}"}
+        elif why == EXHAUSTED:
+            changes = given_up(self.console, stats, self.config.max_attempts)
         else:
             self.console.print(_ENDINGS[why](state))
         command, notes = continue_command(sys.argv, changes)
@@ -226,7 +253,17 @@ class BatchRunner:
             executor = RayPool(setup, config.num_workers, config.ray_address, config.ray_shared_fs)
         else:
             executor = ProcessPool(setup, config.num_workers)
-        outstanding = {(index, sample) for batch in batches for index, sample, _ in batch.entries}
+        units = {
+            (index, sample): unit_id(entry_key(data), sample, setup.copies.get(index, 0))
+            for batch in batches
+            for index, sample, data in batch.entries
+        }
+        outstanding = set(units)
+        attempts = AttemptLog(self.folder)
+
+        def release(which, why: str) -> None:  # started, but not a try (runfolder/attempts.py)
+            attempts.released(setup.invocation, [units[unit] for unit in which], why)
+
         advice = Advice(config.require_reasoning)
         previous = signal.signal(signal.SIGTERM, _interrupt)
         try:
@@ -249,10 +286,17 @@ class BatchRunner:
                                 view.log(text)
                             case Retrying():
                                 view.retrying(event)
+                            case SampleStarted(unit=unit):
+                                attempts.started(setup.invocation, unit)
                             case PromptStopped(reason=reason, message=message):
                                 outstanding.discard(event.unit)
                                 state.halt(reason, message)
-                            case PromptDone() | PromptFailed() | RunRefused() | SampleSkipped():
+                                state.stop(event)
+                                release([event.unit], BUDGET)
+                            case RunRefused():
+                                release([event.unit], "refused")  # the key's fault, not the sample's
+                                ended(event)
+                            case PromptDone() | PromptFailed() | SampleSkipped():
                                 ended(event)
                     money = self.money.totals()
                     if money.stopped:  # the budget is spent: no prompt starts, those in flight stop at their next call
@@ -272,6 +316,7 @@ class BatchRunner:
         except KeyboardInterrupt:
             # Finishing up (stopping workers, merging, statistics) must not be cut short by a second one.
             signal.signal(signal.SIGINT, signal.SIG_IGN)
+            release(outstanding, INTERRUPTED)  # pending, not tried: a start of this invocation is taken back
             return True
         finally:
             signal.signal(signal.SIGTERM, previous if not outstanding else signal.SIG_IGN)
@@ -290,6 +335,7 @@ class Prepared:
     tally: Tally
     spent_before: float  # USD spent on this folder before this invocation
     tool_names: list[str]  # every registered tool: the keys of tool_stats
+    invocation: str  # this invocation's id in attempts.jsonl
 
 
 def statistics(
@@ -328,17 +374,26 @@ def statistics(
         "reasoning_statistics": totals.reasoning_statistics,
         "usage": totals.usage,
         **money_statistics(money, totals.cost_known, config.money.max_cost, state.halted == "budget"),
-        "errors": errors,
+        "errors": errors["types"],
+        "error_classes": errors["classes"],  # errors.jsonl lines by failure class (failures.py)
+        "max_attempts": config.max_attempts,
+        # samples a resume does not send again: out of tries, or failed at the endpoint for good (--retry_failed)
+        "exhausted": sum(reason == EXHAUSTED for reason in final.held.values()),
+        "endpoint_failed": sum(reason == ENDPOINT for reason in final.held.values()),
         "redactions": totals.redactions,
         "verification": totals.verification | {"skipped_after_pass": final.skipped},
         "token_ids": totals.tokens.statistics(),
     }
 
 
-def exit_code(interrupted: bool, stopped: str | None, halted: str | None, remaining: int) -> tuple[int, str]:
+def exit_code(
+    interrupted: bool, stopped: str | None, halted: str | None, remaining: int, retryable: int
+) -> tuple[int, str]:
     """The exit status of a run and why: 130 interrupted; 1 the endpoint refused the key or account;
     2 a cost limit without a cost, or --token_ids=required without token ids; 3 the budget is spent;
-    1 entries without a final outcome; else 0."""
+    1 entries without a final outcome that a resume would send (`retryable` of the `remaining`); 4 entries
+    without one, none of which a resume would send (out of --max_attempts, or failed at the endpoint for good);
+    else 0."""
     if interrupted:
         return 130, "interrupted"
     if stopped:
@@ -349,7 +404,24 @@ def exit_code(interrupted: bool, stopped: str | None, halted: str | None, remain
         return 2, "token_ids"
     if halted == "budget":
         return 3, "budget"
-    return (1, "remaining") if remaining else (0, "")
+    if remaining:
+        return (1, "remaining") if retryable else (4, EXHAUSTED)
+    return 0, ""
+
+
+def given_up(console: Console, stats: dict, max_attempts: int) -> dict[str, str]:
+    """Exit 4: the one line that says how many samples a resume would not send and why; returns the
+    flags that make a resume send them (the caller prints the command)."""
+    exhausted, refused = stats["exhausted"], stats["endpoint_failed"]
+    said, changes = [], {}
+    if exhausted:
+        said.append(f"{exhausted} sample(s) exhausted their {max_attempts} attempts (--max_attempts)")
+        changes["max_attempts"] = str(max_attempts + 1)
+    if refused:
+        said.append(f"{refused} sample(s) failed at the endpoint for good (class endpoint: a 400 stays a 400)")
+        changes["retry_failed"] = ENDPOINT
+    console.print(f"[yellow]Done:[/] {'; '.join(said)}; --resume sends none of them again. To try them once more:")
+    return changes
 
 
 _ENDINGS = {  # why -> what is printed before the command that goes on

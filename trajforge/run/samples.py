@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import multiprocessing
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from trajforge.run.dataset import Entry
@@ -28,6 +29,20 @@ class Plan:
     # prompt index -> which identical copy of its entry it is (1, 2 ...; the first copies are left out): two
     # copies are samples of their own, never answered from each other's cache (money/spending.py)
     copies: dict[int, int] = field(default_factory=dict)
+    # (prompt index, sample index) -> why a resume does not send it again: exhausted, endpoint (hold_back)
+    held: dict[Unit, str] = field(default_factory=dict)
+
+    def hold_back(self, why: Callable[[str, int, int], str | None]) -> None:
+        """Take out of `pending` the samples that are not sent again; `why(entry key, sample, copy)` says
+        why not, or None. Their entries stay unfinished: they have no final outcome."""
+        kept = []
+        for entry, sample in self.pending:
+            reason = why(entry_key(entry.data), sample, self.copies.get(entry.index, 0))
+            if reason:
+                self.held[(entry.index, sample)] = reason
+            else:
+                kept.append((entry, sample))
+        self.pending = kept
 
 
 def plan_samples(

@@ -17,6 +17,7 @@ import orjson
 
 from trajectory import verification_passed
 from trajforge.errors import UsageError
+from trajforge.failures import BUDGET, CLASSES, failure_class
 
 BATCH_FILE = re.compile(r"batch_(\d+)\.jsonl$")
 FILE_MODE = 0o666  # every file of the run folder: the umask decides, as for any file the user makes
@@ -201,17 +202,20 @@ class RunFolder:
         with jsonlines.open(self.errors) as reader:
             yield from reader.iter(type=dict, skip_invalid=True)
 
-    def error_summary(self) -> tuple[dict[str, int], set[str]]:
-        """(failures per error type, entry keys of every prompt that ever failed) over errors.jsonl,
-        read once."""
-        counts: dict[str, int] = {}
+    def error_summary(self) -> tuple[dict[str, dict[str, int]], set[str]]:
+        """({"types": failures per error type, "classes": per failure class}, entry keys of every prompt
+        that ever failed) over errors.jsonl, read once. A budget stop is no failure: counted, not a key."""
+        types: dict[str, int] = {}
+        classes = dict.fromkeys(CLASSES, 0)
         keys: set[str] = set()
         for line in self.error_lines():
-            kind = line.get("error_type", "unknown")
-            counts[kind] = counts.get(kind, 0) + 1
-            if "source" in line:
+            kind = str(line.get("error_type", "unknown"))
+            types[kind] = types.get(kind, 0) + 1
+            group = str(line.get("error_class") or failure_class(kind))
+            classes[group] = classes.get(group, 0) + 1
+            if "source" in line and group != BUDGET:
                 keys.add(entry_key(line["source"]))
-        return counts, keys
+        return {"types": types, "classes": classes}, keys
 
     def append_error(self, line: dict) -> None:
         import jsonlines

@@ -7,7 +7,16 @@ import time
 from dataclasses import asdict
 from datetime import UTC, datetime
 
-from trajforge.events import PromptDone, PromptEnded, PromptError, PromptFailed, RunRefused, SampleSkipped
+from trajforge.events import (
+    PromptDone,
+    PromptEnded,
+    PromptError,
+    PromptFailed,
+    PromptStopped,
+    RunRefused,
+    SampleSkipped,
+)
+from trajforge.failures import failure_class
 from trajforge.runfolder.folder import RunFolder, write_json_atomic
 
 
@@ -20,11 +29,13 @@ class RunState:
         entries: dict[int, dict],
         done: list[int],
         started: float | None = None,  # time.monotonic() at this invocation's start; None: now
+        copies: dict[int, int] | None = None,  # prompt index -> its copy number (samples.Plan.copies)
     ):
         self.folder = folder
         self.run_name = run_name
         self.dataset_file = dataset_file
         self.entries = entries  # prompt_index -> dataset entry
+        self.copies = copies or {}
         self.completed = set(done)
         self.failed: set[int] = set()
         checkpoint = folder.load_checkpoint()
@@ -62,12 +73,23 @@ class RunState:
         self.failed.add(event.index)
         stats["failed"] = stats.get("failed", 0) + 1
         stats["retries"] = stats.get("retries", 0) + error.attempts - 1
+        self._error_line(event, error)
+
+    def stop(self, event: PromptStopped) -> None:
+        """A sample stopped before its end because the run may make no more model calls: pending, not
+        failed, not a try; its errors.jsonl line says why (class budget)."""
+        self.dirty = True
+        self._error_line(event, PromptError(event.reason, event.message or event.reason, 0))
+
+    def _error_line(self, event: PromptEnded | PromptStopped, error: PromptError) -> None:
         self.folder.append_error(
             {
                 "prompt_index": event.index,
                 "sample_index": event.sample,
+                "copy": self.copies.get(event.index, 0),
                 "batch_num": event.batch_num,
                 **asdict(error),
+                "error_class": failure_class(error.error_type),
                 "time": datetime.now(UTC).isoformat(timespec="seconds"),
                 "source": self.entries[event.index],  # what --resume matches on
             }

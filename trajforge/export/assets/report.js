@@ -243,12 +243,15 @@
     document.getElementById(`${id}-note`).textContent = total
       ? `${total} ${what} (the last error of each` +
         (rows.length < total ? `; ${rows.length} listed` : "") +
-        "); --resume runs them again."
+        "); --resume runs them again, unless they are exhausted or the endpoint refused them."
       : none;
     const list = document.getElementById(`${id}-list`);
     for (const f of rows) {
       list.append(el("li", {}, el("span", { class: "first-line" }, `#${f.prompt_index} `, f.first_line || "(empty prompt)"),
-        " ", el("span", { class: "badge failed" }, f.error_type), ` after ${f.attempts} attempt(s)`,
+        " ", el("span", { class: "badge failed" }, f.error_type), " ", el("span", { class: "badge" }, f.error_class || ""),
+        ` after ${f.attempts} model call attempt(s); tried ${f.tries || 0} time(s)` +
+          (f.held_back === "exhausted" ? ": exhausted, not sent again (--max_attempts)" : "") +
+          (f.held_back === "endpoint" ? ": failed at the endpoint for good, not sent again (--retry_failed=endpoint)" : ""),
         el("pre", {}, f.message)));
     }
   }
