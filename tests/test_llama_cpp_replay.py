@@ -319,7 +319,7 @@ def test_the_context_overflow_is_recorded_in_llama_cpp_s_own_words(replayed):
     error = json.loads(body)["error"]
     assert (status, error["type"]) == (400, "exceed_context_size_error")
     assert "exceeds the available context size" in error["message"]
-    assert run.result.code == 1 and len(run.result.jsonl("errors.jsonl")) == 1
+    assert run.result.code == 4 and len(run.result.jsonl("errors.jsonl")) == 1  # an overflow: for good
 
 
 def test_the_context_overflow_fails_the_prompt_at_once(replayed):
@@ -371,7 +371,7 @@ def test_token_ids_are_the_completion_ids_llama_cpp_sent(replayed):
 def test_llama_cpp_refuses_logprobs_with_tools_when_streamed_and_the_prompt_fails_at_once(replayed):
     run = replayed("token_ids_streamed", "--require_reasoning=False")
     errors = run.result.jsonl("errors.jsonl")
-    assert run.result.code == 1 and len(errors) == len(run.fixture["runner"]["prompts"])
+    assert run.result.code == 4 and len(errors) == len(run.fixture["runner"]["prompts"])  # 400s: for good
     assert all(e["attempts"] == 1 and "logprobs is not supported with tools + stream" in e["message"] for e in errors)
 
 

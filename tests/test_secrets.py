@@ -118,7 +118,7 @@ def test_a_key_the_server_echoes_is_in_no_log_and_no_file(run_here):
         {"prompt": "answered [mock turns=0 echo_key]"},
     ]
     result = run_here(entries, *TOOLS, "--verbose", "--max_retries=1", "--log_prefix_chars=500")
-    assert result.code == 1, result.stderr  # the 400 fails its prompt
+    assert result.code == 4, result.stderr  # the 400 fails its prompt, for good
     assert "retry 1/1" in result.stderr and "you sent Bearer [redacted]" in result.stderr
     (error,) = result.jsonl("errors.jsonl")
     assert error["error_type"] == "api_http_400" and "Bearer [redacted]" in error["message"]
