@@ -11,7 +11,7 @@ import shutil
 import subprocess
 
 from trajforge.environments import OUTPUT_LIMIT, EnvironmentSettings, ExecResult, tmpfs
-from trajforge.environments.limits import MB, host_user, preexec
+from trajforge.environments.limits import MB, confined, host_user
 from trajforge.environments.local import (
     LocalBackend,
     LocalEnvironment,
@@ -66,6 +66,7 @@ class BwrapEnvironment(LocalEnvironment):
     """The local workspace and cwd; each command sandboxed."""
 
     absolute_cwd = False  # only the workspace is there inside the sandbox: an absolute cwd must lie in it
+    marked_leftovers = False  # nothing of a command outlives it: its PID namespace dies with it
 
     def __init__(self, cwd: str | None, settings: EnvironmentSettings, sample: str = ""):
         super().__init__(cwd, settings, sample)
@@ -73,19 +74,22 @@ class BwrapEnvironment(LocalEnvironment):
         self.tmp_mounted = False  # a bounded tmpfs lies on it
         self.host_uid = host_user()
 
-    async def start(self) -> None:
-        await super().start()
+    def _prepare(self) -> None:
+        super()._prepare()
         if self.host_uid is not None:
-            await asyncio.to_thread(_give, self.host_uid, self.workspace, self.tmp)
-            self.preexec = preexec(self.settings.limits, self.cgroup.paths, self.host_uid)
+            _give(self.host_uid, self.workspace, self.tmp)
 
-    async def _tmpdir(self) -> str:
+    def _tmpdir(self) -> str:
         # /tmp is per prompt, kept between its commands and removed with it; the host's /tmp stays hidden.
-        self.tmp = await asyncio.to_thread(make_workspace, self.settings, "tmp-", self.sample)
+        self.tmp = make_workspace(self.settings, "tmp-", self.sample)
         size = self.settings.limits.max_file_size_mb
         if size and tmpfs.possible():  # bounded as /dev/shm is: no command fills the host's disk through it
-            self.tmp_mounted = await asyncio.to_thread(tmpfs.mount, self.tmp, size, self.host_uid)
+            self.tmp_mounted = tmpfs.mount(self.tmp, size, self.host_uid)
         return SANDBOX_TMP
+
+    def confined(self, argv: list[str]) -> list[str]:
+        """bwrap itself in the sample's cgroup and limits, and (a root runner's) as the host's nobody."""
+        return confined(argv, self.settings.limits, self.cgroup.paths, self.host_uid)
 
     async def run(
         self, argv: list[str], timeout: float, stdin: bytes | None = None, limit: int = OUTPUT_LIMIT
@@ -93,8 +97,9 @@ class BwrapEnvironment(LocalEnvironment):
         # The clean room's /tmp is a fresh folder: nothing the agent left there (a link into /tests) is seen.
         binds = [(self.verify_tmp or self.tmp, SANDBOX_TMP), (self.workspace, self.workspace)]
         tests = ((self.tests_host, SANDBOX_TESTS),) if self.tests_host else ()  # read-only: no one edits them
-        sandboxed = bwrap_argv(self.settings, binds, self.cwd, argv, tests)
-        return await run_process(sandboxed, self.workspace, self.env, timeout, stdin, limit, self.preexec)
+        self.started += 1
+        sandboxed = self.confined(bwrap_argv(self.settings, binds, self.cwd, argv, tests))
+        return await run_process(sandboxed, self.workspace, self.env, timeout, stdin, limit)
 
     async def clean_variables(self) -> None:
         """A fresh folder for the sandbox's /tmp (TMPDIR stays /tmp), where the clean room's HOME is made."""
@@ -107,12 +112,12 @@ class BwrapEnvironment(LocalEnvironment):
     def _tests_path(self) -> str:
         return SANDBOX_TESTS
 
-    async def close(self) -> None:
-        await super().close()
+    def _close(self) -> None:
+        super()._close()
         if self.tmp_mounted:  # a tmpfs: what it holds is gone with it (--keep_workspaces keeps none of it)
-            await asyncio.to_thread(tmpfs.unmount, self.tmp)
+            tmpfs.unmount(self.tmp)
         if self.tmp and not self.settings.keep_workspaces:
-            await asyncio.to_thread(shutil.rmtree, self.tmp, ignore_errors=True)
+            shutil.rmtree(self.tmp, ignore_errors=True)
 
 
 def _give(uid: int, *folders: str) -> None:

@@ -2,13 +2,15 @@
 
 Each mechanism is what works for every uid and every runtime:
 
-- the file size is an rlimit (RLIMIT_FSIZE) set in the command's process before it runs, inherited by
-  all it starts: a write past it fails (SIGXFSZ, "File size limit exceeded"); the runner is never bound;
+- the file size is an rlimit (RLIMIT_FSIZE) set in the command's process before it runs (`ulimit -f`),
+  inherited by all it starts: a write past it fails (SIGXFSZ, "File size limit exceeded"); the runner
+  is never bound;
 - processes and memory are a cgroup per sample (v2 `pids.max`/`memory.max`, else v1 `pids` and `memory`)
-  that every command of the sample joins before it runs. Not rlimits: RLIMIT_NPROC counts every process
-  of a uid, so it is not per sample (and never binds root), and RLIMIT_AS breaks runtimes that reserve
-  address space (the JVM, Go, V8). Hitting them is an ordinary error of that command (fork fails, or the
-  kernel's OOM killer ends it: exit 137); the run goes on. Where no cgroup can be made (not root, no
+  that every command of the sample joins before it runs (its shell writes cgroup.procs: confined()).
+  Not rlimits: RLIMIT_NPROC counts every process of a uid, so it is not per sample (and never binds
+  root), and RLIMIT_AS breaks runtimes that reserve address space (the JVM, Go, V8). Hitting them is an
+  ordinary error of that command (fork fails, or the kernel's OOM killer ends it: exit 137); the run
+  goes on. Where no cgroup can be made (not root, no
   delegated v2 subtree), the run says at start that these are not enforced.
 """
 
@@ -17,7 +19,8 @@ from __future__ import annotations
 import contextlib
 import glob
 import os
-import resource
+import shlex
+import shutil
 import time
 import uuid
 from dataclasses import dataclass, fields
@@ -29,6 +32,9 @@ V2 = "/sys/fs/cgroup"
 RLIMITS = ("local", "bwrap")  # where the runner starts each command's process itself
 OWN_LIMITS = ("docker",)  # where the container enforces them
 NOBODY = 65534
+# Printed by a command whose process could not join the sample's cgroup (removed by hand meanwhile).
+JOIN_FAILED = "{ echo 'cannot join the sample cgroup: the command does not run' >&2; exit 125; }"
+SETPRIV = [shutil.which("setpriv") or "setpriv"]  # util-linux: a root runner's bwrap commands drop to nobody
 V1 = {"pids": "/sys/fs/cgroup/pids", "memory": "/sys/fs/cgroup/memory"}
 
 
@@ -137,13 +143,18 @@ class SampleCgroup:
         ]
         cgroup.remove()
 
-    def kill(self) -> None:
-        """Kill what is in it: also a process that left the prompt's marker behind (`env -i`). Blocking."""
+    def kill(self) -> set[int]:
+        """Kill what is in it until it is empty (also a process that left the prompt's marker behind:
+        `env -i`); the pids killed, for their reaping. One read of cgroup.procs when it is empty. Blocking."""
+        killed: set[int] = set()
         for path in self.paths:
+            with contextlib.suppress(OSError), open(os.path.join(path, "cgroup.kill"), "w") as handle:
+                handle.write("1")  # v2 (Linux 5.14+): all at once, also what forks meanwhile
             for _ in range(50):
-                if not _members(path):
+                if not (members := _kill_members(path)):
                     break
-                _kill_members(path)
+                killed.update(members)
+        return killed
 
     def remove(self) -> None:
         """Kill what is still in it, then remove it. Blocking: call it on a thread."""
@@ -156,19 +167,23 @@ class SampleCgroup:
         self.paths = []
 
 
-def _members(path: str) -> list[str]:
+def _members(path: str) -> list[int]:
+    """The live processes in the cgroup (a zombie is not listed: it left when it exited)."""
     try:
         with open(os.path.join(path, "cgroup.procs")) as handle:
-            return handle.read().split()
+            return [int(pid) for pid in handle.read().split()]
     except OSError:
         return []
 
 
-def _kill_members(path: str) -> None:
-    for pid in _members(path):
+def _kill_members(path: str) -> list[int]:
+    members = _members(path)
+    for pid in members:
         with contextlib.suppress(OSError):
-            os.kill(int(pid), 9)
-    time.sleep(0.01)  # SIGKILL takes effect when each runs next
+            os.kill(pid, 9)
+    if members:
+        time.sleep(0.01)  # SIGKILL takes effect when each runs next
+    return members
 
 
 def host_user() -> int | None:
@@ -188,29 +203,19 @@ def mapped(uid: int) -> bool:
     return any(inside <= uid < inside + count for inside, _, count in ranges)
 
 
-def preexec(limits: Limits, cgroups: list[str], uid: int | None = None):
-    """What the command's process does after fork and before exec: join the sample's cgroups, take the
-    file size rlimit and, with `uid`, become that user (groups, gid and uid: no way back). Only system
-    calls: it runs in a forked child of a threaded process."""
-    size = limits.max_file_size_mb * MB
-
-    def apply() -> None:
-        for path in cgroups:
-            try:  # a cgroup removed under us (by hand): the command runs, unbounded, rather than fails
-                fd = os.open(os.path.join(path, "cgroup.procs"), os.O_WRONLY)
-            except OSError:
-                continue
-            try:
-                os.write(fd, b"0")  # "0" is the writing process itself
-            except OSError:
-                pass
-            finally:
-                os.close(fd)
-        if size:
-            resource.setrlimit(resource.RLIMIT_FSIZE, (size, size))
-        if uid is not None:
-            os.setgroups([])
-            os.setresgid(uid, uid, uid)
-            os.setresuid(uid, uid, uid)
-
-    return apply
+def confined(argv: list[str], limits: Limits, cgroups: list[str], uid: int | None = None) -> list[str]:
+    """argv behind the steps its own process takes before it runs: join the sample's cgroups, take the
+    file size rlimit and, with `uid`, become that user (setpriv: groups, gid and uid, no way back). The
+    steps are in the exec chain of the spawned process, never a preexec_fn: one of those makes CPython
+    fork() the whole (big, threaded) worker for every command instead of vfork()ing it. A command that
+    cannot join its cgroup does not run (exit 125): out of it, nothing would bound or end it."""
+    steps = [f"{{ echo 0 >{shlex.quote(path)}/cgroup.procs; }} 2>/dev/null || {JOIN_FAILED}" for path in cgroups]
+    if limits.max_file_size_mb:  # in 512-byte blocks: POSIX sh (dash, bash as sh, busybox)
+        steps.append(f"ulimit -f {limits.max_file_size_mb * MB // 512}")
+    if uid is not None:
+        argv = [*SETPRIV, f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--", *argv]
+    if not steps:
+        return argv
+    if argv[:2] == ["sh", "-c"] and len(argv) > 2:  # the command's own shell takes them: no second exec
+        return ["sh", "-c", "; ".join([*steps, argv[2]]), *argv[3:]]  # one line: its line numbers stay
+    return ["sh", "-c", "; ".join([*steps, 'exec "$@"']), "sh", *argv]

@@ -12,16 +12,17 @@ import signal
 import stat
 import tempfile
 import time
-from collections.abc import Callable
 
 from trajforge.environments import OUTPUT_LIMIT, Backend, CappedOutput, EnvironmentSettings, ExecResult, tmpfs
 from trajforge.environments.contract import timeout_result
-from trajforge.environments.limits import SampleCgroup, host_user, preexec
+from trajforge.environments.limits import SampleCgroup, confined, host_user
 from trajforge.environments.orphans import (
     PROMPT_MARKER,
     become_subreaper,
     commands_running,
-    end_prompt,
+    end_marked,
+    reap,
+    reap_exited_orphans,
     starting_command,
 )
 from trajforge.environments.shell import CommandEnvironment
@@ -41,11 +42,12 @@ async def run_process(
     timeout: float,
     stdin: bytes | None = None,
     limit: int = OUTPUT_LIMIT,
-    preexec: Callable[[], None] | None = None,
+    groups: list[int] | None = None,
 ) -> ExecResult:
     """Run argv in its own process group, feeding it `stdin`; on timeout (or cancellation) end the whole
-    group: SIGTERM, then SIGKILL for what is still there after TERM_GRACE. `preexec` runs in the child
-    before exec (the sample's limits), never in the runner."""
+    group: SIGTERM, then SIGKILL for what is still there after TERM_GRACE. No preexec_fn, ever: CPython
+    then vfork()s instead of forking the whole worker (what a command's process does first is in its
+    argv: limits.confined). The process group is appended to `groups`, when given."""
     with starting_command():
         proc = await asyncio.create_subprocess_exec(
             *argv,
@@ -55,9 +57,10 @@ async def run_process(
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.STDOUT,
             start_new_session=True,
-            preexec_fn=preexec,
         )
         commands_running.add(proc.pid)
+    if groups is not None:
+        groups.append(proc.pid)
     output = CappedOutput(limit)
 
     async def feed() -> None:
@@ -191,6 +194,7 @@ class LocalEnvironment(CommandEnvironment):
     """A fresh temporary workspace on this machine; commands run there (or in the entry's `cwd`)."""
 
     absolute_cwd = True  # an absolute `cwd` is taken as it is: commands see the host's folders
+    marked_leftovers = True  # a command's daemon may outlive it: found by its marker where no cgroup holds it
 
     def __init__(self, cwd: str | None, settings: EnvironmentSettings, sample: str = ""):
         self.settings = settings
@@ -201,36 +205,54 @@ class LocalEnvironment(CommandEnvironment):
         self.token = secrets.token_hex(16)  # marks every process of this prompt (orphans.py)
         self.tests_host = ""  # the hidden tests' folder on this machine, made only by add_tests
         self.verify_tmp = ""  # the clean room's TMPDIR, outside the workspace (clean_variables)
-        # The sample's processes and memory, where cgroups work.
+        # The sample's processes and memory, where cgroups work; also how its processes are found at its end.
         self.cgroup = SampleCgroup(settings.limits, workspace_prefix(settings))
-        self.preexec = preexec(settings.limits, [])
+        self.started = 0  # commands started since the sample's processes were last ended
 
     async def start(self) -> None:
-        self.workspace = await asyncio.to_thread(make_workspace, self.settings, "", self.sample)
-        self.cwd = await asyncio.to_thread(workspace_cwd, self.workspace, self.asked_cwd, self.absolute_cwd)
-        await asyncio.to_thread(os.makedirs, self.cwd, exist_ok=True)
-        self.env = {**command_env(self.workspace, await self._tmpdir()), PROMPT_MARKER: self.token}
-        if await asyncio.to_thread(self.cgroup.make):
-            self.preexec = preexec(self.settings.limits, self.cgroup.paths)
+        await asyncio.to_thread(self._prepare)  # one hop off the loop for all of it
 
-    async def _tmpdir(self) -> str:
+    def _prepare(self) -> None:
+        self.workspace = make_workspace(self.settings, "", self.sample)
+        self.cwd = workspace_cwd(self.workspace, self.asked_cwd, self.absolute_cwd)
+        os.makedirs(self.cwd, exist_ok=True)
+        self.env = {**command_env(self.workspace, self._tmpdir()), PROMPT_MARKER: self.token}
+        self.cgroup.make()
+
+    def _tmpdir(self) -> str:
         """TMPDIR for the prompt's commands: in its workspace, so its files go with it, not in the host's /tmp."""
         tmpdir = os.path.join(self.workspace, ".tmp")
-        await asyncio.to_thread(os.mkdir, tmpdir)
+        os.mkdir(tmpdir)
         return tmpdir
+
+    def confined(self, argv: list[str]) -> list[str]:
+        """argv as the sample's process runs it: in its cgroup, under its file size limit."""
+        return confined(argv, self.settings.limits, self.cgroup.paths)
 
     async def run(
         self, argv: list[str], timeout: float, stdin: bytes | None = None, limit: int = OUTPUT_LIMIT
     ) -> ExecResult:
-        return await run_process(argv, self.cwd, self.env, timeout, stdin, limit, self.preexec)
+        self.started += 1
+        return await run_process(self.confined(argv), self.cwd, self.env, timeout, stdin, limit)
 
     @property
     def scan_root(self) -> str:
         return self.workspace
 
     async def end_agent_processes(self) -> None:
-        await asyncio.to_thread(end_prompt, self.token)  # also a `setsid` daemon: it carries the token
-        await asyncio.to_thread(self.cgroup.kill)  # and one that dropped the token (`env -i`) but not the cgroup
+        if self.started:  # nothing started since the last time: nothing to end
+            await asyncio.to_thread(self._end_processes)
+
+    def _end_processes(self) -> None:
+        """Blocking. Through the sample's cgroup where it has one: its members are exactly the sample's
+        processes, also a daemon that dropped the marker (`env -i`) or ignores signals; else the marked
+        ones among this worker's descendants (orphans.py), never a scan of every process of the host."""
+        self.started = 0
+        if self.cgroup.paths:
+            reap(self.cgroup.kill())
+        elif self.marked_leftovers:
+            end_marked(self.token)
+        reap_exited_orphans()
 
     async def clean_variables(self) -> None:
         # The clean room's HOME is made below TMPDIR: here a fresh folder outside the workspace.
@@ -249,14 +271,15 @@ class LocalEnvironment(CommandEnvironment):
         return self.tests_host
 
     async def close(self) -> None:
-        # Off the event loop: scanning /proc and removing a big workspace take a while.
-        await asyncio.to_thread(end_prompt, self.token)
-        await asyncio.to_thread(self.cgroup.remove)
-        if self.verify_tmp:
-            await asyncio.to_thread(shutil.rmtree, self.verify_tmp, ignore_errors=True)
-        for folder in (self.workspace, self.tests_host):
-            if folder and not self.settings.keep_workspaces:
-                await asyncio.to_thread(shutil.rmtree, folder, ignore_errors=True)
+        await asyncio.to_thread(self._close)  # off the event loop: removing a big workspace takes a while
+
+    def _close(self) -> None:
+        if self.started:
+            self._end_processes()
+        self.cgroup.remove()
+        folders = [self.verify_tmp] + ([] if self.settings.keep_workspaces else [self.workspace, self.tests_host])
+        for folder in filter(None, folders):
+            shutil.rmtree(folder, ignore_errors=True)
 
 
 class LocalBackend(Backend):
