@@ -17,6 +17,7 @@ from conftest import Runner, wait_for
 from test_environments import _available, make_settings, sync
 
 from trajforge.environments import backend_for
+from trajforge.environments.limits import Limits, confined
 from trajforge.environments.local import TERM_GRACE
 from trajforge.tools.transfer import read_bytes
 
@@ -209,3 +210,34 @@ def test_the_event_loop_stays_free_while_a_big_workspace_is_removed(tmp_path):
         return max(gaps)
 
     assert sync(body()) < 0.5
+
+
+def test_without_a_cgroup_a_daemon_is_found_among_the_workers_descendants(tmp_path):
+    # No limit asks for a cgroup: the prompt's marker, looked for below this process only, ends it.
+    daemon = marker()
+    settings = make_settings("local", tmp_path, limits=Limits(max_processes=0, max_memory_mb=0))
+
+    async def body():
+        env = await backend_for(settings).open({})
+        try:
+            await env.exec(f"setsid sh -c 'trap \"\" TERM; sleep {daemon}' > /dev/null 2>&1 & echo launched")
+            wait_for(lambda: running_with(daemon), 10, "the daemon to start")
+            assert not env.cgroup.paths
+        finally:
+            await env.close()
+
+    sync(body())
+    wait_for(lambda: not running_with(daemon), 5, "the prompt's daemon to be gone")
+
+
+def test_a_command_runs_in_its_own_shell_behind_its_limits_with_its_line_numbers():
+    limits = Limits(max_file_size_mb=2)
+    argv = confined(["sh", "-c", "nosuch-command", "sh", "x"], limits, ["/sys/fs/cgroup/pids/a b"])
+    assert argv[:2] == ["sh", "-c"] and argv[3:] == ["sh", "x"]
+    assert "'/sys/fs/cgroup/pids/a b'/cgroup.procs" in argv[2] and "ulimit -f 4096" in argv[2]
+    assert "\n" not in argv[2]  # the command's errors name the lines the model wrote
+    done = subprocess.run(confined(["sh", "-c", "nosuch-command; ulimit -f"], limits, []), capture_output=True)
+    assert b"1: nosuch-command: not found" in done.stderr and done.stdout == b"4096\n"
+    wrapped = confined(["tar", "-xf", "-"], limits, [])  # not a shell: one runs it, with `exec`
+    assert wrapped[2].endswith('exec "$@"') and wrapped[3:] == ["sh", "tar", "-xf", "-"]
+    assert confined(["true"], Limits(0, 0, 0), []) == ["true"]
