@@ -1,11 +1,24 @@
-"""Throughput of a batch run against the scripted server, next to the physical limit.
+"""Throughput of batch runs against the scripted server, next to the physical limit, in one run:
 
-    python bench/throughput.py --prompts 1000 --latency-ms 300 --workers 2 --concurrency 100
+    python bench/throughput.py --prompts 1000 --latency-ms 300 --workers 2 --concurrency 100 \\
+        --environments local,bwrap --verify both --repeats 3 [--baseline DIR] [--strace 20]
 
-Starts the mock server (trajforge.mock.server) with the given latency (one tool turn, so two model calls a prompt), runs
-batch_runner.py on generated prompts, and prints wall time, the ideal time N*K*L/S, efficiency, the
-runner's CPU per trajectory (its whole process tree, terminal commands included, the server
-excluded), the server's CPU, and the peak RSS of each worker process.
+Starts the mock server (trajforge.mock.server) with the given latency (one tool turn, so two model
+calls and one terminal command a prompt) and runs batch_runner.py on generated prompts, once per
+environment, without and with a `verify` command (--verify), --repeats times each, alternating with
+the tree in --baseline DIR when given (e.g. `git worktree add DIR main --detach`): before and after
+on the same machine at the same moment, medians and their ratio after/before. Per row:
+
+- cpu_ms: the runner's CPU per trajectory (its whole process tree, terminal commands included, the
+  server excluded), and sys_ms its system part;
+- efficiency: the ideal time prompts x 2 calls x latency / in flight, over the wall time;
+- end_s: from the last batch line to the run's exit (worker shutdown, merge, summary), shut_s the part
+  until the last worker had exited;
+- peak RSS of the parent and of the largest worker.
+
+--strace N also runs N prompts of each row under `strace -f` and counts per sample the clones without
+CLONE_VM made by the runner's own (Python) processes (forks of the worker: 0 is the target), the
+`/proc` files they opened and the mounts made (bwrap's). --n-samples runs each prompt that many times.
 """
 
 from __future__ import annotations
@@ -13,7 +26,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
+import re
+import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -25,6 +40,7 @@ import psutil
 
 ROOT = Path(__file__).resolve().parents[1]
 CALLS_PER_PROMPT = 2
+VERIFY = "test -d ."  # as cheap as a verify command gets: what is measured is the runner's part
 
 
 def start_server(latency: float) -> tuple[subprocess.Popen, str]:
@@ -32,88 +48,175 @@ def start_server(latency: float) -> tuple[subprocess.Popen, str]:
         [sys.executable, "-m", "trajforge.mock.server", "--latency", str(latency), "--turns", "1"],
         stdout=subprocess.PIPE,
         text=True,
+        cwd=ROOT,
     )
     return server, server.stdout.readline().strip().split("=", 1)[1]
 
 
-def watch_memory(pid: int, peaks: dict, stop: threading.Event) -> None:
-    """Peak RSS of every process under the runner, sampled every 20 ms."""
-    try:
-        root = psutil.Process(pid)
-        while not stop.is_set():
-            for proc in [root, *root.children(recursive=True)]:
-                try:
-                    rss = proc.memory_info().rss
-                    if proc.name().startswith("python") or proc.pid == pid:
-                        peaks[proc.pid] = max(peaks.get(proc.pid, 0), rss)
-                except psutil.Error:
-                    pass
-            stop.wait(0.02)
-    except psutil.Error:
-        pass
+class Watch(threading.Thread):
+    """Peak RSS of the runner's Python processes and when its last worker exited, every 20 ms."""
+
+    def __init__(self, pid: int):
+        super().__init__(daemon=True)
+        self.pid, self.peaks, self.workers_gone = pid, {}, 0.0
+        self.done = threading.Event()
+
+    def run(self) -> None:
+        try:
+            root = psutil.Process(self.pid)
+            while not self.done.is_set():
+                workers = 0
+                for proc in [root, *root.children()]:
+                    try:
+                        if proc.pid == self.pid or proc.name().startswith("python"):
+                            self.peaks[proc.pid] = max(self.peaks.get(proc.pid, 0), proc.memory_info().rss)
+                            workers += proc.pid != self.pid
+                    except psutil.Error:
+                        pass
+                if workers:
+                    self.workers_gone = time.time()
+                self.done.wait(0.02)
+        except psutil.Error:
+            pass
 
 
-def run(args: argparse.Namespace) -> dict:
-    server, base_url = start_server(args.latency_ms / 1000)
-    try:
-        with tempfile.TemporaryDirectory() as tmp:
-            dataset = Path(tmp, "prompts.jsonl")
-            dataset.write_text(
-                "".join(json.dumps({"prompt": f"benchmark task {i}"}) + "\n" for i in range(args.prompts))
-            )
-            command = [
-                sys.executable,
-                str(ROOT / "batch_runner.py"),
-                f"--dataset_file={dataset}",
-                f"--batch_size={args.batch_size}",
-                "--run_name=bench",
-                f"--output_dir={tmp}",
-                "--model=bench",
-                f"--base_url={base_url}",
-                "--api_key=bench",
-                "--distribution=terminal_only",
-                f"--num_workers={args.workers}",
-                f"--concurrency={args.concurrency}",
-                f"--executor={args.executor}",
-            ]
-            before = resource.getrusage(resource.RUSAGE_CHILDREN)
-            peaks: dict[int, int] = {}
-            stop = threading.Event()
-            started = time.perf_counter()
-            proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-            watcher = threading.Thread(target=watch_memory, args=(proc.pid, peaks, stop))
-            watcher.start()
-            output = proc.communicate()[0]
-            wall = time.perf_counter() - started
-            stop.set()
-            watcher.join()
-            after = resource.getrusage(resource.RUSAGE_CHILDREN)
-            server_times = psutil.Process(server.pid).cpu_times()
-            if proc.returncode != 0:
-                sys.exit(f"batch_runner.py failed ({proc.returncode}):\n{output}")
-            written = Path(tmp, "bench", "trajectories.jsonl").read_bytes().count(b"\n")
-    finally:
-        server.kill()
-        server.wait()
-    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    server_cpu = server_times.user + server_times.system
-    in_flight = min(args.workers * args.concurrency, args.prompts)
-    ideal = args.prompts * CALLS_PER_PROMPT * args.latency_ms / 1000 / in_flight
-    workers = sorted((rss for pid, rss in peaks.items() if pid != proc.pid), reverse=True)[: args.workers]
+def dataset(path: Path, prompts: int, verify: bool) -> None:
+    extra = {"verify": VERIFY} if verify else {}
+    path.write_text("".join(json.dumps({"prompt": f"benchmark task {i}", **extra}) + "\n" for i in range(prompts)))
+
+
+def command(tree: Path, tmp: str, base_url: str, args: argparse.Namespace, environment: str, prompts: int) -> list:
+    return [
+        sys.executable,
+        str(tree / "batch_runner.py"),
+        f"--dataset_file={tmp}/prompts.jsonl",
+        f"--batch_size={args.batch_size}",
+        "--run_name=bench",
+        f"--output_dir={tmp}",
+        "--model=bench",
+        f"--base_url={base_url}",
+        "--api_key=bench",
+        "--distribution=terminal_only",
+        f"--num_workers={args.workers}",
+        f"--concurrency={args.concurrency}",
+        f"--environment={environment}",
+        f"--n_samples={args.n_samples}",
+        f"--executor={args.executor}",
+    ]
+
+
+def run_once(tree: Path, base_url: str, args: argparse.Namespace, environment: str, verify: bool) -> dict:
+    with tempfile.TemporaryDirectory() as tmp:
+        dataset(Path(tmp, "prompts.jsonl"), args.prompts, verify)
+        before = os.times()
+        started = time.perf_counter()
+        proc = subprocess.Popen(
+            command(tree, tmp, base_url, args, environment, args.prompts),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            cwd=tmp,
+        )
+        watch = Watch(proc.pid)
+        watch.start()
+        output = proc.communicate()[0]
+        ended, wall = time.time(), time.perf_counter() - started
+        watch.done.set()
+        watch.join()
+        after = os.times()
+        if proc.returncode != 0:
+            sys.exit(f"{tree}/batch_runner.py failed ({proc.returncode}):\n{output}")
+        folder = Path(tmp, "bench")
+        written = (folder / "trajectories.jsonl").read_bytes().count(b"\n")
+        last_line = max(path.stat().st_mtime for path in folder.glob("batch_*.jsonl"))
+        merged = (folder / "trajectories.jsonl").stat().st_mtime
+    samples = args.prompts * args.n_samples
+    cpu = (after.children_user - before.children_user) + (after.children_system - before.children_system)
+    in_flight = min(args.workers * args.concurrency, samples)
+    ideal = samples * CALLS_PER_PROMPT * args.latency_ms / 1000 / in_flight
+    workers = [rss for pid, rss in watch.peaks.items() if pid != proc.pid]
     return {
-        "prompts": args.prompts,
         "trajectories": written,
-        "in_flight": in_flight,
-        "wall_s": round(wall, 2),
-        "ideal_s": round(ideal, 2),
-        "efficiency": round(ideal / wall, 3),
-        "cpu_ms_per_trajectory": round(cpu * 1000 / args.prompts, 2),
-        "server_cpu_ms_per_trajectory": round(server_cpu * 1000 / args.prompts, 2),
-        # With every core busy, no run can beat the CPU both processes need on this machine.
-        "cpu_floor_s": round((cpu + server_cpu) / os.cpu_count(), 2),
-        "parent_peak_rss_mb": round(peaks.get(proc.pid, 0) / 2**20, 1),
-        "worker_peak_rss_mb": [round(rss / 2**20, 1) for rss in workers],
+        "wall_s": wall,
+        "efficiency": ideal / wall,
+        "cpu_ms": cpu * 1000 / samples,
+        "sys_ms": (after.children_system - before.children_system) * 1000 / samples,
+        "end_s": ended - last_line,
+        "shut_s": max(watch.workers_gone - last_line, 0.0),
+        "merge_s": max(merged - max(watch.workers_gone, last_line), 0.0),
+        "parent_rss_mb": watch.peaks.get(proc.pid, 0) / 2**20,
+        "worker_rss_mb": max(workers, default=0) / 2**20,
     }
+
+
+RESULT = re.compile(r"= (\d+)$")
+
+
+def calls(lines: list[str]):
+    """(pid, call text) per system call of an `strace -f` log, an interrupted call joined with its end."""
+    pending: dict[str, str] = {}
+    for line in lines:
+        pid, _, text = line.strip().partition(" ")
+        text = text.strip()
+        if text.endswith("<unfinished ...>"):
+            pending[pid] = text.removesuffix("<unfinished ...>")
+        elif text.startswith("<... ") and pid in pending:
+            yield int(pid), pending.pop(pid) + text.split(" resumed>", 1)[-1]
+        elif text[:1] not in ("+", "-", ""):
+            yield int(pid), text
+
+
+def strace_counts(tree: Path, base_url: str, args: argparse.Namespace, environment: str, verify: bool) -> dict:
+    """Per sample, from `strace -f` of a small run: forks by the runner's Python processes, /proc files
+    they opened, mounts made by anyone (bwrap's)."""
+    small = argparse.Namespace(**{**vars(args), "prompts": args.strace, "concurrency": min(args.concurrency, 10)})
+    with tempfile.TemporaryDirectory() as tmp:
+        dataset(Path(tmp, "prompts.jsonl"), args.strace, verify)
+        trace = Path(tmp, "trace")
+        argv = ["strace", "-f", "-o", str(trace), "-e", "trace=clone,clone3,fork,vfork,execve,openat,mount"]
+        done = subprocess.run(
+            [*argv, *command(tree, tmp, base_url, small, environment, args.strace)], capture_output=True, cwd=tmp
+        )
+        if done.returncode:
+            sys.exit(f"the strace run failed:\n{done.stdout.decode()}{done.stderr.decode()}")
+        lines = trace.read_text(errors="replace").splitlines()
+    runner = int(lines[0].split()[0])
+    python = {runner}  # the runner, its workers and their threads: clones that never exec
+    forks = proc_opens = mounts = 0
+    for pid, text in calls(lines):
+        if text.startswith(("clone(", "clone3(", "fork(", "vfork(")) and pid in python:
+            child = RESULT.search(text)
+            if child and "CLONE_VM" not in text and not text.startswith("vfork("):
+                forks += pid != runner  # the runner's own are its workers
+                python.add(int(child.group(1)))
+            elif child and "CLONE_THREAD" in text:
+                python.add(int(child.group(1)))
+        elif text.startswith("execve(") and text.endswith("= 0") and pid != runner:
+            python.discard(pid)  # a forked child that became a program: its processes are its own business
+        elif text.startswith('openat(AT_FDCWD, "/proc/') and pid in python:
+            proc_opens += 1
+        elif text.startswith("mount("):
+            mounts += 1
+    samples = args.strace * args.n_samples
+    return {
+        "worker_forks": forks / samples,
+        "proc_opens": proc_opens / samples,
+        "mounts": mounts / samples,
+    }
+
+
+def table(rows: dict[str, dict[str, list[dict]]], trees: list[str], strace: dict) -> str:
+    keys = ["cpu_ms", "sys_ms", "efficiency", "wall_s", "end_s", "shut_s", "merge_s", "worker_rss_mb"]
+    out = []
+    for row, by_tree in rows.items():
+        medians = {tree: {k: statistics.median(r[k] for r in runs) for k in keys} for tree, runs in by_tree.items()}
+        for tree in trees:
+            figures = "  ".join(f"{k}={medians[tree][k]:.3g}" for k in keys)
+            out.append(f"{row:<16} {tree:<8} {figures}  {strace.get((row, tree), '')}")
+        if len(trees) == 2:
+            ratios = "  ".join(f"{k}={medians['after'][k] / (medians['before'][k] or 1):.2f}x" for k in keys[:4])
+            out.append(f"{row:<16} {'ratio':<8} {ratios}")
+    return "\n".join(out)
 
 
 def main() -> None:
@@ -122,12 +225,45 @@ def main() -> None:
     parser.add_argument("--latency-ms", type=float, default=300)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--concurrency", type=int, default=1)
-    parser.add_argument("--batch-size", type=int, default=5)
+    parser.add_argument("--batch-size", type=int, default=100)
+    parser.add_argument("--n-samples", type=int, default=1)
     parser.add_argument("--executor", choices=("pool", "ray"), default="pool")
-    result = run(parser.parse_args())
-    width = max(map(len, result))
-    for key, value in result.items():
-        print(f"{key:<{width}}  {value}")
+    parser.add_argument("--environments", default="local,bwrap", help="comma-separated --environment values")
+    parser.add_argument("--verify", choices=("no", "yes", "both"), default="both")
+    parser.add_argument("--repeats", type=int, default=1)
+    parser.add_argument("--baseline", type=Path, help="another checkout, run alternating with this one")
+    parser.add_argument("--strace", type=int, default=0, help="prompts of the strace run per row (0: none)")
+    parser.add_argument("--json", action="store_true", help="every run's figures as JSON lines too")
+    args = parser.parse_args()
+    trees = {"after": ROOT, **({"before": args.baseline.resolve()} if args.baseline else {})}
+    verifies = {"no": [False], "yes": [True], "both": [False, True]}[args.verify]
+    combos = [(env, verify) for env in args.environments.split(",") for verify in verifies]
+    name = {combo: combo[0] + (" +verify" if combo[1] else "") for combo in combos}
+    rows: dict[str, dict[str, list[dict]]] = {name[c]: {t: [] for t in trees} for c in combos}
+    strace: dict = {}
+    print(f"load before: {os.getloadavg()}", flush=True)
+    server, base_url = start_server(args.latency_ms / 1000)
+    try:
+        for repeat in range(args.repeats):
+            for combo in combos:
+                for label, tree in trees.items() if repeat % 2 == 0 else reversed(trees.items()):
+                    figures = run_once(tree, base_url, args, *combo)
+                    rows[name[combo]][label].append(figures)
+                    if args.json:
+                        print(json.dumps({"row": name[combo], "tree": label, **figures}), flush=True)
+        if args.strace and shutil.which("strace"):
+            for combo in combos:
+                for label, tree in trees.items():
+                    counts = strace_counts(tree, base_url, args, *combo)
+                    strace[(name[combo], label)] = "  ".join(f"{k}={v:.3g}" for k, v in counts.items())
+    finally:
+        server.kill()
+        server.wait()
+    print(f"load after: {os.getloadavg()}  ({os.cpu_count()} cores)")
+    samples = args.prompts * args.n_samples
+    shape = f"{args.workers} workers x {args.concurrency}, {args.latency_ms:g} ms a call"
+    print(f"{samples} samples, {shape}; medians of {args.repeats}")
+    print(table(rows, list(trees), strace))
 
 
 if __name__ == "__main__":

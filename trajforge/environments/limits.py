@@ -17,6 +17,7 @@ Each mechanism is what works for every uid and every runtime:
 from __future__ import annotations
 
 import contextlib
+import functools
 import glob
 import os
 import shlex
@@ -55,6 +56,7 @@ def _own_cgroup(controller: str) -> str:
     return ""
 
 
+@functools.cache  # a process's cgroup stays where it is: read once, not per sample
 def _v2_parent() -> str | None:
     """Our v2 cgroup when it may hold children with pids and memory limits (root, or a delegated subtree)."""
     path = V2 + _own_cgroup("")
@@ -68,6 +70,7 @@ def _v2_parent() -> str | None:
     return None
 
 
+@functools.cache
 def _v1_parents() -> dict[str, str] | None:
     parents = {name: root + _own_cgroup(name) for name, root in V1.items()}
     return parents if all(os.path.isdir(p) and os.access(p, os.W_OK) for p in parents.values()) else None
@@ -186,6 +189,7 @@ def _kill_members(path: str) -> list[int]:
     return members
 
 
+@functools.cache
 def host_user() -> int | None:
     """The host uid a root runner's sandboxed commands run as (nobody), None where there is none to
     drop to: a runner that is not root, or root of a user namespace where only it is mapped (`unshare
