@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import inspect
 import json
 import os
 import statistics
@@ -61,6 +62,8 @@ async def measure(kind: str, repeats: int, verifier: str) -> dict[str, list[floa
         await env.exec("echo 42 > answer.txt")
         entry = {"prompt": "p", "verify": 'test "$(cat answer.txt)" = 42'}
         record = {"prompt_index": 0, "metadata": {"source": entry}}
+        # The record is made only when a Python verifier asks for it; older trees took the record itself.
+        shown = (lambda: record) if "view" in inspect.signature(verify_sample).parameters else record
         for _ in range(repeats):  # the agent's commands, before any verification
             started = time.perf_counter()
             await env.exec("true")
@@ -71,7 +74,7 @@ async def measure(kind: str, repeats: int, verifier: str) -> dict[str, list[floa
                 ("Python verifier", VerifySettings(verifier=verifier)),
             ):
                 started = time.perf_counter()
-                done = await verify_sample(verify, entry, record, [], env)
+                done = await verify_sample(verify, entry, shown, [], env)
                 times[label].append(time.perf_counter() - started)
                 assert done["passed"], done
     finally:

@@ -115,7 +115,7 @@ def verify_in(kind: str, tmp_path, agent: str, verify: str, **settings) -> dict:
         env = await backend_for(env_settings).open(entry)
         try:
             await env.exec(agent)
-            return await verify_sample(VerifySettings(**settings), entry, {}, [], env)
+            return await verify_sample(VerifySettings(**settings), entry, dict, [], env)
         finally:
             await env.close()
 

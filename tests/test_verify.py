@@ -125,7 +125,7 @@ def run_in_env(tmp_path, settings: VerifySettings, entry: dict, prepare: str = "
             if prepare:
                 await env.exec(prepare)
             record = {"prompt_index": 0, "metadata": {"source": entry}}
-            return await verify_sample(settings, entry, record, turns(final, "terminal"), env)
+            return await verify_sample(settings, entry, lambda: record, turns(final, "terminal"), env)
         finally:
             await env.close()
 

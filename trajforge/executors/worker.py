@@ -1,4 +1,6 @@
-"""A worker process: takes batches from the task queue and runs up to `--concurrency` prompts at once.
+"""A worker process: takes batches from the task queue and runs up to `--concurrency` prompts at once,
+each through the sample pipeline (pipeline/sample.py); here are only scheduling, claims, events and
+batch files.
 
 Each finished prompt is one whole line appended to its `batch_N.jsonl`, flushed and fsynced before
 the parent hears of it. This is the only place where a prompt's exception becomes data (`failed`).
@@ -13,14 +15,13 @@ import queue
 import signal
 import socket
 import sys
-import time
 import traceback
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from toolset_distributions import sample_rng, sample_toolsets
-from trajectory import build_record, discard_reason, nonzero_exits, verification_passed, with_verification
-from trajforge.agent.loop import AgentResult, PromptLimits, run_agent
+from trajectory import verification_passed
+from trajforge.agent.loop import PromptLimits
 from trajforge.cli.config import RunConfig
 from trajforge.environments import backend_for
 from trajforge.errors import SetupError
@@ -38,19 +39,17 @@ from trajforge.events import (
 )
 from trajforge.model.chat import ChatModel
 from trajforge.model.retry import ModelCallFailed, RunStopped
-from trajforge.model.tokens import drift_text
-from trajforge.model.usage import add_usage
 from trajforge.money.errors import SpendStop
 from trajforge.money.spending import Spending, sample_scope
+from trajforge.pipeline.actors import Agent, AgentRules
+from trajforge.pipeline.record import Line, TrajectoryRecorder
+from trajforge.pipeline.sample import Finished, SamplePipeline
 from trajforge.run.samples import PassCounts
 from trajforge.runfolder.attempts import AttemptLog, unit_id
 from trajforge.runfolder.folder import BatchFiles, RunFolder, entry_key
-from trajforge.safejson import dumps
 from trajforge.tools import Tool
 from trajforge.tools.services import ToolServices
-from trajforge.tools.session import ToolSession
-from trajforge.verification.checks import verify_sample
-from trajforge.verification.tasks import SetupFailed, prepare_task
+from trajforge.verification.tasks import SetupFailed
 
 
 @dataclass(frozen=True)
@@ -76,22 +75,31 @@ class Worker:
 
     def __init__(self, setup: WorkerSetup, events, files: BatchFiles | None, passes: PassCounts):
         self.setup = setup
-        self.config = setup.config
+        self.config = config = setup.config
         self.events = events
         self.files = files
         self.passes = passes  # passed samples per entry: --stop_after_passes
         self.stopped = False  # the endpoint refused us, or the budget is spent: start nothing more
-        money = self.config.money
+        money = config.money
         # The response cache, budget and rate limits, shared through the run folder's database by the processes
         # of the machine that started the run; a Ray task on another node goes without (config.py refuses
         # --max_cost and rate limits with a cluster).
         here = socket.gethostname() == money.host and os.path.isdir(money.folder)
-        self.spending = Spending(money, self.config.secrets.redact) if here else None
-        self.client = ChatModel(self.config.model, self.spending)
-        self.services = ToolServices(self.config.tools, self.config.model, self.config.secrets, self.spending)
-        self.limits = PromptLimits(money.max_cost_per_prompt, money.max_tokens_per_prompt)
-        self.environments = backend_for(self.config.environment)  # shared by this process's prompts
-        self.task_base = Path(self.config.dataset_file).resolve().parent  # a task's `workspace`, `tests` folders
+        self.spending = Spending(money, config.secrets.redact) if here else None
+        self.client = ChatModel(config.model, self.spending)
+        self.services = ToolServices(config.tools, config.model, config.secrets, self.spending)
+        limits = PromptLimits(money.max_cost_per_prompt, money.max_tokens_per_prompt)
+        self.rules = AgentRules(
+            config.max_turns, config.preamble, config.max_tool_calls_per_turn, config.prompt_timeout, limits
+        )
+        self.pipeline = SamplePipeline(
+            backend_for(config.environment),  # shared by this process's prompts
+            config.verify,
+            Path(config.dataset_file).resolve().parent,  # a task's `workspace`, `tests` folders
+            config.setup_timeout,
+            config.secrets,
+            self.services,
+        )
         self.attempts = AttemptLog(files.folder) if files else None
 
     def _logger(self, index: int):
@@ -147,33 +155,24 @@ class Worker:
         await asyncio.gather(*running)
 
     async def run_prompt(self, batch_num: int, index: int, sample: int, entry: dict) -> None:
-        """One sample: open its environment, run the agent, verify, finish its batch line (pure), deliver
-        it; an exception becomes the sample's failure, never the worker's."""
-        started = time.monotonic()
+        """One sample through the pipeline, its line delivered; an exception becomes the sample's failure,
+        never the worker's."""
         key = entry_key(entry)
         toolsets = sample_toolsets(self.setup.weights, sample_rng(self.config.seed, key, sample))
         tools = {t.name: t for name in toolsets for t in self.setup.toolsets[name]}
         scope = sample_scope(key, self.setup.copies.get(index, 0), sample)
-        env = None
         try:
             if self.spending is not None and await self.spending.stopped():  # the budget is spent: start nothing
                 self.stopped = True
                 return
             self.started(unit_id(key, sample, self.setup.copies.get(index, 0)))
-            env = await self.open(entry, scope)
-            result = await self.converse(env, entry, tools, index, scope)
-            add_usage(result.usage, env.usage)  # the tools' own model calls (vision, images) count too
-            # The model may quote the ephemeral prompt, a prefill message or a key a server echoed.
-            self.services.secrets.redact_turns(result.turns, env.redactions)
-            metadata = {"batch_num": batch_num, "sample_index": sample, "seconds": time.monotonic() - started}
-            record = self.record(index, entry, result, tools, toolsets, metadata)
-            # In the same environment, still open; its commands stay out of the conversation and tool_stats.
-            verification = await verify_sample(self.config.verify, entry, record, result.turns, env.env, self.task_base)
-            for field_name in ("output", "error"):  # a Python verifier's info and prints may quote a secret too
-                verification[field_name] = env.redact(verification[field_name])
-            line, reason = batch_line(record, result, verification, set(tools), dict(env.redactions))
-            unit, outcome = (batch_num, index, sample), reason or result.exit_reason
-            await self.deliver(unit, line, outcome, result, verification, len(tools))
+            agent = Agent(self.client, self.rules, tools, self._logger(index), self._retry_reporter(index))
+            metadata = {"batch_num": batch_num, "model": self.config.model.model, "run_name": self.config.run_name}
+            recorder = TrajectoryRecorder(
+                index, entry, tools, toolsets, self.setup.tool_names, metadata | {"sample_index": sample}
+            )
+            done = await self.pipeline.run(entry, scope, agent, recorder)
+            await self.deliver((batch_num, index, sample), done, len(tools))
         except RunStopped as exc:
             self.stopped = True
             self.events.put(RunRefused(index, batch_num, self.services.redact(str(exc)), sample))
@@ -185,8 +184,6 @@ class Worker:
             error = replace(error, message=self.services.redact(error.message))  # error bodies may echo the request
             self.events.put(PromptFailed(index, batch_num, error, sample))
         finally:
-            if env is not None:
-                await env.close()
             if self.files:
                 self.files.finish(batch_num)
 
@@ -198,97 +195,20 @@ class Worker:
         else:
             self.events.put(SampleStarted(unit))
 
-    async def open(self, entry: dict, scope: str) -> ToolSession:
-        """The sample's environment, with the task's files and setup in place before any model call."""
-        env = ToolSession(await self.environments.open(entry, scope), self.services, scope)
-        try:
-            await prepare_task(env.env, entry, self.task_base, self.config.setup_timeout)
-        except BaseException:
-            await env.close()
-            raise
-        return env
-
-    async def converse(self, env: ToolSession, entry: dict, tools: dict, index: int, scope: str) -> AgentResult:
-        config = self.config
-        return await run_agent(
-            self.client,
-            env,
-            entry["prompt"],
-            tools,
-            config.max_turns,
-            config.preamble,
-            self._logger(index),
-            max_tool_calls=config.max_tool_calls_per_turn,
-            timeout=config.prompt_timeout,
-            on_retry=self._retry_reporter(index),
-            limits=self.limits,
-            scope=scope,
-        )
-
-    def record(self, index: int, entry: dict, result: AgentResult, tools: dict, toolsets: list, metadata: dict) -> dict:
-        """The sample's trajectory record; `metadata`: batch_num, sample_index and its seconds so far."""
-        return build_record(
-            prompt_index=index,
-            entry=entry,
-            turns=result.turns,
-            tool_schemas=[t.schema for t in tools.values()],
-            toolsets=toolsets,
-            tool_names=self.setup.tool_names,
-            api_calls=result.api_calls,
-            exit_reason=result.exit_reason,
-            usage=result.usage,
-            metadata={
-                "batch_num": metadata["batch_num"],
-                "model": self.config.model.model,
-                "model_reported": result.model_reported,
-                "run_name": self.config.run_name,
-                "duration_seconds": round(metadata["seconds"], 3),
-                "sample_index": metadata["sample_index"],
-                "token_drift": drift_text(result.tokens or []),
-            },
-        )
-
-    async def deliver(
-        self,
-        unit: tuple[int, int, int],
-        line: bytes,
-        outcome: str,
-        result: AgentResult,
-        verification: dict,
-        offered: int,
-    ) -> None:
+    async def deliver(self, unit: tuple[int, int, int], done: Finished[Line], offered: int) -> None:
         """The line into its batch file (or onto its event), the pass counted, the driver told; `unit`:
         (batch number, prompt index, sample index), `offered` how many tools the sample was offered."""
         batch_num, index, sample = unit
+        result, line = done.acted.result, done.record
         if self.files:
-            await self.files.append(batch_num, line)
-        passed = verification_passed(verification)  # None: nothing verified the sample
+            await self.files.append(batch_num, line.data)
+        passed = verification_passed(done.acted.verification)  # None: nothing verified the sample
         if passed:  # before this slot takes its next sample
             self.passes.add(index)
         called = sum(len(turn.calls) for turn in result.turns)
-        carried = None if self.files else line  # travels with the event where the driver writes it
+        carried = None if self.files else line.data  # travels with the event where the driver writes it
+        outcome = line.discarded or result.exit_reason
         self.events.put(PromptDone(index, batch_num, outcome, result.retries, carried, sample, passed, offered, called))
-
-
-def batch_line(
-    record: dict, result: AgentResult, verification: dict, offered: set[str], redactions: dict
-) -> tuple[bytes, str | None]:
-    """The sample's line of its batch file, and why the merge drops it (None: kept). Pure: the record
-    with its verification and the keys the merge takes off again (discarded, redactions, tokens,
-    nonzero_exits)."""
-    record = {**record, "metadata": dict(record["metadata"])}
-    with_verification(record, verification)
-    reason = discard_reason(result.turns, offered)
-    if reason:
-        record["discarded"] = reason
-    if redactions:  # for statistics.json; the merge takes it off, as it does `discarded`
-        record["redactions"] = redactions
-    if result.tokens is not None:  # for tokens.jsonl; the merge takes it off trajectories.jsonl
-        record["tokens"] = {"turns": result.tokens, "missing": result.tokens_missing}
-    exits = nonzero_exits(result.turns)
-    if exits:  # for the summary's tool table; taken off by the merge too
-        record["nonzero_exits"] = exits
-    return dumps(record) + b"\n", reason  # what orjson cannot encode kept as text
 
 
 async def _next_batch(tasks) -> Batch | None:

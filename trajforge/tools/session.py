@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from trajforge.environments import Environment
 from trajforge.environments.redacted import Redacted
 from trajforge.model.usage import add_usage, empty_usage
+from trajforge.secrets import Secrets
 
 if TYPE_CHECKING:  # the services hold the model client, whose imports the browser service does without
     from trajforge.tools.services import ToolServices
@@ -49,19 +50,34 @@ class Resources:
 
 
 class ToolSession(Resources):
-    def __init__(self, env: Environment, services: ToolServices, scope: str = ""):
+    def __init__(
+        self, env: Environment, services: ToolServices | None, scope: str = "", secrets: Secrets | None = None
+    ):
+        """`services` None: a sample that calls no tool (--check_tasks); `secrets` defaults to the services'."""
         super().__init__()
-        self.services = services
+        self._services = services
+        self.secrets = secrets or (services.secrets if services else Secrets())
         self.scope = scope  # the sample the tools' model calls belong to (the response cache's key)
         self.redactions: Counter = Counter()  # secrets masked in what this prompt saves, by kind
         self.env: Environment = Redacted(env, self.redact)
         self.usage = empty_usage()
 
+    @property
+    def services(self) -> ToolServices:
+        if self._services is None:
+            raise RuntimeError("this sample was offered no tools, so it has no tool services")
+        return self._services
+
     def redact(self, text: str) -> str:
-        return self.services.secrets.redact(text, self.redactions)
+        return self.secrets.redact(text, self.redactions)
 
     def count_usage(self, usage: dict) -> None:
         add_usage(self.usage, usage)
+
+    def take_usage(self) -> dict:
+        """What the model calls of tools (and verification) used since the last take, counted from zero again."""
+        usage, self.usage = self.usage, empty_usage()
+        return usage
 
     async def close(self) -> None:
         """Resources first (a browser context must not outlive its prompt), then the environment."""

@@ -16,12 +16,15 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from trajectory import Turn
 from trajforge.environments import Environment
 from trajforge.verification.result import VerifySettings, capped, result, unverified
 from trajforge.verification.tasks import reveal_tests
+
+View = Callable[[], dict]  # the sample's record so far, made when a Python verifier asks for it
 
 CHECKS = ("command", "final_contains", "final_excludes", "tools_called")
 
@@ -87,20 +90,21 @@ async def run_command(env: Environment, command: str, timeout: float, threshold:
 
 
 async def verify_sample(
-    settings: VerifySettings, entry: dict, record: dict, turns: list[Turn], env, base: Path | None = None
+    settings: VerifySettings, entry: dict, view: View, turns: list[Turn], env, base: Path | None = None
 ) -> dict:
-    """The verification of one finished sample (unverified() when nothing checks it). `env` is the
-    sample's environment, still open; `base` the dataset file's folder (a `tests` directory is relative to
-    it). Never raises: a verification that breaks is a sample that did not pass, with the error recorded."""
+    """The verification of one finished sample (unverified() when nothing checks it). `view` gives the
+    record a Python verifier is shown (built only for one); `env` is the sample's environment, still open;
+    `base` the dataset file's folder (a `tests` directory is relative to it). Never raises: a verification
+    that breaks is a sample that did not pass, with the error recorded."""
     started = time.monotonic()
     try:
-        return await _verify(settings, entry, record, turns, env, started, base or Path())
+        return await _verify(settings, entry, view, turns, env, started, base or Path())
     except Exception as exc:  # e.g. the container vanished under the verify command
         return result(False, 0.0, "", started, f"verification failed: {type(exc).__name__}: {exc}")
 
 
 async def _verify(
-    settings: VerifySettings, entry: dict, record: dict, turns: list[Turn], env, started: float, base: Path
+    settings: VerifySettings, entry: dict, view: View, turns: list[Turn], env, started: float, base: Path
 ) -> dict:
     """The verification's steps, in order; each later one relies on those before it."""
     spec = entry.get("verify")
@@ -112,17 +116,17 @@ async def _verify(
     # 2. The task's hidden tests, written only now into a fresh folder outside the workspace ($TESTS_DIR).
     await reveal_tests(env, entry, base)
     # 3. The check itself: the Python verifier, or the entry's `verify`.
-    done = await _check(settings, spec, record, turns, env, started)
+    done = await _check(settings, spec, view, turns, env, started)
     # 4. Its reward must lie in --reward_range: a verifier printing 100000 has not measured a solution.
     done = in_range(done, settings.reward_range)
     return {**done, "output": capped(removed + (done["output"] or ""))} if removed else done
 
 
-async def _check(settings: VerifySettings, spec, record: dict, turns: list[Turn], env, started: float) -> dict:
+async def _check(settings: VerifySettings, spec, view: View, turns: list[Turn], env, started: float) -> dict:
     if settings.verifier:
         from trajforge.verification.python_verifier import call_verifier  # forks: loaded only by runs that have one
 
-        return await call_verifier(settings, record, env, started)
+        return await call_verifier(settings, view(), env, started)
     if isinstance(spec, str):
         return await run_command(env, spec, settings.timeout, settings.threshold, started)
     failures = check_failures(spec, turns)

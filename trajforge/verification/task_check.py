@@ -1,9 +1,10 @@
 """--check_tasks: are the tasks sound, before any money is spent? No model is called.
 
-Every entry is tried twice, each time in a fresh environment of the run's backend: setup -> solution ->
-tests -> verify must pass (the oracle), and setup -> tests -> verify must fail (an agent that does
-nothing). One line per entry goes to task_check.jsonl in the run folder; the tasks that are not sound are
-printed as a table. Entries run at once up to --num_workers x --concurrency, on one event loop (the
+Every entry is tried twice, each time in a fresh environment of the run's backend and through the same
+sample pipeline as a run's samples (pipeline/sample.py), with the oracle or nothing in the agent's place:
+setup -> solution -> tests -> verify must pass (the oracle), and setup -> tests -> verify must fail (an
+agent that does nothing). One line per entry goes to task_check.jsonl in the run folder; the tasks that
+are not sound are printed as a table. Entries run at once up to --num_workers x --concurrency, on one event loop (the
 commands are processes or containers of their own, so that is parallel where it matters).
 """
 
@@ -20,14 +21,16 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from trajforge.agent.loop import AgentResult
 from trajforge.cli.config import RunConfig
-from trajforge.environments import Backend, backend_for, choose, prepare_run, remove_leftovers
+from trajforge.environments import backend_for, choose, prepare_run, remove_leftovers
 from trajforge.errors import SetupError
+from trajforge.pipeline.actors import Oracle, idle
+from trajforge.pipeline.sample import Acted, SamplePipeline
 from trajforge.run.dataset import Entry, load_dataset
 from trajforge.runfolder.folder import RunFolder, write_atomic
-from trajforge.verification.checks import verify_sample
 from trajforge.verification.result import capped
-from trajforge.verification.tasks import SetupFailed, prepare_task
+from trajforge.verification.tasks import SetupFailed
 
 FILE = "task_check.jsonl"
 
@@ -51,45 +54,55 @@ def checked_entry(entry: dict) -> dict:
     return entry
 
 
-async def attempt(backend: Backend, config: RunConfig, entry: Entry, oracle: bool, base: Path) -> tuple[bool, str]:
-    """(passed, what it said) for one try of a task: with its solution (`oracle`) or without."""
-    data = checked_entry(entry.data)
-    if oracle and "solution" not in data:
-        return False, "the entry has no `solution` to check"
-    if config.verify.verifier is None and "verify" not in data:
-        return False, "nothing verifies this entry (no `verify` command and no --verifier)"
-    said = []
-    try:
-        env = await backend.open(data, f"check-{entry.index}-{'oracle' if oracle else 'noop'}")
-    except SetupError as exc:
-        return False, f"environment: {exc}"
-    try:
-        await prepare_task(env, data, base, config.setup_timeout)
-        if oracle:
-            done = await env.exec(data["solution"], config.setup_timeout, capped=False)
-            why = f" ({done.error})" if done.error else ""
-            said.append(f"solution: exit {done.exit_code}{why}\n{done.output}")
-        record = {"prompt_index": entry.index, "conversations": [], "metadata": {"source": json.dumps(data)}}
-        verification = await verify_sample(config.verify, data, record, [], env, base)
+@dataclass(frozen=True)
+class CheckRecorder:
+    """A check's record: whether the try passed, and what its steps said (the oracle's solution, the verify)."""
+
+    index: int
+    data: dict
+    oracle: Oracle | None
+
+    def view(self, result: AgentResult, seconds: float) -> dict:
+        return {"prompt_index": self.index, "conversations": [], "metadata": {"source": json.dumps(self.data)}}
+
+    def finish(self, acted: Acted) -> tuple[bool, str]:
+        verification = acted.verification
+        said = [*(self.oracle.said if self.oracle else [])]
         said.append(f"verify: reward {verification['reward']}\n{verification['output']}")
         if verification["error"]:
             said.append(f"verify error: {verification['error']}")
         return bool(verification["passed"]), capped("\n".join(said), tail=True)  # the table shows the last line
+
+
+async def attempt(pipeline: SamplePipeline, entry: Entry, oracle: bool) -> tuple[bool, str]:
+    """(passed, what it said) for one try of a task, through the runs' own sample pipeline: with its
+    solution (`oracle`) in place of the agent, or with nothing."""
+    data = checked_entry(entry.data)
+    if oracle and "solution" not in data:
+        return False, "the entry has no `solution` to check"
+    if pipeline.verify.verifier is None and "verify" not in data:
+        return False, "nothing verifies this entry (no `verify` command and no --verifier)"
+    actor = Oracle(pipeline.setup_timeout) if oracle else None
+    scope = f"check-{entry.index}-{'oracle' if oracle else 'noop'}"
+    try:
+        done = await pipeline.run(data, scope, actor or idle, CheckRecorder(entry.index, data, actor))
+    except SetupError as exc:
+        return False, f"environment: {exc}"
     except SetupFailed as exc:
         return False, capped(str(exc), tail=True)
-    finally:
-        await env.close()
+    return done.record
 
 
 async def check_all(config: RunConfig, entries: list[Entry]) -> list[TaskCheck]:
-    backend = backend_for(config.environment)
     base = Path(config.dataset_file).resolve().parent
+    backend = backend_for(config.environment)
+    pipeline = SamplePipeline(backend, config.verify, base, config.setup_timeout, config.secrets)
     slots = asyncio.Semaphore(config.num_workers * config.concurrency)
 
     async def one(entry: Entry) -> TaskCheck:
         async with slots:
             (oracle, said), (noop, idle) = await asyncio.gather(
-                attempt(backend, config, entry, True, base), attempt(backend, config, entry, False, base)
+                attempt(pipeline, entry, True), attempt(pipeline, entry, False)
             )
         return TaskCheck(entry.index, oracle, noop, oracle and not noop, {"oracle": said, "noop": idle})
 

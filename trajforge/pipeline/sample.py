@@ -1,0 +1,116 @@
+"""One sample, start to end, in the order every kind of run keeps.
+
+1. open the sample's environment (the run's backend);
+2. put the task in place (files, workspace, setup: a failed setup costs no model call);
+3. act: the agent, or for --check_tasks the oracle or nothing (actors.py);
+4. redact what the actor brought back (a model may quote a secret), and release the sample's resources;
+5. enter the clean room and verify (verification/checks.py), in the same environment, still open;
+6. build the record, last, so that what verification spent (a judge's model calls, counted on the
+   session) is in the sample's usage.
+
+The worker (scheduling, claims, events, batch files) and --check_tasks both run their samples through
+`SamplePipeline.run`, so the two cannot drift. What differs between them is an Actor and a Recorder.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Generic, Protocol, TypeVar
+
+from trajforge.agent.loop import AgentResult
+from trajforge.environments import Backend
+from trajforge.model.usage import add_usage
+from trajforge.secrets import Secrets
+from trajforge.tools.services import ToolServices
+from trajforge.tools.session import ToolSession
+from trajforge.verification.checks import verify_sample
+from trajforge.verification.result import VerifySettings
+from trajforge.verification.tasks import prepare_task
+
+R = TypeVar("R")
+R_co = TypeVar("R_co", covariant=True)
+
+
+class Actor(Protocol):
+    """What acts on the task between its setup and its verification."""
+
+    async def __call__(self, session: ToolSession, entry: dict) -> AgentResult: ...
+
+
+@dataclass(frozen=True)
+class Acted:
+    """What the record is built from: the actor's result (its usage: the model's, the tools' and the
+    verification's), the verification, the secrets masked by kind, and the seconds until the actor ended."""
+
+    result: AgentResult
+    verification: dict
+    redactions: dict[str, int]
+    seconds: float
+
+
+class Recorder(Protocol[R_co]):
+    def view(self, result: AgentResult, seconds: float) -> dict:
+        """The record so far, as a Python verifier (--verifier) is shown it."""
+        ...
+
+    def finish(self, acted: Acted) -> R_co:
+        """The sample's record, once verified."""
+        ...
+
+
+@dataclass(frozen=True)
+class Finished(Generic[R]):
+    acted: Acted
+    record: R
+
+
+@dataclass(frozen=True)
+class SamplePipeline:
+    """The run's way of running one sample; shared by the samples of a process."""
+
+    backend: Backend
+    verify: VerifySettings
+    task_base: Path  # the dataset file's folder: a task's `workspace` and `tests` are relative to it
+    setup_timeout: float
+    secrets: Secrets
+    services: ToolServices | None = None  # None: the actor calls no tool (--check_tasks)
+
+    async def run(self, entry: dict, scope: str, act: Actor, recorder: Recorder[R]) -> Finished[R]:
+        """The sample's record; the environment is closed whatever happens. Raises what fails the sample
+        (SetupError, SetupFailed, a model call that failed): the caller decides what that costs."""
+        started = time.monotonic()
+        session = await self.open(entry, scope)
+        try:
+            result = await act(session, entry)
+            seconds = time.monotonic() - started
+            add_usage(result.usage, session.take_usage())  # the tools' own model calls (vision, images)
+            # The model may quote the ephemeral prompt, a prefill message or a key a server echoed.
+            self.secrets.redact_turns(result.turns, session.redactions)
+            await session.release_all()  # the agent's resources (its browser context) end with the agent
+            verification = await self.verified(session, entry, result, lambda: recorder.view(result, seconds))
+            add_usage(result.usage, session.take_usage())  # what verification spent is the sample's too
+            acted = Acted(result, verification, dict(session.redactions), seconds)
+            return Finished(acted, recorder.finish(acted))
+        finally:
+            await session.close()
+
+    async def open(self, entry: dict, scope: str) -> ToolSession:
+        """The sample's environment, with the task's files and setup in place before any model call."""
+        session = ToolSession(await self.backend.open(entry, scope), self.services, scope, self.secrets)
+        try:
+            await prepare_task(session.env, entry, self.task_base, self.setup_timeout)
+        except BaseException:
+            await session.close()
+            raise
+        return session
+
+    async def verified(self, session: ToolSession, entry: dict, result: AgentResult, view: Callable[[], dict]) -> dict:
+        """The clean room, then the verification, in the sample's still open environment; its commands stay
+        out of the conversation and tool_stats."""
+        verification = await verify_sample(self.verify, entry, view, result.turns, session.env, self.task_base)
+        for name in ("output", "error"):  # a Python verifier's info and prints may quote a secret too
+            verification[name] = session.redact(verification[name])
+        return verification
