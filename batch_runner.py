@@ -15,12 +15,14 @@ from rich.console import Console
 
 from toolset_distributions import DISTRIBUTIONS, distributions_table
 from trajforge.cli.config import build_config, settle, tool_settings
-from trajforge.cli.flagtable import BY_NAME, given, help_text, signature
+from trajforge.cli.flagtext import given, help_text, signature
 from trajforge.cli.unknown_flags import unknown_argument
-from trajforge.cli.version import version
 from trajforge.errors import SetupError, UsageError
+from trajforge.flags import BY_NAME
+from trajforge.flags.values import FlagError
 from trajforge.run.helper_processes import Helpers, signal_handlers_kept
 from trajforge.secrets import conceal
+from trajforge.version import version
 
 # The runner itself (trajforge.run.runner, trajforge.tools.registry) is imported once the run's helpers are
 # starting: its imports take about 2 s, most of them the openai package, and the helpers start meanwhile.
@@ -29,24 +31,24 @@ from trajforge.secrets import conceal
 def main(**flags) -> None:
     """Run the agent over every prompt of --dataset_file; outputs go to <output_dir>/<run_name>/.
 
-    The flags are trajforge.cli.flagtable's (python batch_runner.py --help). A flag that run.json keeps is
+    The flags are the flag table's (trajforge/flags) (python batch_runner.py --help). A flag that run.json keeps is
     None when not given: its default, or with --resume the run's own value, applies then.
     """
     flags = given(flags)
     console = Console(highlight=False, soft_wrap=True)
-    if flags["list_distributions"]:
-        from trajforge.tools import registry
-
-        every_toolset = [name for weights in DISTRIBUTIONS.values() for name in weights]
-        _, missing = registry.available_toolsets(tool_settings(settle(flags)), every_toolset)
-        console.print(distributions_table(missing))
-        return
     try:
+        if flags["list_distributions"]:
+            from trajforge.tools import registry
+
+            every_toolset = [name for weights in DISTRIBUTIONS.values() for name in weights]
+            _, missing = registry.available_toolsets(tool_settings(settle(flags)), every_toolset)
+            console.print(distributions_table(missing))
+            return
         config = build_config(flags)
         # Before any helper starts or any worker forks: none of them inherits a secret it could show.
         conceal(config.secrets.texts)
         if config.check_tasks:  # no model, no helpers: only the tasks' own commands
-            from trajforge.verification.task_check import check_tasks as check
+            from trajforge.run.task_check import check_tasks as check
 
             sys.exit(check(config, console))
         with signal_handlers_kept(), Helpers(config) as started:
@@ -58,7 +60,7 @@ def main(**flags) -> None:
             if not gc.get_freeze_count():
                 gc.freeze()
             code = BatchRunner(config, console, started).run()
-    except (UsageError, SetupError) as exc:
+    except (UsageError, SetupError, FlagError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         sys.exit(2)
     sys.exit(code)

@@ -12,8 +12,8 @@ from conftest import source
 from test_environments import _available
 
 from trajforge.environments import EnvironmentSettings, backend_for
+from trajforge.flags.values import verifier_spec
 from trajforge.verification.checks import verify_sample
-from trajforge.verification.python_verifier import normalize
 from trajforge.verification.result import VerifySettings
 
 SECRET = "SECRET-ANSWER-7d1f"
@@ -175,6 +175,8 @@ def test_a_python_verifiers_commands_run_in_the_clean_room_too(kind, tmp_path):
     grader = tmp_path / "grader.py"
     grader.write_text(GRADER)
     plant = f'mkdir -p "{USER_SITE}" && echo "import os; os._exit(0)" > "{USER_SITE}/hook.pth"; echo wrong > answer.txt'
-    fooled = verify_in(kind, tmp_path, plant, "true", verifier=normalize(f"{grader}:check"))
-    honest = verify_in(kind, tmp_path, "echo right > answer.txt", "true", verifier=normalize(f"{grader}:check"))
+    fooled = verify_in(kind, tmp_path, plant, "true", verifier=verifier_spec(f"{grader}:check", "verifier"))
+    honest = verify_in(
+        kind, tmp_path, "echo right > answer.txt", "true", verifier=verifier_spec(f"{grader}:check", "verifier")
+    )
     assert (fooled["reward"], honest["reward"]) == (0.0, 1.0), (fooled, honest)

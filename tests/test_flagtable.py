@@ -1,4 +1,4 @@
-"""The one flag table (trajforge/cli/flagtable.py): main's signature, run.json's rows, every default, --help,
+"""The one flag table (trajforge/flags): main's signature, run.json's rows, every default, --help,
 --version and docs/flags.md come from it or are checked against it here."""
 
 from __future__ import annotations
@@ -15,10 +15,12 @@ from conftest import ROOT
 
 import batch_runner
 from trajforge.agent.loop import run_agent
-from trajforge.cli.config import CHECKS, RUN_SETTINGS, RunConfig
-from trajforge.cli.flagtable import FLAGS, GROUPS, OPENROUTER, PER_INVOCATION, reference, signature
+from trajforge.cli.config import RUN_SETTINGS
+from trajforge.cli.flagtext import reference, signature
 from trajforge.environments import EnvironmentSettings
+from trajforge.flags import FLAGS, GROUPS, OPENROUTER, PER_INVOCATION
 from trajforge.model.settings import ModelSettings
+from trajforge.runconfig import RunConfig
 from trajforge.verification.result import VerifySettings
 
 HELP_LINE = re.compile(r"^  --(\w+)(=\w+)? +(.+); (default .+|required.*?)( \[kept\])?$")
@@ -34,11 +36,9 @@ def test_mains_signature_is_the_tables():
 
 
 def test_run_json_keeps_exactly_the_kept_flags_with_the_tables_defaults():
-    assert [row.flag for row in RUN_SETTINGS] == [flag.name for flag in FLAGS if flag.kept]
-    by_name = {flag.name: flag for flag in FLAGS}
+    assert [row.name for row in RUN_SETTINGS] == [flag.name for flag in FLAGS if flag.kept]
     for row in RUN_SETTINGS:
-        assert row.default == by_name[row.flag].default and row.may_change == (by_name[row.flag].resume == "may change")
-    assert set(CHECKS) <= {row.flag for row in RUN_SETTINGS}  # a check for a flag run.json does not keep is dead
+        assert row.may_change == (row.resume == "may change")
 
 
 def test_every_default_is_the_tables():
@@ -61,7 +61,7 @@ def test_every_default_is_the_tables():
 
 def test_the_committed_flag_reference_is_the_generated_one():
     committed = (ROOT / "docs" / "flags.md").read_text()
-    assert committed == reference(), "run: python -m trajforge.cli.flagtable > docs/flags.md"
+    assert committed == reference(), "run: python -m trajforge.cli.flagtext > docs/flags.md"
     for flag in FLAGS:
         assert f"`--{flag.name}`" in committed
     assert "| per invocation |" in committed and "| remembered |" in committed and "| may change |" in committed

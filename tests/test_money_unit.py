@@ -12,13 +12,13 @@ import sys
 import pytest
 
 from trajforge.agent.loop import PromptLimits
-from trajforge.cli.continuation import continue_command
 from trajforge.money.bucket import Bucket, backoff
 from trajforge.money.errors import BudgetReached, CostUnknown
 from trajforge.money.pricing import Prices, estimate, priced
 from trajforge.money.report import next_budget, projected
 from trajforge.money.spending import cache_key, sample_scope
 from trajforge.money.store import Call, Store
+from trajforge.run.continuation import continue_command
 
 USAGE = {"prompt_tokens": 1000, "completion_tokens": 200, "prompt_tokens_details": {"cached_tokens": 800}}
 

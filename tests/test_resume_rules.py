@@ -15,7 +15,7 @@ from test_resume import paste
 from test_samples import CHECK, ONE_SLOT, SOLVE
 
 from trajforge.cli.config import build_config
-from trajforge.cli.flagtable import given
+from trajforge.cli.flagtext import given
 
 TOOLS = ["--distribution=terminal_only", "--environment=local"]
 

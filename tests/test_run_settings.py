@@ -19,8 +19,10 @@ from conftest import ROOT, write_dataset
 
 import batch_runner
 from trajforge.cli.config import RUN_SETTINGS, build_config, settle
-from trajforge.cli.remembered import Remembered, digest, remembered, settle_flags
+from trajforge.cli.remembered import remembered, settle_flags
 from trajforge.errors import UsageError
+from trajforge.flags import Flag
+from trajforge.flags.values import digest, whole
 
 SECRET = "You are a secret system prompt nobody may read"
 LOCAL = ["--environment=local", "--max_retries=0"]
@@ -42,7 +44,7 @@ def kept(**changes) -> dict:
 
 def test_every_kept_flag_is_a_flag_left_none_and_the_execution_details_are_not_kept():
     parameters = inspect.signature(batch_runner.main).parameters
-    names = [row.flag for row in RUN_SETTINGS]
+    names = [row.name for row in RUN_SETTINGS]
     assert len(names) == len(set(names))
     for name in names:
         assert parameters[name].default is None, f"--{name} must default to None so that --resume can tell it apart"
@@ -50,7 +52,7 @@ def test_every_kept_flag_is_a_flag_left_none_and_the_execution_details_are_not_k
     free |= {"command_timeout", "request_timeout", "prompt_timeout", "max_retries", "verbose", "log_prefix_chars"}
     free |= {"require_reasoning", "api_key", "resume", "keep_workspaces", "no_cache", "export", "report"}
     assert not free & set(names)
-    may_change = {row.flag for row in RUN_SETTINGS if row.may_change}
+    may_change = {row.name for row in RUN_SETTINGS if row.may_change}
     assert {"num_workers", "concurrency", "batch_size", "keep", "price_input", "price_output", "max_cost"} <= may_change
 
 
@@ -124,7 +126,7 @@ def test_the_prefill_file_is_found_again_and_its_content_must_not_change(tmp_pat
 
 def test_a_setting_may_be_allowed_to_grow_on_a_resume():
     """The seam for a setting such as a number of samples per prompt: more on a resume, never fewer."""
-    rows = (Remembered("n_samples", 1, lambda value, flag: int(value), agrees=lambda kept, now: now >= kept),)
+    rows = (Flag("n_samples", int, 1, "", "run", "remembered", parse=whole(1), agrees=lambda kept, now: now >= kept),)
     assert settle_flags(rows, {"n_samples": None}, {"n_samples": 3}, Path("run.json")) == {"n_samples": 3}
     assert settle_flags(rows, {"n_samples": "5"}, {"n_samples": 3}, Path("run.json")) == {"n_samples": "5"}
     assert remembered(rows, {"n_samples": "5"}) == {"n_samples": 5}  # what run.json keeps from then on

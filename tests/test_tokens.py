@@ -16,9 +16,10 @@ from trajectory import Turn, split_reasoning
 from trajforge.agent.calls import read_tool_calls
 from trajforge.agent.loop import _assistant_message, exact_message
 from trajforge.export.rl import segments
+from trajforge.flags.values import token_mode
 from trajforge.mock import tokens as mock_tokens
 from trajforge.model.stream import assemble
-from trajforge.model.tokens import drift, token_mode, turn_tokens
+from trajforge.model.tokens import drift, turn_tokens
 
 ROOT = Path(__file__).resolve().parents[1]
 ONE_SLOT = ["--distribution=terminal_only", "--environment=local", "--num_workers=1", "--concurrency=1"]

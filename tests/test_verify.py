@@ -15,9 +15,10 @@ from trajectory import ToolCall, Turn
 from trajforge.cli.config import RUN_SETTINGS
 from trajforge.environments import EnvironmentSettings, backend_for
 from trajforge.errors import UsageError
+from trajforge.flags.values import FlagError, verifier_spec
 from trajforge.run.dataset import load_dataset
 from trajforge.verification.checks import check_failures, command_reward, spec_problem, verify_sample
-from trajforge.verification.python_verifier import load_verifier, normalize, reading
+from trajforge.verification.python_verifier import load_verifier, reading
 from trajforge.verification.result import KEYS, OUTPUT_CAP, VerifySettings, unverified
 
 
@@ -235,7 +236,7 @@ def exits(record, env):
 def verifiers(tmp_path):
     path = tmp_path / "my_verifiers.py"
     path.write_text(VERIFIERS)
-    return lambda name, **changes: VerifySettings(verifier=normalize(f"{path}:{name}"), **changes)
+    return lambda name, **changes: VerifySettings(verifier=verifier_spec(f"{path}:{name}", "verifier"), **changes)
 
 
 def test_a_python_verifier_reads_files_and_runs_commands_through_the_handle(tmp_path, verifiers):
@@ -288,20 +289,20 @@ def test_a_hanging_python_verifier_is_killed_at_the_verify_timeout(tmp_path, ver
 )
 def test_a_verifier_that_cannot_be_used_is_refused_at_start(tmp_path, verifiers, spec, message):
     (tmp_path / "broken.py").write_text("def check(record, env):\n    return (\n")
-    with pytest.raises(UsageError) as caught:
-        load_verifier(normalize(spec.format(tmp=tmp_path)))
+    with pytest.raises((UsageError, FlagError)) as caught:
+        load_verifier(verifier_spec(spec.format(tmp=tmp_path), "verifier"))
     assert message in str(caught.value)
 
 
 def test_module_verifiers_load_by_name():
-    assert load_verifier(normalize("operator:add"))(1, 2) == 3
+    assert load_verifier(verifier_spec("operator:add", "verifier"))(1, 2) == 3
 
 
 def test_run_json_keeps_the_verifier_with_its_file_made_absolute(tmp_path, monkeypatch):
     # A resume from another folder must find the file, and a relative spec for it must agree.
     (tmp_path / "v.py").write_text("def check(record, env):\n    return 1.0\n")
     monkeypatch.chdir(tmp_path)
-    row = next(row for row in RUN_SETTINGS if row.flag == "verifier")
-    kept = row.normal("v.py:check", "verifier")
-    assert kept == f"{(tmp_path / 'v.py').resolve()}:check" == row.normal("./v.py:check", "verifier")
-    assert row.normal("json:loads", "verifier") == "json:loads" and row.normal(None, "verifier") is None
+    row = next(row for row in RUN_SETTINGS if row.name == "verifier")
+    kept = row.normal("v.py:check")
+    assert kept == f"{(tmp_path / 'v.py').resolve()}:check" == row.normal("./v.py:check")
+    assert row.normal("json:loads") == "json:loads" and row.normal(None) is None

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from trajectory import Turn, split_reasoning
 from trajforge.agent.calls import read_tool_calls
-from trajforge.cli.flagtable import default
+from trajforge.flags import default
 from trajforge.model.chat import ChatModel, OnRetry
 from trajforge.model.retry import ModelCallFailed
 from trajforge.model.usage import add_usage, empty_usage, usage_total

@@ -26,7 +26,7 @@ import time
 import uuid
 from dataclasses import dataclass, fields
 
-from trajforge.cli.flagtable import default
+from trajforge.flags import default
 
 MB = 1024 * 1024
 V2 = "/sys/fs/cgroup"

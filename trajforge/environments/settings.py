@@ -5,8 +5,8 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass, field
 
-from trajforge.cli.flagtable import default
 from trajforge.environments.limits import Limits
+from trajforge.flags import default
 
 
 @dataclass(frozen=True)

@@ -18,8 +18,8 @@ import time
 from collections import deque
 
 from trajforge.events import Claimed, Event
+from trajforge.executors.passes import PassCounts
 from trajforge.executors.worker import Batch, WorkerSetup, worker_main
-from trajforge.run.samples import PassCounts
 from trajforge.tls import tls_context
 
 GRACE = 15.0  # seconds a worker gets to close its environments after SIGTERM

@@ -18,8 +18,8 @@ import time
 from collections import deque
 
 from trajforge.events import Claimed, Event, PromptDone
+from trajforge.executors.passes import PassCounts
 from trajforge.executors.worker import Batch, WorkerSetup, serve
-from trajforge.run.samples import PassCounts
 from trajforge.runfolder.folder import BatchFiles, RunFolder, passed
 
 TASK_RETRIES = 3  # re-runs of a batch whose worker process or node died

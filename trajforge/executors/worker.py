@@ -22,7 +22,6 @@ from pathlib import Path
 from toolset_distributions import sample_rng, sample_toolsets
 from trajectory import verification_passed
 from trajforge.agent.loop import PromptLimits
-from trajforge.cli.config import RunConfig
 from trajforge.environments import backend_for
 from trajforge.errors import SetupError
 from trajforge.events import (
@@ -37,6 +36,7 @@ from trajforge.events import (
     SampleSkipped,
     SampleStarted,
 )
+from trajforge.executors.passes import PassCounts
 from trajforge.model.chat import ChatModel
 from trajforge.model.retry import ModelCallFailed, RunStopped
 from trajforge.money.errors import SpendStop
@@ -44,7 +44,7 @@ from trajforge.money.spending import Spending, sample_scope
 from trajforge.pipeline.actors import Agent, AgentRules
 from trajforge.pipeline.record import Line, TrajectoryRecorder
 from trajforge.pipeline.sample import Finished, SamplePipeline
-from trajforge.run.samples import PassCounts
+from trajforge.runconfig import RunConfig
 from trajforge.runfolder.attempts import AttemptLog, unit_id
 from trajforge.runfolder.folder import BatchFiles, RunFolder, entry_key
 from trajforge.tools import Tool

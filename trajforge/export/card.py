@@ -11,8 +11,8 @@ import json
 import re
 from urllib.parse import urlsplit
 
-from trajforge.cli.config import RunConfig
 from trajforge.export import loading
+from trajforge.runconfig import RunConfig
 
 FILE = "README.md"
 MARKDOWN_SPECIAL = re.compile(r"([\\`*_\[\]<>|])")

@@ -12,13 +12,13 @@ from pathlib import Path
 
 import orjson
 
-from trajforge.cli.config import RunConfig
-from trajforge.cli.version import git_commit, project_version
 from trajforge.export import FILES, FORMATS, atif, card, llamafactory, openai, report, rl
 from trajforge.export.files import JsonArray, JsonLines
 from trajforge.export.record import Conversation, parse
 from trajforge.export.report import ReportData, write_report
+from trajforge.runconfig import RunConfig
 from trajforge.runfolder.folder import RunFolder, write_atomic
+from trajforge.version import git_commit, project_version
 
 EXPORT_DIR = "export"
 

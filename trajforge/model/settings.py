@@ -6,8 +6,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
-from trajforge.cli.flagtable import default
+from trajforge.flags import default
+from trajforge.flags.values import TokenMode
 from trajforge.money.pricing import Prices
+
+NO_KEY = "not-needed"  # what we send to a local server when the user gave no key: no secret
 
 
 @dataclass(frozen=True)
@@ -21,7 +24,7 @@ class ModelSettings:
     max_retries: int = default("max_retries")
     stream: bool = False
     prices: Prices | None = None  # --price_input/--price_output/--price_cached_input, for this model's calls
-    token_ids: str = "off"  # --token_ids: off, on or required (model/tokens.py)
+    token_ids: TokenMode = "off"  # --token_ids: off, on or required (model/tokens.py)
     cache_as: str = ""  # the endpoint as the response cache names it, when not base_url (the mock's changing port)
 
     @property

@@ -15,10 +15,8 @@ from __future__ import annotations
 
 import json
 
-from trajforge.errors import UsageError
 from trajforge.money.errors import SpendStop
 
-MODES = ("off", "on", "required")
 REQUEST = {"return_token_ids": True, "logprobs": True}  # what every chat request adds with --token_ids
 
 
@@ -26,19 +24,6 @@ class TokensMissing(SpendStop):
     """--token_ids=required and a reply came without ids: the run stops (exit 2) before another call."""
 
     reason = "no_token_ids"
-
-
-def token_mode(value, flag: str = "token_ids") -> str:
-    """--token_ids as given (Fire: a bare flag is True): off, on or required."""
-    if value is None or value is False:
-        return "off"
-    if value is True:
-        return "on"
-    text = str(value).strip().lower()
-    text = {"true": "on", "yes": "on", "1": "on", "false": "off", "no": "off", "0": "off"}.get(text, text)
-    if text not in MODES:
-        raise UsageError(f"--{flag} must be true, false or required, got {value!r}")
-    return text
 
 
 def _ids(value) -> list[int] | None:

@@ -19,8 +19,8 @@ from dataclasses import replace
 from urllib.parse import urlsplit
 
 from toolset_distributions import DISTRIBUTIONS
-from trajforge.cli.config import RunConfig
 from trajforge.errors import SetupError
+from trajforge.runconfig import RunConfig
 from trajforge.tools.browser.runtime import BrowserUnavailable, launch_problem
 from trajforge.tools.browser.service import BrowserService
 

@@ -14,8 +14,6 @@ from rich.console import Console
 from rich.markup import escape
 
 from toolset_distributions import DISTRIBUTIONS, usable
-from trajforge.cli.config import RunConfig
-from trajforge.cli.continuation import continue_command
 from trajforge.environments import choose, prepare_run, remove_leftovers
 from trajforge.environments.limits import unenforced
 from trajforge.errors import SetupError, UsageError
@@ -43,10 +41,12 @@ from trajforge.model.tokens import TokensMissing
 from trajforge.money.report import money_statistics
 from trajforge.money.store import SpendingTotals, Store
 from trajforge.run.advice import Advice
+from trajforge.run.continuation import continue_command
 from trajforge.run.dataset import Entry, load_dataset
 from trajforge.run.helper_processes import Helpers
 from trajforge.run.progress import ProgressView, Tally, print_budget_stop, print_summary
 from trajforge.run.samples import Plan, plan_samples
+from trajforge.runconfig import RunConfig
 from trajforge.runfolder.attempts import EXHAUSTED, AttemptLog, History, new_invocation, unit_id
 from trajforge.runfolder.folder import RunFolder, entry_key, passed, sample_key, write_json_atomic
 from trajforge.runfolder.merge import TrajectoryTotals, merge

@@ -1,5 +1,6 @@
 """Samples: every dataset entry runs `--n_samples` times. What is left to run, matched by content and
-sample index with multiplicity, and how workers learn that an entry has its `--stop_after_passes`.
+sample index with multiplicity (how workers learn that an entry has its `--stop_after_passes`:
+executors/passes.py).
 
 A unit of work is one sample of one entry, `(prompt_index, sample_index)`. Samples go out sample-major
 (sample 0 of every entry, then sample 1, ...), so an entry's early samples finish, and may pass, before
@@ -8,7 +9,6 @@ its later ones start: that is what lets --stop_after_passes save the later ones.
 
 from __future__ import annotations
 
-import multiprocessing
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -74,42 +74,3 @@ def plan_samples(
             plan.done.append(entry.index)
     plan.pending.sort(key=lambda item: item[1])  # stable: dataset order within each sample index
     return plan
-
-
-class PassCounts:
-    """Passed samples per prompt index, so that no worker starts a sample of an entry that already has
-    `limit` passes. A worker counts its own passes before it takes its next sample, so one worker's
-    order is exact; samples other workers already started finish anyway (and count).
-
-    `shared` counts live in memory the forked workers of this machine share; `local` ones in one
-    process (a Ray task, which starts from what the driver knew)."""
-
-    def __init__(self, limit: int | None, counts, lock=None):
-        self.limit = limit
-        self.counts = counts
-        self.lock = lock
-
-    @classmethod
-    def shared(cls, limit: int | None, initial: dict[int, int], size: int) -> PassCounts:
-        if limit is None:
-            return cls(None, None)
-        array = multiprocessing.get_context("fork").Array("i", max(size, 1))
-        for index, count in initial.items():
-            array[index] = count
-        return cls(limit, array, array.get_lock())
-
-    @classmethod
-    def local(cls, limit: int | None, initial: dict[int, int]) -> PassCounts:
-        return cls(limit, Counter(initial) if limit is not None else None)
-
-    def reached(self, index: int) -> bool:
-        return self.limit is not None and self.counts[index] >= self.limit
-
-    def add(self, index: int) -> None:
-        if self.limit is None:
-            return
-        if self.lock is None:
-            self.counts[index] += 1
-            return
-        with self.lock:
-            self.counts[index] += 1

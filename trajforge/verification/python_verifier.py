@@ -32,26 +32,12 @@ from typing import NoReturn
 
 from trajforge.environments import ExecResult
 from trajforge.errors import UsageError
+from trajforge.flags.values import is_file_spec
 from trajforge.verification.result import VerifySettings, result
 
-FORM = "--verifier must be path/to/file.py:function or module:function"
 PR_SET_PDEATHSIG = 1
 HEADER = struct.Struct(">I")
 FILE_ERRORS = (FileNotFoundError, IsADirectoryError, ValueError, OSError)  # what read_file raises, by contract
-
-
-def normalize(spec: str) -> str:
-    """The spec with a file made absolute, so workers find it whatever their working directory."""
-    target, sep, name = str(spec).rpartition(":")
-    if not sep or not target or not name.isidentifier():
-        raise UsageError(f"{FORM}, got {spec!r}")
-    if _is_file(target):
-        return f"{Path(target).resolve()}:{name}"
-    return f"{target}:{name}"
-
-
-def _is_file(target: str) -> bool:
-    return target.endswith(".py") or "/" in target
 
 
 @functools.cache
@@ -60,7 +46,7 @@ def load_verifier(spec: str) -> Callable:
     after the start find it loaded."""
     target, _, name = spec.rpartition(":")
     try:
-        if _is_file(target):
+        if is_file_spec(target):
             if not Path(target).is_file():
                 raise UsageError(f"--verifier: {target} does not exist or is not a file")
             module_spec = importlib.util.spec_from_file_location(f"batch_runner_verifier_{Path(target).stem}", target)

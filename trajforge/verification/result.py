@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from trajforge.cli.flagtable import default
+from trajforge.flags import default
 
 OUTPUT_CAP = 2000  # characters of a verifier's output kept in the record
 KEYS = ("verified", "passed", "reward", "output", "duration_seconds", "error")

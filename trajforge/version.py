@@ -7,7 +7,7 @@ import subprocess
 from importlib import metadata
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]  # the checkout, when running from one
+ROOT = Path(__file__).resolve().parents[1]  # the checkout, when running from one
 
 
 def project_version() -> str:

@@ -22,12 +22,12 @@ from rich.markup import escape
 from rich.table import Table
 
 from trajforge.agent.loop import AgentResult
-from trajforge.cli.config import RunConfig
 from trajforge.environments import backend_for, choose, prepare_run, remove_leftovers
 from trajforge.errors import SetupError
 from trajforge.pipeline.actors import Oracle, idle
 from trajforge.pipeline.sample import Acted, SamplePipeline
 from trajforge.run.dataset import Entry, load_dataset
+from trajforge.runconfig import RunConfig
 from trajforge.runfolder.folder import RunFolder, write_atomic
 from trajforge.verification.result import capped
 from trajforge.verification.tasks import SetupFailed

@@ -1,0 +1,247 @@
+"""How a flag's value is read: the parsers the flag table gives its flags, as Fire hands values over
+(`a,b` as a tuple, a bare `--flag` as True, numbers as numbers or text) and as run.json keeps them.
+
+Each parser is `(value, flag) -> the value the run uses` and raises FlagError with a message that names
+the flag. Like the table, nothing here imports the package: the command line turns a FlagError into
+its UsageError (exit 2, nothing sent)."""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import json
+import math
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any, Literal, cast
+
+TRUE, FALSE = ("true", "1", "yes", "on"), ("false", "0", "no", "off")
+TokenMode = Literal["off", "on", "required"]
+TOKEN_MODES: tuple[TokenMode, ...] = ("off", "on", "required")
+VERIFIER_FORM = "--verifier must be path/to/file.py:function or module:function"
+
+Parser = Callable[[Any, str], Any]
+
+
+class FlagError(ValueError):
+    """A flag's value is wrong; the message names the flag and says what it takes."""
+
+
+def text(value: Any, flag: str) -> str:
+    return str(value)
+
+
+def path(value: Any, flag: str) -> Path:
+    return Path(str(value))
+
+
+def url(value: Any) -> str:
+    """An endpoint as run.json compares it: a trailing slash is the same endpoint."""
+    return str(value).rstrip("/")
+
+
+def names(value: Any, flag: str) -> list[str]:
+    """Comma-separated names; Fire hands `a,b` over as a tuple, `a` as a str: accept either (and lists)."""
+    items = value if isinstance(value, (list, tuple)) else [value]
+    out = [part.strip() for item in items for part in str(item).split(",") if part.strip()]
+    if not out:
+        raise FlagError(f"--{flag} needs at least one name (comma separated)")
+    return out
+
+
+def boolean(value: Any, flag: str) -> bool:
+    if isinstance(value, bool):
+        return value
+    word = str(value).strip().lower()
+    if word in TRUE or word in FALSE:
+        return word in TRUE
+    raise FlagError(f"--{flag} must be true or false, got {value!r}")
+
+
+def whole(minimum: int) -> Parser:
+    """A whole number of at least `minimum`."""
+
+    def parse(value: Any, flag: str) -> int:
+        if isinstance(value, bool) or not isinstance(value, (int, str)) or not str(value).strip().lstrip("-").isdigit():
+            raise FlagError(f"--{flag} must be a whole number, got {value!r}")
+        number = int(value)
+        if number < minimum:
+            raise FlagError(f"--{flag} must be at least {minimum}, got {number}")
+        return number
+
+    return parse
+
+
+def number(value: Any, flag: str, what: str = "a number") -> float:
+    try:
+        found = float(value)
+    except (TypeError, ValueError):
+        found = math.nan
+    if isinstance(value, bool) or not math.isfinite(found):  # a bare --flag comes as True
+        raise FlagError(f"--{flag} must be {what}, got {value!r}")
+    return found
+
+
+def seconds(value: Any, flag: str) -> float:
+    found = number(value, flag, "a number of seconds")
+    if found <= 0:
+        raise FlagError(f"--{flag} must be more than 0 seconds")
+    return found
+
+
+def amount(what: str = "an amount in USD", positive: bool = True) -> Parser:
+    """A finite number: more than 0, or (a price) at least 0."""
+
+    def parse(value: Any, flag: str) -> float:
+        found = number(value, flag, what)
+        if found < 0 or (positive and found == 0):
+            raise FlagError(f"--{flag} must be {'more than' if positive else 'at least'} 0, got {value!r}")
+        return found
+
+    return parse
+
+
+def one_of(allowed: Iterable[str]) -> Parser:
+    choices = tuple(allowed)
+
+    def parse(value: Any, flag: str) -> str:
+        return choice(value, flag, choices)
+
+    return parse
+
+
+def registered(module: str, table: str) -> Parser:
+    """One of the names a table elsewhere holds (backends, distributions), looked up when a value is read:
+    the flag table imports nothing, and whatever registers more names has done so by then."""
+
+    def parse(value: Any, flag: str) -> str:
+        return choice(value, flag, getattr(importlib.import_module(module), table))
+
+    return parse
+
+
+def choice(value: Any, flag: str, allowed: Iterable[str]) -> str:
+    allowed = tuple(allowed)
+    if str(value) not in allowed:
+        raise FlagError(f"--{flag} must be one of {', '.join(allowed)}; got {value!r}")
+    return str(value)
+
+
+def reward_range(value: Any, flag: str) -> tuple[float, float]:
+    """LOW,HIGH (Fire hands a comma-separated value over as a tuple; run.json keeps a list)."""
+    parts = value.split(",") if isinstance(value, str) else value
+    form = FlagError(f"--{flag} must be LOW,HIGH (two numbers, LOW <= HIGH), got {value!r}")
+    if not isinstance(parts, list | tuple) or len(parts) != 2:
+        raise form
+    low, high = (number(part, flag, "LOW,HIGH (two numbers)") for part in parts)
+    if low > high:
+        raise form
+    return low, high
+
+
+def image(value: Any, flag: str) -> str:
+    name = str(value).strip()
+    if not name:
+        raise FlagError(f"--{flag} must name an image, such as python:3.11-slim")
+    return name
+
+
+def run_name(value: Any, flag: str) -> str:
+    name = str(value)
+    if not name.strip() or "/" in name or name in (".", ".."):
+        raise FlagError(f"--{flag} must be a plain folder name, got {name!r}")
+    return name
+
+
+def token_mode(value: Any, flag: str = "token_ids") -> TokenMode:
+    """--token_ids as given (Fire: a bare flag is True): off, on or required."""
+    if value is None or value is False:
+        return "off"
+    if value is True:
+        return "on"
+    word = str(value).strip().lower()
+    word = {"true": "on", "yes": "on", "1": "on", "false": "off", "no": "off", "0": "off"}.get(word, word)
+    if word not in TOKEN_MODES:
+        raise FlagError(f"--{flag} must be true, false or required, got {value!r}")
+    return cast(TokenMode, word)
+
+
+def same_token_data(kept: TokenMode, now: TokenMode) -> bool:
+    """Token ids shape the data (tokens.jsonl, the cache keys); on and required differ only in what a
+    reply without them does, so a resume may switch between those two."""
+    return (kept == "off") == (now == "off")
+
+
+def verifier_spec(value: Any, flag: str) -> str:
+    """path/to/file.py:function (the file made absolute: a resume or a worker may run from elsewhere) or
+    module:function. Whether it loads is the verifier's own check."""
+    if isinstance(value, bool) or not str(value).strip():
+        raise FlagError(f"--{flag} needs path/to/file.py:function or module:function")
+    target, sep, name = str(value).rpartition(":")
+    if not sep or not target or not name.isidentifier():
+        raise FlagError(f"{VERIFIER_FORM}, got {str(value)!r}")
+    if is_file_spec(target):
+        return f"{Path(target).resolve()}:{name}"
+    return f"{target}:{name}"
+
+
+def is_file_spec(target: str) -> bool:
+    return target.endswith(".py") or "/" in target
+
+
+def digest(value: Any) -> str:
+    """A JSON value's fingerprint: run.json keeps this of a secret, never the text."""
+    return "sha256:" + hashlib.sha256(json.dumps(value, ensure_ascii=False, sort_keys=True).encode()).hexdigest()
+
+
+def secret_digest(value: str | None) -> str | None:
+    return None if value is None else digest(value)
+
+
+def must_come_again(kept: Any, flag: str) -> None:
+    if kept is not None:  # only its digest was kept: the text itself must come again
+        raise FlagError(f"--{flag}: this run was made with one ({kept}), which is never saved; pass the same again")
+
+
+def prefill_path(value: Any, flag: str) -> str:
+    """The prefill file, made absolute, after reading it once: a missing or malformed file stops here."""
+    load_prefill(value)
+    return str(Path(str(value)).resolve())
+
+
+def prefill_kept(path: str | None) -> dict | None:
+    """What run.json keeps of the prefill: where it was, and a digest of its messages, never the text."""
+    return None if path is None else {"path": path, "sha256": digest(load_prefill(path))}
+
+
+def prefill_back(kept: dict | None, flag: str) -> str | None:
+    return None if kept is None else kept["path"]
+
+
+def same_prefill(kept: dict | None, now: dict | None) -> bool:
+    """The same messages from another path are the same run."""
+    return (kept and kept["sha256"]) == (now and now["sha256"])
+
+
+def load_prefill(path: Any) -> list[dict]:
+    if path is None:
+        return []
+    try:
+        messages = json.loads(Path(str(path)).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise FlagError(f"--prefill_messages_file: {path} does not exist") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise FlagError(f"--prefill_messages_file: {path} is not valid JSON ({exc})") from None
+    if not isinstance(messages, list):
+        raise FlagError(f"--prefill_messages_file: {path} must hold a JSON list of {{role, content}} objects")
+    for place, message in enumerate(messages, 1):
+        if (
+            not isinstance(message, dict)
+            or message.get("role") not in ("system", "user", "assistant")
+            or not isinstance(message.get("content"), str)
+        ):
+            raise FlagError(
+                f"--prefill_messages_file: {path} message {place} needs a role (system, user or assistant) "
+                "and a string content"
+            )
+    return messages
