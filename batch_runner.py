@@ -66,7 +66,7 @@ def main(**flags) -> None:
     sys.exit(code)
 
 
-main.__signature__ = signature()  # what Fire binds: keyword-only flags, from the table
+main.__signature__ = signature()  # type: ignore[attr-defined]  # what Fire binds: keyword-only flags, from the table
 
 
 def cli() -> None:

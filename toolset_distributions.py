@@ -41,7 +41,7 @@ def sample_toolsets(weights: dict[str, int], rng: random.Random) -> list[str]:
     """One coin flip per toolset; if every flip fails, the most likely toolset is used."""
     chosen = [name for name, pct in weights.items() if rng.random() * 100 < pct]
     if not chosen and weights:
-        chosen = [max(weights, key=weights.get)]
+        chosen = [max(weights, key=lambda name: weights[name])]
     return sorted(chosen)
 
 

@@ -70,5 +70,5 @@ class RunConfig:
     @property
     def secrets(self) -> Secrets:
         search = self.tools.search
-        keys = [None if self.model.api_key == NO_KEY else self.model.api_key, search and search.api_key]
+        keys = [None if self.model.api_key == NO_KEY else self.model.api_key, search.api_key if search else None]
         return Secrets(keys, self.ephemeral_system_prompt, [message["content"] for message in self.prefill])

@@ -22,8 +22,9 @@ def read_tool_calls(message: dict, turn: int, limit: int) -> list[tuple[ToolCall
     if not sent:
         return []
     if not isinstance(sent, list):
-        problem = f"tool_calls must be a list of calls, got {_kind(sent)}"
-        return [(ToolCall(f"call_{turn}_0", _text(sent), "{}"), problem)]
+        return [
+            (ToolCall(f"call_{turn}_0", _text(sent), "{}"), f"tool_calls must be a list of calls, got {_kind(sent)}")
+        ]
     taken = {entry["id"] for entry in sent if isinstance(entry, dict) and isinstance(entry.get("id"), str)}
     used: set[str] = set()
     calls = []
@@ -45,7 +46,7 @@ def read_tool_calls(message: dict, turn: int, limit: int) -> list[tuple[ToolCall
 def _read(entry) -> tuple[ToolCall, str | None]:
     if not isinstance(entry, dict):
         return ToolCall("", _text(entry), "{}"), NOT_AN_OBJECT.format(got=_kind(entry))
-    call_id = entry.get("id") if isinstance(entry.get("id"), str) else ""
+    call_id = sent_id if isinstance(sent_id := entry.get("id"), str) else ""
     function = entry.get("function")
     if not isinstance(function, dict):
         problem = NOT_AN_OBJECT.format(got=f"a function that is {_kind(function)}")

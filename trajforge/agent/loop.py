@@ -152,7 +152,7 @@ def exact_message(message: dict, turn: Turn) -> dict:
 
 def _assistant_message(message: dict, turn: Turn) -> dict:
     """The reply as it goes back into the conversation: its content without reasoning, and its calls."""
-    reply = {"role": "assistant", "content": turn.content}
+    reply: dict[str, object] = {"role": "assistant", "content": turn.content}
     if message.get("reasoning_details"):  # echoed so providers keep their reasoning across tool use
         reply["reasoning_details"] = message["reasoning_details"]
     reply["tool_calls"] = [

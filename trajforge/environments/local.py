@@ -63,15 +63,18 @@ async def run_process(
         groups.append(proc.pid)
     output = CappedOutput(limit)
 
+    into, out = proc.stdin, proc.stdout
+    assert into is not None and out is not None  # both are pipes
+
     async def feed() -> None:
         if stdin is not None:
-            proc.stdin.write(stdin)
+            into.write(stdin)
             with contextlib.suppress(BrokenPipeError, ConnectionResetError):  # it may not read it all
-                await proc.stdin.drain()
-            proc.stdin.close()
+                await into.drain()
+            into.close()
 
     async def drain() -> None:
-        while chunk := await proc.stdout.read(65536):
+        while chunk := await out.read(65536):
             output.feed(chunk)
 
     async def finish() -> int:

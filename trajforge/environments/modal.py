@@ -11,6 +11,7 @@ import contextlib
 import importlib.util
 import math
 import os
+from collections.abc import Mapping
 from pathlib import Path
 
 from trajforge.environments import (
@@ -39,7 +40,7 @@ def sandbox_options(settings: EnvironmentSettings) -> dict:
     return {"timeout": SANDBOX_LIFETIME, "block_network": not settings.sandbox_network, "tags": {TAG: settings.run_tag}}
 
 
-def has_credentials(environ: dict) -> bool:
+def has_credentials(environ: Mapping[str, str]) -> bool:
     if environ.get("MODAL_TOKEN_ID") and environ.get("MODAL_TOKEN_SECRET"):
         return True
     return Path(environ.get("MODAL_CONFIG_PATH") or Path.home() / ".modal.toml").is_file()

@@ -37,6 +37,10 @@ class Redacted(Environment):
     def tests_dir(self) -> str | None:
         return self.inner.tests_dir
 
+    @tests_dir.setter
+    def tests_dir(self, value: str | None) -> None:
+        self.inner.tests_dir = value
+
     async def enter_clean_room(self) -> str:
         return self.redact(await self.inner.enter_clean_room())
 

@@ -91,7 +91,12 @@ class CommandEnvironment(Environment):
         """Run argv in the working directory, stderr merged into stdout, output capped at `limit` bytes."""
 
     clean = False  # set by enter_clean_room: every later command runs there
-    scan_root = ""  # where the clean room removes escapes; the working directory when empty
+    cwd: str  # the working directory of every command, set by the backend
+
+    @property
+    def scan_root(self) -> str:
+        """Where the clean room removes escapes: the working directory, unless the backend says otherwise."""
+        return self.cwd
 
     async def exec(self, command: str, timeout: float | None = None, *, capped: bool = True) -> ExecResult:
         limit = self.settings.limit(timeout) if capped or not timeout else timeout
@@ -103,7 +108,7 @@ class CommandEnvironment(Environment):
         await self.end_agent_processes()
         self.clean = True
         await self.clean_variables()
-        scan = ["sh", "-c", ESCAPES_SCRIPT, "sh", self.scan_root or self.cwd]
+        scan = ["sh", "-c", ESCAPES_SCRIPT, "sh", self.scan_root]
         found = await self.run(scan, self.settings.command_timeout)
         removed = found.output.splitlines()
         if found.error or found.exit_code:

@@ -169,7 +169,7 @@ class RayPool:
         self._submit()
         if self.files is not None:  # the lines come with the events: on disk before they count
             done = [event for event in events if isinstance(event, PromptDone)]
-            for fd in {self.files.write(event.batch_num, event.line) for event in done}:
+            for fd in {self.files.write(event.batch_num, event.line) for event in done if event.line is not None}:
                 os.fsync(fd)
         if not events:
             time.sleep(min(timeout, 0.1))

@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import os
 import queue
 import signal
 import socket
 import sys
 import traceback
+from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -127,7 +129,7 @@ class Worker:
         has no prompt left to start."""
         slots = asyncio.Semaphore(self.config.concurrency)
         running: set[asyncio.Task] = set()
-        pending = iter(())
+        pending: Iterator[tuple] = iter(())
         while True:
             await slots.acquire()
             if self.stopped:
@@ -151,7 +153,7 @@ class Worker:
                 continue
             task = asyncio.create_task(self.run_prompt(*item))
             running.add(task)
-            task.add_done_callback(lambda done: (running.discard(done), slots.release()))
+            task.add_done_callback(functools.partial(_finished, running, slots))
         await asyncio.gather(*running)
 
     async def run_prompt(self, batch_num: int, index: int, sample: int, entry: dict) -> None:
@@ -209,6 +211,11 @@ class Worker:
         carried = None if self.files else line.data  # travels with the event where the driver writes it
         outcome = line.discarded or result.exit_reason
         self.events.put(PromptDone(index, batch_num, outcome, result.retries, carried, sample, passed, offered, called))
+
+
+def _finished(running: set[asyncio.Task], slots: asyncio.Semaphore, done: asyncio.Task) -> None:
+    running.discard(done)
+    slots.release()
 
 
 async def _next_batch(tasks) -> Batch | None:
@@ -282,6 +289,7 @@ def worker_main(setup: WorkerSetup, tasks, events, parent: int, passes: PassCoun
 
     async def main() -> None:
         task = asyncio.current_task()
+        assert task is not None  # asyncio.run's own
         asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, task.cancel)
         watchdog = asyncio.create_task(_exit_with_parent(parent, task))
         await serve(setup, tasks, events, BatchFiles(RunFolder(setup.config.run_dir)), passes)

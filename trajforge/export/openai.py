@@ -53,7 +53,7 @@ def assistant_and_tool_messages(conversation: Conversation) -> list[dict]:
     """Per assistant turn its message, then one tool message per call answering the call's id."""
     out = []
     for step in conversation.steps:
-        message = {"role": "assistant", "content": step.content, "reasoning_content": step.reasoning}
+        message: dict[str, object] = {"role": "assistant", "content": step.content, "reasoning_content": step.reasoning}
         if step.calls:
             message["tool_calls"] = [_call(call) for call in step.calls]
         out.append(message)

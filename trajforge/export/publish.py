@@ -40,6 +40,7 @@ def _row(name: str, conversation: Conversation | None, record: dict, version: st
     """What the writer of format `name` takes for one record."""
     if name in RAW:
         return record  # its writer maps the record onto its schema
+    assert conversation is not None  # read for every format but the RAW ones
     if name == "atif":
         return atif.row(conversation, record, version)
     return (openai if name == "openai" else llamafactory).row(conversation, record)

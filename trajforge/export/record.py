@@ -119,7 +119,7 @@ def _tool_results(value: str) -> list[dict]:
 def _attach(calls: list[Call], results: list[dict]) -> None:
     """Results to their calls by id; a result whose id names no call goes to the first call left
     without one, in order (records written before ids were kept)."""
-    by_id = {call.id: call for call in calls}
+    by_id: dict[object, Call] = {call.id: call for call in calls}  # an old record's ids may be None
     unmatched = []
     for result in results:
         call = by_id.get(result.get("tool_call_id"))

@@ -142,7 +142,7 @@ class ReportData:
         passed = verification_passed(metadata.get("verification"))
         self.outcomes[verdict or ("completed" if record.get("completed") else "partial")] += 1
         self.exit_reasons[str(metadata.get("exit_reason") or "")] += 1
-        self.verification[{True: "passed", False: "failed"}.get(passed, "unverified")] += 1
+        self.verification["unverified" if passed is None else "passed" if passed else "failed"] += 1
         self.turns[sum(1 for turn in record.get("conversations") or [] if turn.get("from") == "gpt")] += 1
         if isinstance(metadata.get("duration_seconds"), (int, float)):
             self.durations.append(float(metadata["duration_seconds"]))
@@ -196,8 +196,8 @@ def failed_prompts(
     shown = []
     history = History.read(folder) if last else None
     for line in list(last.values())[:limit]:
-        source = line.get("source") if isinstance(line.get("source"), dict) else {}
-        prompt = source.get("prompt") if isinstance(source.get("prompt"), str) else ""
+        source = sent if isinstance(sent := line.get("source"), dict) else {}
+        prompt = text if isinstance(text := source.get("prompt"), str) else ""
         unit = line_unit(line) or ""
         shown.append(
             {

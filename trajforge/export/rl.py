@@ -32,7 +32,7 @@ def segments(turns: list[dict]) -> list[dict]:
         logprobs = turn.get("logprobs")
         if logprobs is None or len(logprobs) != len(completion):  # ids without logprobs: none to train on
             logprobs = [0.0] * len(completion)
-        so_far = current and current["prompt_ids"] + current["response_ids"]
+        so_far = current["prompt_ids"] + current["response_ids"] if current is not None else []
         if current is not None and prompt[: len(so_far)] == so_far:
             inserted = prompt[len(so_far) :]
             current["response_ids"] += inserted

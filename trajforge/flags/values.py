@@ -13,7 +13,7 @@ import json
 import math
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any, Literal, cast
+from typing import Any, Literal
 
 TRUE, FALSE = ("true", "1", "yes", "on"), ("false", "0", "no", "off")
 TokenMode = Literal["off", "on", "required"]
@@ -163,7 +163,7 @@ def token_mode(value: Any, flag: str = "token_ids") -> TokenMode:
     word = {"true": "on", "yes": "on", "1": "on", "false": "off", "no": "off", "0": "off"}.get(word, word)
     if word not in TOKEN_MODES:
         raise FlagError(f"--{flag} must be true, false or required, got {value!r}")
-    return cast(TokenMode, word)
+    return word
 
 
 def same_token_data(kept: TokenMode, now: TokenMode) -> bool:

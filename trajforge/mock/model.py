@@ -121,11 +121,11 @@ greet();
 """
 
 
-FLAGS = ("bad_json", "unknown_tool", "flagged", "upstream_error", "empty", "snoop")
+FLAGS: tuple[str, ...] = ("bad_json", "unknown_tool", "flagged", "upstream_error", "empty", "snoop")
 FLAGS += ("name_list", "calls_string", "args_number", "no_ids", "dup_ids", "endless", "quote", "echo_key")
 FLAGS += ("no_model", "alternate", "no_cost", "no_token_ids")
 FLAGS += ("args_surrogate", "content_surrogate", "bad_utf8")
-BROKEN_USAGE = {
+BROKEN_USAGE: dict[str, dict | list] = {
     "empty": {},
     "huge": {"prompt_tokens": 1e300, "completion_tokens": 1e300, "total_tokens": 1e300},
     "negative": {"prompt_tokens": -5, "completion_tokens": -5, "total_tokens": -10},
@@ -201,7 +201,7 @@ class DirectiveError(ValueError):
     """A ``[mock ...]`` directive the scripted model does not know, or a value it cannot take."""
 
 
-NUMBERS = {key: int for key in ("turns", "fail", "times", "calls", "cached", "args_deep", "body_deep")}
+NUMBERS: dict[str, type] = {key: int for key in ("turns", "fail", "times", "calls", "cached", "args_deep", "body_deep")}
 NUMBERS |= {key: float for key in ("retry_after", "latency", "sleep", "trickle", "huge_mb", "cost")}
 CHOICES = {
     "reasoning": ("reasoning", "reasoning_content", "reasoning_details", "all", "think", "scratchpad", "none"),
@@ -255,7 +255,7 @@ class Reply:
     headers: dict = field(default_factory=dict)
     message: dict = field(default_factory=dict)
     finish_reason: str = "stop"
-    usage: dict = field(default_factory=dict)
+    usage: dict | list = field(default_factory=dict)  # a list: the `usage=list` fault
     error: str = "injected fault"  # the message of a failure, or of an error inside a 200 choice
     empty: bool = False  # a 200 without any choice
     body: dict | None = None  # a failure's whole JSON body, as a given server sends it; None: a generic one
@@ -288,7 +288,8 @@ def _call(turn: int, index: int, name: str, arguments: dict | str) -> dict:
 def _plan(offered: set[str], prompt: str, site: str, seen: dict[str, dict]) -> list[list[tuple[str, dict]]]:
     """Tool calls per turn, from the tools on offer. How many turns depends on the offer alone; later
     turns use earlier results (`seen`: tool name -> its latest result), as a model would."""
-    first, second = [], []
+    first: list[tuple[str, dict]] = []
+    second: list[tuple[str, dict]] = []
     if "terminal" in offered:
         first.append(("terminal", {"command": "echo mock-model-was-here && pwd && ls -a"}))
     if "write_file" in offered:
@@ -340,11 +341,11 @@ def _results_by_tool(messages: list[dict]) -> dict[str, dict]:
         if message.get("role") == "assistant"
         for call in message.get("tool_calls") or []
     }
-    seen = {}
+    seen: dict[str, dict] = {}
     for message in messages:
         if message.get("role") == "tool":
             try:
-                seen[names.get(message.get("tool_call_id"))] = json.loads(message.get("content") or "{}")
+                seen[str(names.get(message.get("tool_call_id")))] = json.loads(message.get("content") or "{}")
             except json.JSONDecodeError:
                 continue
     return seen
@@ -360,7 +361,7 @@ def _image_part(messages: list[dict]) -> str | None:
 
 
 def _with_reasoning(kind: str, text: str, content: str) -> dict:
-    message = {"role": "assistant", "content": content}
+    message: dict[str, object] = {"role": "assistant", "content": content}
     if kind == "think":
         message["content"] = f"<think>{text}</think>\n{content}"
     elif kind == "scratchpad":
@@ -489,10 +490,11 @@ def _sent(
     """The reply as sent: its usage, and the faults a prompt asks of a reply that is otherwise fine."""
     if steer.huge_mb and faulty:
         message["content"] += "x" * int(steer.huge_mb * 2**20)
-    usage = _usage(messages, message, thought if steer.reasoning != "none" else "", _cost(steer, cost), steer.cached)
+    reasoning = thought if steer.reasoning != "none" else ""
+    usage: dict | list = _usage(messages, message, reasoning, _cost(steer, cost), steer.cached)
     if faulty:
         message["content"] += "\ud800" if steer.content_surrogate else ""
-        usage = BROKEN_USAGE.get(steer.usage, usage)
+        usage = BROKEN_USAGE.get(steer.usage or "", usage)
     endless, trickle = steer.endless and faulty, steer.trickle if faulty else 0.0
     deep, bad = (steer.body_deep, steer.bad_utf8) if faulty else (0, False)
     reply = Reply(message=message, finish_reason=finish, usage=usage, endless=endless, trickle=trickle)
@@ -568,7 +570,7 @@ def image_reply(request: dict, site: str, cost=BY_TOKENS) -> dict:
         colour = hashlib.md5(prompt.encode()).digest()[:3]
         item = {"b64_json": base64.b64encode(solid_png(width, height, colour)).decode()}
     tokens = len(prompt) // 4 + 1
-    usage = {"input_tokens": tokens, "output_tokens": 256, "total_tokens": tokens + 256}
+    usage: dict[str, float] = {"input_tokens": tokens, "output_tokens": 256, "total_tokens": tokens + 256}
     if cost is not None:
         usage["cost"] = round((tokens + 4 * 256) * 1e-7, 8) if cost == BY_TOKENS else cost
     return {"created": int(time.time()), "data": [item | {"revised_prompt": prompt}], "usage": usage}

@@ -19,6 +19,8 @@ import sys
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
+from typing import Any
 
 from trajforge.mock import model as mock_model
 from trajforge.mock import tokens as mock_tokens
@@ -83,8 +85,16 @@ class MockServer:
             self._hold()
             applied.set()
 
-        self._served.call_soon(hold)
+        self._served_call(hold)
         applied.wait(5)
+
+    def _served_call(self, callback: Callable[[], object]) -> None:
+        assert self._served is not None, "the server is not started"
+        self._served.call_soon(callback)
+
+    def _let_go(self) -> None:
+        if self.held is not None:
+            self.held.set()
 
     def _hold(self) -> None:
         self.held, self.dropping = asyncio.Event(), False
@@ -93,7 +103,7 @@ class MockServer:
         """Let held requests go on: answered, or (answer=False) dropped unanswered (logged with status
         CLIENT_GONE), as a server does whose client has gone."""
         self.dropping = not answer
-        self._served.call_soon(lambda: self.held and self.held.set())
+        self._served_call(self._let_go)
 
     # -- HTTP ----------------------------------------------------------------------------------
     async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -167,9 +177,10 @@ class MockServer:
         delay = self.latency + extra_latency
         if delay:
             await asyncio.sleep(delay)
-        held = self.held is not None and not self.held.is_set()
-        if held:
-            await self.held.wait()
+        event = self.held
+        held = event is not None and not event.is_set()
+        if event is not None and held:
+            await event.wait()
         if (held and self.dropping) or (reader is not None and reader.at_eof()):  # the client hung up: no answer
             self._log(path, request, CLIENT_GONE, prompt, arrived)
             return False
@@ -182,7 +193,7 @@ class MockServer:
         if reply.status != 200:
             body = reply.body if reply.body is not None else _error(reply.status, reply.error)
             return await self._send(writer, reply.status, body, reply.headers)
-        completion = {
+        completion: dict[str, Any] = {
             "id": f"chatcmpl-mock-{next(self._ids)}",
             "object": "chat.completion",
             "created": int(time.time()),
@@ -192,7 +203,7 @@ class MockServer:
             del completion["model"]
         ids = mock_tokens.asked(request) and not steer.no_token_ids and not reply.empty  # vLLM's return_token_ids
         if request.get("stream"):
-            include_usage = (request.get("stream_options") or {}).get("include_usage")
+            include_usage = bool((request.get("stream_options") or {}).get("include_usage"))
             await self._stream(writer, completion, reply, include_usage, request if ids else None)
             return False
         if reply.empty:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 # Context overflows as llama.cpp, OpenAI and vLLM send them: (HTTP status, JSON body).
-OVERFLOWS = {
+OVERFLOWS: dict[str, tuple[int, dict]] = {
     "llamacpp": (500, {"error": {"code": 500, "message": "Context size has been exceeded.", "type": "server_error"}}),
     "openai": (
         400,

@@ -211,21 +211,21 @@ class ThreadedServer:
     def start(self, host: str = "127.0.0.1", port: int = 0) -> str:
         """Serve; returns the server's URL (http://host:port)."""
         ready = threading.Event()
-        self._loop = asyncio.new_event_loop()
+        self._loop = loop = asyncio.new_event_loop()
 
         def run() -> None:
-            asyncio.set_event_loop(self._loop)
+            asyncio.set_event_loop(loop)
             listening = asyncio.start_server(self._handler, host, port, backlog=1024)  # many workers at once
-            server = self._loop.run_until_complete(listening)
+            server = loop.run_until_complete(listening)
             self.port = server.sockets[0].getsockname()[1]
             ready.set()
-            self._loop.run_forever()
+            loop.run_forever()
             server.close()
-            pending = asyncio.all_tasks(self._loop)
+            pending = asyncio.all_tasks(loop)
             for task in pending:
                 task.cancel()
-            self._loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
-            self._loop.close()
+            loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+            loop.close()
 
         self._thread = threading.Thread(target=run, name=type(self).__name__, daemon=True)
         self._thread.start()
@@ -234,6 +234,7 @@ class ThreadedServer:
 
     def call_soon(self, callback: Callable[[], object]) -> None:
         """Run `callback` on the server's own loop (what touches its asyncio objects must)."""
+        assert self._loop is not None, "call_soon() before start()"
         self._loop.call_soon_threadsafe(callback)
 
     def stop(self) -> None:

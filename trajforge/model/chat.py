@@ -51,14 +51,14 @@ class ChatModel:
             "/chat/completions", body, scope, self.client.post_chat, settings.prices, log, on_retry, answer
         )
         tokens, missing = turn_tokens(data) if settings.token_ids != "off" else (None, "")
-        if settings.token_ids == "required" and lacks_ids(tokens):
+        if settings.token_ids == "required" and tokens is not None and lacks_ids(tokens):
             raise TokensMissing(f"{settings.base_url}: {missing}")
         usage = reply_usage(data) | {"cost": cost}
         return Completion(answer(data), usage, retries, finish_reason(data), reported(data), tokens, missing)
 
     def body(self, messages: list[dict], tools: list[dict]) -> dict:
         """The request: what the response cache keys (with the endpoint and the sample) and sends."""
-        body = {"model": self.settings.model, "messages": messages}
+        body: dict[str, object] = {"model": self.settings.model, "messages": messages}
         if tools:
             body["tools"] = tools
         if self.settings.max_tokens:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from typing import TypeVar, cast
 
 import aiohttp
 import httpx
@@ -29,11 +29,11 @@ from trajforge.model.retry import (
 from trajforge.model.served import served_models
 from trajforge.model.settings import ModelSettings
 from trajforge.model.stream import assemble
+from trajforge.money.metered import OnRetry
 from trajforge.tls import tls_context
 
 T = TypeVar("T")
 PROBE_TIMEOUT = 30.0  # seconds at most for the check that the endpoint answers at all
-OnRetry = Callable[[str, str], None]  # (kind, message) of a failed attempt that will be tried again
 
 
 class ModelClient:
@@ -109,7 +109,7 @@ class ModelClient:
             if decision.kind == NOT_OURS:
                 raise
             if decision.stop_run:  # only ever an HTTP status
-                status = exc.status_code
+                status = cast(openai.APIStatusError, exc).status_code
                 raise RunStopped(f"{REFUSALS[status]} (HTTP {status} from {self.settings.base_url})") from exc
             message = failure_message(exc, decision.kind)
             raise ModelCallFailed(decision.kind, message, attempt.retry_state.attempt_number) from exc

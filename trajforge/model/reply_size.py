@@ -4,6 +4,7 @@ broken server cannot fill the worker's memory (a plain body or the sum of a stre
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from typing import cast
 
 import httpx
 
@@ -50,6 +51,7 @@ def capper(limit: int = MAX_REPLY_BYTES):
         length = response.headers.get("content-length", "")
         if length.isdigit() and int(length) > limit:
             raise TooLarge(limit)
-        response.stream = CappedStream(response.stream, limit)
+        # An async client's response: its stream is an async one.
+        response.stream = CappedStream(cast(httpx.AsyncByteStream, response.stream), limit)
 
     return cap

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 import aiohttp
 import openai
 
+from trajforge.errors import BadReply
+
 RETRY_AFTER_CAP = 300.0  # seconds: a server asking for longer is not waited for beyond this
 RETRIED_STATUSES = (408, 409, 429)  # and every 5xx
 REFUSALS = {401: "the API key was refused", 402: "the account has no credits left", 403: "access was refused"}
@@ -51,11 +53,6 @@ class Decision:
     stop_run: bool  # every further request of the run would fail the same way
     kind: str  # the error type in errors.jsonl, after "api_": http_429, context_length, connection_refused, ...
     retry_after: float | None = None  # seconds the server asked us to wait; None: our own backoff
-
-
-class BadReply(Exception):
-    """A 200 answer without a usable choice (OpenRouter sends upstream errors this way), a stream cut
-    off or carrying data that is not JSON, a reply too large to keep."""
 
 
 class ReplyTimeout(Exception):
@@ -109,9 +106,10 @@ def context_overflow(exc: BaseException) -> bool:
     return bool(CONTEXT_OVERFLOW.search(str(exc)) or CONTEXT_OVERFLOW.search(str(getattr(exc, "body", ""))))
 
 
-def _causes(exc: BaseException) -> Iterator[BaseException]:
-    """`exc` and what it wraps, outermost first (each once: a chain may loop)."""
+def _causes(outermost: BaseException) -> Iterator[BaseException]:
+    """`outermost` and what it wraps, outermost first (each once: a chain may loop)."""
     seen: set[int] = set()
+    exc: BaseException | None = outermost
     while exc is not None and id(exc) not in seen:
         seen.add(id(exc))
         yield exc

@@ -55,7 +55,7 @@ def assemble(chunks: Iterable[object]) -> dict:
         for choice in _dicts(chunk.get("choices")):
             answered = True
             data["choices"][0].update({k: choice[k] for k in ("finish_reason", "error") if choice.get(k)})
-            delta = choice.get("delta") if isinstance(choice.get("delta"), dict) else {}
+            delta = sent if isinstance(sent := choice.get("delta"), dict) else {}
             for key in MESSAGE_TEXT:
                 if isinstance(delta.get(key), str):
                     message[key] = message.get(key, "") + delta[key]
@@ -92,7 +92,7 @@ def merge_tool_call(calls: dict[int, dict], part: dict) -> None:
         index = known[0] if known else (len(calls) if part.get("id") or not calls else max(calls))
     call = calls.setdefault(index, {"id": "", "type": "function", "function": {"name": "", "arguments": ""}})
     call["id"] = part.get("id") or call["id"]
-    function = part.get("function") if isinstance(part.get("function"), dict) else {}
+    function = sent if isinstance(sent := part.get("function"), dict) else {}
     for key in ("name", "arguments"):
         if isinstance(function.get(key), str):
             call["function"][key] += function[key]

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
-from trajforge.model.retry import BadReply
+from trajforge.errors import BadReply
 from trajforge.money.errors import CostUnknown
 from trajforge.money.pricing import Prices
 from trajforge.money.reply_cost import reply_cost
@@ -23,11 +23,34 @@ from trajforge.money.spending import Spending, cache_key
 from trajforge.money.store import Call
 from trajforge.safejson import dumps
 
-if TYPE_CHECKING:  # the client's import of `openai` costs a second and a half; only its type is needed here
-    from trajforge.model.client import ModelClient, OnRetry
+OnRetry = Callable[[str, str], None]  # (kind, message) of a failed attempt that will be tried again
+
+
+class Endpoint(Protocol):
+    @property
+    def base_url(self) -> str: ...
+
+    @property
+    def cache_as(self) -> str: ...  # the endpoint as the response cache names it, when not base_url
+
+
+class Client(Protocol):
+    """What the money needs of a model client (model/client.py): its endpoint, and its retried call."""
+
+    @property
+    def settings(self) -> Endpoint: ...
+
+    async def call(
+        self,
+        request: Callable[[], Awaitable[Any]],
+        log: Any = None,
+        on_retry: OnRetry | None = None,
+        rate_limited: Callable[[float | None], None] | None = None,
+    ) -> tuple[Any, int]: ...
+
 
 Send = Callable[[dict], Awaitable[dict]]  # one try of a request body: its reply as JSON
-Check = Callable[[dict], None]  # reads a reply; BadReply when it has no answer (tried again, never cached)
+Check = Callable[[dict], object]  # reads a reply; BadReply when it has no answer (tried again, never cached)
 Paid = tuple[dict, float | None, int]  # (reply, its cost or None when nobody knows it, retries)
 
 
@@ -39,7 +62,7 @@ class Metered:
     """The money around one endpoint's sends. `spending` None: straight to the endpoint (each reply
     still priced), as unit tests of the loop and a Ray task on another node want."""
 
-    def __init__(self, client: ModelClient, spending: Spending | None):
+    def __init__(self, client: Client, spending: Spending | None):
         self.client = client
         self.spending = spending
         settings = client.settings
@@ -93,15 +116,16 @@ class Metered:
         if prices were given since. None for one found bad (paid, then the run was killed before it was
         forgotten): it is sent again."""
         data, cost = hit
+        spending = self._spending()
         try:
             check(data)
         except BadReply:
-            await self.spending.forget(key)
+            await spending.forget(key)
             return None
         if cost is None:
             cost = cost_of(data)
             if cost is not None:
-                await self.spending.price_later(key, cost)
+                await spending.price_later(key, cost)
             else:
                 await self._cost_unknown(body)
         return data, cost, 0
@@ -109,7 +133,7 @@ class Metered:
     async def _sent(self, key: str, body: dict, call: Call, send: Send, cost_of, check: Check, log, on_retry) -> Paid:
         """A request not answered before: room in the budget for all its tries, then per try the rate
         limits, the send, the payment, the reading and the cache."""
-        spending = self.spending
+        spending = self._spending()
         charged = call.prompt_tokens + (call.max_tokens or 0)
         reservation = await spending.reserve(call)
 
@@ -139,8 +163,13 @@ class Metered:
             await self._cost_unknown(body)
         return data, cost, retries
 
+    def _spending(self) -> Spending:
+        assert self.spending is not None, "only a metered call with spending reaches here"
+        return self.spending
+
     async def _cost_unknown(self, body: dict) -> None:
         """A reply without a cost: CostUnknown (the run stops) when a cost limit needs every cost."""
-        if self.spending.settings.needs_cost:
-            await self.spending.stop_unknown_cost()
+        spending = self._spending()
+        if spending.settings.needs_cost:
+            await spending.stop_unknown_cost()
             raise CostUnknown(f"{body.get('model')} at {self.base_url} reported no cost")

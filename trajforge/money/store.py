@@ -112,7 +112,8 @@ class Store:
     def totals(self) -> SpendingTotals:
         db = self._conn()
         row = db.execute("SELECT spent, paid_calls, unknown_calls, hits, saved, largest FROM totals").fetchone()
-        return SpendingTotals(*row, self._state(db, "stopped"))
+        spent, paid_calls, unknown_calls, hits, saved, largest = row
+        return SpendingTotals(spent, paid_calls, unknown_calls, hits, saved, largest, self._state(db, "stopped"))
 
     def stop(self, reason: str) -> None:
         with self._write() as db:

@@ -53,9 +53,10 @@ class Helpers:
                 text=True,
             )
         # Ray tasks may run on other machines: each launches a browser of its own.
-        if config.executor == "pool" and DISTRIBUTIONS[config.distribution].get("browser"):
+        executable = config.tools.browser_executable  # None: no browser toolset is offered
+        if config.executor == "pool" and DISTRIBUTIONS[config.distribution].get("browser") and executable:
             try:
-                self.browser = BrowserService(config.tools.browser_executable)
+                self.browser = BrowserService(executable)
             except BaseException:  # no `with` holds us yet: the mock server must not outlive this
                 self.stop()
                 raise
@@ -71,6 +72,7 @@ class Helpers:
         """`config` pointed at the helpers once they are up: the mock server's endpoint and, when the run
         offers the browser, the service's address."""
         if self.mock is not None:
+            assert self.mock.stdout is not None  # a pipe
             line = self.mock.stdout.readline().strip()
             if not line.startswith("MOCK_SERVER_URL="):
                 raise RuntimeError(f"the mock server did not start (it printed {line!r})")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from typing import Any
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
@@ -68,7 +69,14 @@ class ProgressView:
                 TextColumn("{task.fields[money]}"),
                 console=console,
             )
-            fields = {"failed": 0, "discarded": 0, "retries": 0, "verified": "", "rate": "0.0", "money": ""}
+            fields: dict[str, Any] = {
+                "failed": 0,
+                "discarded": 0,
+                "retries": 0,
+                "verified": "",
+                "rate": "0.0",
+                "money": "",
+            }
             self.task = self.bar.add_task(tally.unit, total=tally.planned, **fields)
 
     def __enter__(self) -> ProgressView:

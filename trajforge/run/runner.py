@@ -249,6 +249,7 @@ class BatchRunner:
         """Run the batches on the executor and follow its events, counting them in `tally`; returns True
         when interrupted."""
         config = self.config
+        executor: RayPool | ProcessPool
         if config.executor == "ray":
             executor = RayPool(setup, config.num_workers, config.ray_address, config.ray_shared_fs)
         else:

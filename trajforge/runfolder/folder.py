@@ -141,8 +141,8 @@ class RunFolder:
 
     def remove_leftovers(self) -> None:
         """Temporary files of an atomic write that a kill interrupted."""
-        merged = ("trajectories.jsonl", "statistics.json", "checkpoint.json", "run.json", "preferences.jsonl")
-        merged += ("tokens.jsonl",)
+        merged: tuple[str, ...] = ("trajectories.jsonl", "statistics.json", "checkpoint.json", "run.json")
+        merged += ("preferences.jsonl", "tokens.jsonl")
         for name in (*merged, "README.md", "report.html"):
             for leftover in self.path.glob(f".{name}.*"):
                 leftover.unlink(missing_ok=True)

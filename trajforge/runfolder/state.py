@@ -44,7 +44,7 @@ class RunState:
         self.ended: float | None = None  # set by settle(): the clock the checkpoint and statistics.json share
         earlier = checkpoint.get("duration_seconds")  # the earlier invocations' (absent before it was kept)
         plausible = isinstance(earlier, (int, float)) and not isinstance(earlier, bool) and 0 <= earlier < math.inf
-        self.earlier = earlier if plausible else 0
+        self.earlier = float(earlier) if plausible and isinstance(earlier, (int, float)) else 0.0
         self.stopped: str | None = None
         self.halted: str | None = None  # no more model calls: "budget" or "cost_unknown" (money/errors.py)
         self.halt_message = ""

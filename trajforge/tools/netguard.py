@@ -92,9 +92,9 @@ def blocked_reason(address: IPv4Address | IPv6Address) -> str | None:
         if address in network:
             return reason
     if isinstance(address, IPv6Address) and (embedded := _embedded_ipv4(address)) is not None:
-        reason = blocked_reason(embedded)
-        if reason is not None:
-            return f"{reason} ({embedded} written as IPv6)"
+        embedded_reason = blocked_reason(embedded)
+        if embedded_reason is not None:
+            return f"{embedded_reason} ({embedded} written as IPv6)"
         if address.ipv4_mapped is not None:  # a socket connects to the public IPv4 address itself
             return None
     for flag, reason in FLAGS:

@@ -31,7 +31,8 @@ def _readable(media_type: str) -> bool:
 
 def _html_text(html: bytes, url: str) -> tuple[str | None, str]:
     """(title, main text) of a page; the whole visible text when no main content is recognised."""
-    document = trafilatura.bare_extraction(html, url=url, with_metadata=True, favor_recall=True)
+    found = trafilatura.bare_extraction(html, url=url, with_metadata=True, favor_recall=True)
+    document = None if isinstance(found, dict) else found  # a Document: no as_dict was asked
     if document is not None and document.text:
         return document.title, document.text
     return (document.title if document is not None else None), trafilatura.html2txt(html)

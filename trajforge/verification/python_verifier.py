@@ -50,6 +50,8 @@ def load_verifier(spec: str) -> Callable:
             if not Path(target).is_file():
                 raise UsageError(f"--verifier: {target} does not exist or is not a file")
             module_spec = importlib.util.spec_from_file_location(f"batch_runner_verifier_{Path(target).stem}", target)
+            if module_spec is None or module_spec.loader is None:
+                raise UsageError(f"--verifier: {target} cannot be loaded as a Python file")
             module = importlib.util.module_from_spec(module_spec)
             module_spec.loader.exec_module(module)
         else:

@@ -81,6 +81,7 @@ class GuardProxy:
 
     async def _serve(self, client_reader: asyncio.StreamReader, client: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
+        assert task is not None  # a connection's handler runs as a task
         self._connections.add(task)
         upstream = None
         try:

@@ -26,7 +26,7 @@ try:
     from playwright.async_api import Error as PlaywrightError
 except ImportError:  # launch() says so; no browser tool is offered then
 
-    class PlaywrightError(Exception):
+    class PlaywrightError(Exception):  # type: ignore[no-redef]
         pass
 
 

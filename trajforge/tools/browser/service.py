@@ -119,7 +119,9 @@ def _main(executable: str, listener: socket.socket, channel) -> None:
 
 async def _serve(executable: str, listener: socket.socket, channel) -> None:
     loop = asyncio.get_running_loop()
-    loop.add_signal_handler(signal.SIGTERM, asyncio.current_task().cancel)
+    task = asyncio.current_task()
+    assert task is not None  # asyncio.run's own
+    loop.add_signal_handler(signal.SIGTERM, task.cancel)
     browser = BrowserLauncher(executable)
     try:
         try:

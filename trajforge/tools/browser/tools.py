@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import contextlib
 import functools
+from typing import cast
 from urllib.parse import urlsplit
 
 from trajforge.tools.browser.guard import BLOCKED_HEADER
-from trajforge.tools.browser.runtime import PlaywrightError, launch_problem
+from trajforge.tools.browser.runtime import BrowserLauncher, PlaywrightError, launch_problem
 from trajforge.tools.browser.snapshot import element, snapshot
 from trajforge.tools.netguard import Blocked, check_url
 from trajforge.tools.session import ToolSession
@@ -43,8 +44,13 @@ def _browser_tool(function):
     return tool
 
 
+def _launcher(session: ToolSession) -> BrowserLauncher:
+    """Where pages are this process's own: a worker's launcher, or the service's (a client hands the call over)."""
+    return cast(BrowserLauncher, session.services.browser)
+
+
 async def _page(session: ToolSession):
-    context = await session.resource("browser", session.services.browser.new_context)
+    context = await session.resource("browser", _launcher(session).new_context)
     # The newest page: a link that opened a tab is where the model's attention goes.
     return context.pages[-1] if context.pages else await context.new_page()
 
@@ -101,7 +107,7 @@ async def browser_navigate(session: ToolSession, url: str) -> dict:
 
 def _refused_navigation(session: ToolSession, page, failed: list) -> str | None:
     """The `blocked: ...` reason of a navigation whose tunnel the guard refused, e.g. after a redirect."""
-    guard = session.services.browser.guard
+    guard = _launcher(session).guard
     for request in reversed(failed):
         if guard is not None and request.frame is page.main_frame and request.is_navigation_request():
             return guard.refusal(request.url)
