@@ -193,8 +193,10 @@ def failed_prompts(
         if key not in settled and failure_class(str(line.get("error_type", ""))) != BUDGET:  # a stop, no failure
             last[key] = line
     last = {key: line for key, line in last.items() if (line.get("error_type") == SETUP_FAILED) == setup}
+    if not last:
+        return [], 0
     shown = []
-    history = History.read(folder) if last else None
+    history = History.read(folder)
     for line in list(last.values())[:limit]:
         source = sent if isinstance(sent := line.get("source"), dict) else {}
         prompt = text if isinstance(text := source.get("prompt"), str) else ""
