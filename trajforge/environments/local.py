@@ -63,11 +63,11 @@ async def run_process(
         groups.append(proc.pid)
     output = CappedOutput(limit)
 
-    into, out = proc.stdin, proc.stdout
-    assert into is not None and out is not None  # both are pipes
+    into, out = proc.stdin, proc.stdout  # `into` is a pipe when there is `stdin` to feed
+    assert out is not None
 
     async def feed() -> None:
-        if stdin is not None:
+        if stdin is not None and into is not None:
             into.write(stdin)
             with contextlib.suppress(BrokenPipeError, ConnectionResetError):  # it may not read it all
                 await into.drain()
