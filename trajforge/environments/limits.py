@@ -36,6 +36,8 @@ NOBODY = 65534
 # Printed by a command whose process could not join the sample's cgroup (removed by hand meanwhile).
 JOIN_FAILED = "{ echo 'cannot join the sample cgroup: the command does not run' >&2; exit 125; }"
 SETPRIV = [shutil.which("setpriv") or "setpriv"]  # util-linux: a root runner's bwrap commands drop to nobody
+# No capability left to inherit or regain and no setuid gain, already before bwrap sets its own.
+NO_WAY_BACK = ["--no-new-privs", "--inh-caps=-all", "--bounding-set=-all"]
 V1 = {"pids": "/sys/fs/cgroup/pids", "memory": "/sys/fs/cgroup/memory"}
 
 
@@ -217,9 +219,9 @@ def confined(argv: list[str], limits: Limits, cgroups: list[str], uid: int | Non
     if limits.max_file_size_mb:  # in 512-byte blocks: POSIX sh (dash, bash as sh, busybox)
         steps.append(f"ulimit -f {limits.max_file_size_mb * MB // 512}")
     if uid is not None:
-        argv = [*SETPRIV, f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--", *argv]
+        argv = [*SETPRIV, f"--reuid={uid}", f"--regid={uid}", "--clear-groups", *NO_WAY_BACK, "--", *argv]
     if not steps:
         return argv
     if argv[:2] == ["sh", "-c"] and len(argv) > 2:  # the command's own shell takes them: no second exec
         return ["sh", "-c", "; ".join([*steps, argv[2]]), *argv[3:]]  # one line: its line numbers stay
-    return ["sh", "-c", "; ".join([*steps, 'exec "$@"']), "sh", *argv]
+    return ["/bin/sh", "-c", "; ".join([*steps, 'exec "$@"']), "sh", *argv]  # not looked up in PATH

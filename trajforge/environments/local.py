@@ -253,7 +253,7 @@ class LocalEnvironment(CommandEnvironment):
         self.started = 0
         if self.cgroup.paths:
             reap(self.cgroup.kill())
-        elif self.marked_leftovers:
+        if self.marked_leftovers:  # also with a cgroup: a root command can move itself out of it
             end_marked(self.token)
         reap_exited_orphans()
 

@@ -59,7 +59,10 @@ def become_subreaper() -> bool:
     """Make orphans of this process's descendants re-parent to it; False where Linux does not allow it."""
     try:
         libc = ctypes.CDLL(None, use_errno=True)
-        _State.subreaper = _State.subreaper or libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+        # Orphans are then found through /proc/PID/task/TID/children, which some kernels lack
+        # (CONFIG_PROC_CHILDREN): there the whole process table is read instead, never nothing.
+        readable = os.path.exists(f"/proc/self/task/{threading.get_native_id()}/children")
+        _State.subreaper = _State.subreaper or (readable and libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0)
     except (OSError, AttributeError):
         pass
     return _State.subreaper
