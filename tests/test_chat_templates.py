@@ -15,6 +15,7 @@ import re
 from pathlib import Path
 
 import pytest
+from conftest import ROOT
 
 from trajforge.export.loading import features
 
@@ -107,6 +108,21 @@ def two_runs(run_here):
     second = run_here(entries, *web, "--n_samples=2", "--allow_private_urls=True", EXPORTS, run_name="web")
     assert second.code == 0, second.stdout + second.stderr
     return first, second
+
+
+def test_the_preferences_line_docs_show_has_the_shapes_the_run_writes(two_runs):
+    text = (ROOT / "docs" / "verification.md").read_text()
+    shown = text[text.index('  {"prompt": [{"role": "user"') :]
+    shown = shown[: shown.index("  ```")].replace("{...}", "{}").replace("[...]", "[]")
+    documented = json.loads(shown)  # "..." stands for any value
+    written = json.loads((two_runs[0].run_dir / "preferences.jsonl").read_text().splitlines()[0])
+    assert documented.keys() == written.keys()
+    assert isinstance(documented["tools"], list) and documented["tools"][0].keys() == written["tools"][0].keys()
+    call = next(m for m in written["chosen"] if m.get("tool_calls"))
+    result = next(m for m in written["chosen"] if m["role"] == "tool")
+    assert documented["chosen"][0].keys() == call.keys() and documented["chosen"][1].keys() == result.keys()
+    for message in (documented["chosen"][0], call):  # a call's arguments are an object, as templates take them
+        assert isinstance(message["tool_calls"][0]["function"]["arguments"], dict)
 
 
 def load(files: list[Path], kind: str, cache: Path):

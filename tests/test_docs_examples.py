@@ -82,7 +82,11 @@ def run_examples(tmp_path: Path, examples: list[Block]) -> list[dict]:
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     for name in ("python", "python3"):
-        (bin_dir / name).symlink_to(sys.executable)
+        # A script that execs the interpreter by its path, not a link to it: a venv's interpreter reached
+        # through a link elsewhere finds no pyvenv.cfg beside it and loses the venv's packages.
+        wrapper = bin_dir / name
+        wrapper.write_text(f'#!/bin/sh\nexec "{sys.executable}" "$@"\n')
+        wrapper.chmod(0o755)
     env = {"PATH": f"{bin_dir}:/usr/local/bin:/usr/bin:/bin", "HOME": str(tmp_path), "PYTHONPATH": str(ROOT)}
     env |= {"LANG": "C.UTF-8", "COLUMNS": "120"}
     runnable = [

@@ -120,6 +120,15 @@ def test_the_report_opens_from_disk_and_shows_the_run(hostile_run, tmp_path):
                 assert any(text.endswith(first) for text in shown), first
             assert page.locator("#failed-list .first-line").all_inner_texts() == ["#5 [mock fail=400] refused"]
             assert "Showing 5 of 5 finished samples" in page.locator("#shown-note").inner_text()
+            # A histogram's bars say their range, and its marks are its edges: the last one, the largest value,
+            # is drawn whole inside the chart.
+            chart = page.locator("svg", has=page.locator("rect.bar title", has_text="–")).first
+            titles = chart.locator("rect.bar title").all_text_contents()
+            assert titles and all(re.match(r"^[\d.]+–[\d.]+ s: \d+$", title) for title in titles), titles
+            box, last = chart.bounding_box(), chart.locator("text.tick").last
+            assert last.text_content() == titles[-1].split("–")[1].split(" ")[0] + " s"
+            mark = last.bounding_box()
+            assert box["x"] <= mark["x"] and mark["x"] + mark["width"] <= box["x"] + box["width"] + 0.5
 
             # The counts are statistics.json's.
             for key in ("total_prompts", "trajectories", "completed", "partial", "failed", "discarded_no_reasoning"):

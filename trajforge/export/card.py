@@ -154,11 +154,10 @@ def render(stats: dict, flags: dict[str, str], exports: dict[str, str], version:
         + (f"${cost:.4f}" if isinstance(cost, (int, float)) else "unknown")
         + f"; {stats.get('duration_seconds', 0):.0f} s of running."
     )
-    out += ["", "## Load it", "", "```python", loading.IMPORT, ""]
-    out += [f'trajectories = load_dataset("json", data_files="{files["trajectories"]}", split="train")']
+    code = [f'trajectories = load_dataset("json", data_files="{files["trajectories"]}", split="train")']
     if "openai" in files:
-        out += [loading.load_line("openai", files["openai"], "messages")]
-    out += ["```", ""]
+        code += [loading.load_line("openai", files["openai"], "messages")]
+    out += ["", "## Load it", "", "```python", loading.import_line("\n".join(code)), "", *code, "```", ""]
     if "openai" in files:
         out.append(
             'Each row of the openai export renders as is with `tokenizer.apply_chat_template(row["messages"], '

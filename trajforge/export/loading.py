@@ -9,6 +9,8 @@ dataset card and docs/exports.md show it) and as the Features it means (`feature
 
 from __future__ import annotations
 
+import re
+
 FEATURES = {
     "openai": (
         '{"messages": List(Json()), "tools": List(Json()), "prompt_index": Value("int64"), '
@@ -20,7 +22,13 @@ FEATURES = {
         '"prompt_index": Value("int64"), "chosen_reward": Value("float64"), "rejected_reward": Value("float64")}'
     ),
 }
-IMPORT = "from datasets import Features, Json, List, Value, load_dataset  # datasets >= 5"
+NAMES = ("Features", "Json", "List", "Value")  # what the features of load_line() may name
+
+
+def import_line(code: str) -> str:
+    """The import of `code` that loads files: load_dataset and only the feature types it names."""
+    used = [name for name in NAMES if re.search(rf"\b{name}\(", code)]
+    return f"from datasets import {', '.join([*used, 'load_dataset'])}" + ("  # datasets >= 5" if used else "")
 
 
 def load_line(name: str, path: str, variable: str) -> str:

@@ -101,7 +101,9 @@
     return root;
   }
 
-  function columnChart(labels, counts, unit) {
+  // `ticks`: the bars' edges, one more than the bars (a histogram): marks at the edges, so the last bar ends
+  // at the largest value (1 for rewards), and the last mark is drawn inside the chart rather than cut off.
+  function columnChart(labels, counts, unit, ticks) {
     const width = 420, height = 160, bottom = 28, left = 34;
     const root = svg("svg", { viewBox: `0 0 ${width} ${height}`, role: "img" });
     const top = Math.max(1, ...counts), step = (width - left) / Math.max(counts.length, 1);
@@ -113,10 +115,12 @@
       bar.append(svg("title", {}, `${labels[i]}${unit}: ${value}`));
       root.append(bar);
     });
-    const marks = Math.min(labels.length, 6);
+    const marked = ticks || labels, marks = Math.min(marked.length, 6);
     for (let k = 0; k < marks; k++) {
-      const i = Math.round((k * (labels.length - 1)) / Math.max(marks - 1, 1));
-      root.append(svg("text", { x: left + i * step, y: height - bottom + 14 }, labels[i] + unit));
+      const i = Math.round((k * (marked.length - 1)) / Math.max(marks - 1, 1));
+      const end = ticks && i === marked.length - 1 && marked.length > 1;
+      root.append(svg("text", { class: "tick", x: left + i * step, y: height - bottom + 14,
+        "text-anchor": end ? "end" : "start" }, marked[i] + unit));
     }
     return root;
   }
@@ -125,8 +129,9 @@
     // Enough decimals that neighbouring bins' lower edges differ.
     const width = hist.edges.length > 1 ? hist.edges[1] - hist.edges[0] : 1;
     const decimals = width >= 1 ? 0 : Math.min(4, Math.ceil(-Math.log10(width)));
-    const labels = hist.counts.map((_, i) => Number(hist.edges[i]).toFixed(decimals));
-    return columnChart(labels, hist.counts, unit);
+    const edges = hist.edges.map((edge) => Number(edge).toFixed(decimals));
+    const labels = hist.counts.map((_, i) => `${edges[i]}–${edges[i + 1]}`);  // each bar's range, in its title
+    return columnChart(labels, hist.counts, unit, edges);
   }
 
   function charts() {
