@@ -5,6 +5,7 @@ run, fails, while the honest solution of the same task passes, in the default sa
 from __future__ import annotations
 
 import asyncio
+import base64
 from urllib.parse import quote
 
 import pytest
@@ -180,3 +181,63 @@ def test_a_python_verifiers_commands_run_in_the_clean_room_too(kind, tmp_path):
         kind, tmp_path, "echo right > answer.txt", "true", verifier=verifier_spec(f"{grader}:check", "verifier")
     )
     assert (fooled["reward"], honest["reward"]) == (0.0, 1.0), (fooled, honest)
+
+
+# Issue 31, row 4. The hidden scorer runs the model's is_prime.py as the agent ($AS_AGENT), captures what
+# it prints and prints the share of cases it got right: 0.25 for an answer of all False.
+SCORER = r"""import json, os, shlex, subprocess, sys
+CASES, EXPECTED = [2, 9, 97, 7], [True, False, True, True]
+agent = shlex.split(os.environ.get("AS_AGENT", ""))
+child = subprocess.run([*agent, sys.executable, "is_prime.py", json.dumps(CASES)], capture_output=True, text=True)
+try:
+    got = json.loads(child.stdout.splitlines()[-1])
+except (IndexError, ValueError):
+    got = []
+print(sum(a == b for a, b in zip(got, EXPECTED)) / len(EXPECTED))
+"""
+# The model's code takes the scorer's stdout (pidfd_getfd of its parent's fd 1) and leaves a daemon that
+# writes 1 on it until the sandbox ends, after the scorer's own last line.
+STEALS_STDOUT = r"""import ctypes, json, os, sys, time
+libc = ctypes.CDLL(None, use_errno=True)
+pidfd = libc.syscall(434, os.getppid(), 0)  # pidfd_open
+fd = libc.syscall(438, pidfd, 1, 0) if pidfd >= 0 else -1  # pidfd_getfd
+if fd >= 0 and os.fork() == 0:
+    os.setsid()
+    if os.fork() == 0:
+        os.closerange(0, 3)  # the scorer's capture pipes: it goes on, and prints its score
+        for _ in range(4000):
+            os.write(fd, b"1\n")
+            time.sleep(0.001)
+    os._exit(0)
+print(json.dumps([False] * len(json.loads(sys.argv[1]))))
+"""
+HONEST_PRIME = r"""import json, sys
+def is_prime(n):
+    return n > 1 and all(n % d for d in range(2, int(n ** 0.5) + 1))
+print(json.dumps([is_prime(n) for n in json.loads(sys.argv[1])]))
+"""
+
+
+def test_the_model_s_code_cannot_take_the_scorer_s_output(run_here):
+    writes = {
+        name: f"echo {base64.b64encode(code.encode()).decode()} | base64 -d > is_prime.py"
+        for name, code in (("attack", STEALS_STDOUT), ("honest", HONEST_PRIME))
+    }
+    verify = 'python3 "$TESTS_DIR/score.py"'
+    tasks = [
+        {"prompt": f"{name} {scripted(write)}", "tests": {"score.py": SCORER}, "verify": verify}
+        for name, write in writes.items()
+    ]
+    result = run_here(tasks, "--distribution=terminal_only", "--num_workers=1", batch_size=2)
+    assert result.code == 0, result.stdout + result.stderr
+    verdicts = {source(r)["prompt"].split(" [")[0]: r["metadata"]["verification"] for r in result.trajectories}
+    assert (verdicts["attack"]["reward"], verdicts["attack"]["passed"]) == (0.25, False), verdicts
+    assert (verdicts["honest"]["reward"], verdicts["honest"]["passed"]) == (1.0, True), verdicts
+
+
+def test_the_reward_is_what_the_verify_command_wrote_before_it_exited(kind, tmp_path):
+    # What a process it left behind writes afterwards is not read (and that process is ended); what its
+    # children wrote while it waited for them counts.
+    late = verify_in(kind, tmp_path, "true", "(sleep 1; echo 1) & echo 0.25")
+    waited = verify_in(kind, tmp_path, "true", "(sleep 0.2; echo 0.5) & wait")
+    assert (late["reward"], late["output"], waited["reward"]) == (0.25, "0.25\n", 0.5), (late, waited)

@@ -6,6 +6,8 @@ every relative link of these documents names a file that exists."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import os
 import re
@@ -17,6 +19,10 @@ from pathlib import Path
 import pytest
 from conftest import ROOT
 from docs_examples import Block, blocks, ports
+
+from trajforge.environments import EnvironmentSettings, backend_for
+from trajforge.verification.checks import verify_sample
+from trajforge.verification.result import VerifySettings
 
 DOCUMENTS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 EXAMPLES = {path.name: blocks(path, ROOT) for path in DOCUMENTS}
@@ -131,3 +137,51 @@ def test_the_examples_of_a_document_run(tmp_path, document):
     run_examples(tmp_path, examples)
     problems = unclean(tmp_path / "example")
     assert not problems, "\n".join(problems[:10])
+
+
+# A correct solution of every task a document's example verifies, by the file it asks for: the example's
+# verify command must pass after it and fail in an empty workspace (issue 31: the is_prime example of
+# docs/verification.md could never pass).
+SOLUTIONS = {
+    "fib.py": "printf 'a, b = 0, 1\\nfor _ in range(10):\\n    a, b = b, a + b\\nprint(a)\\n' > fib.py",
+    "is_prime.py": (
+        "printf 'def is_prime(n):\\n    return n > 1 and all(n %% d for d in range(2, int(n ** 0.5) + 1))\\n'"
+        " > is_prime.py"
+    ),
+    "report.md": "printf '# Report\\n\\n- one\\n- two\\n- three\\n' > report.md",
+    "answer.txt": "echo 42 > answer.txt",
+}
+
+
+def verified_examples() -> list[tuple[str, dict]]:
+    """Every dataset line with a `verify` in a block of README.md or docs/*.md, with where it is."""
+    found = []
+    for examples in EXAMPLES.values():
+        for block in examples:
+            for line in block.text.splitlines():
+                with contextlib.suppress(ValueError):
+                    entry = json.loads(line)
+                    if isinstance(entry, dict) and "verify" in entry:
+                        found.append((block.where, entry))
+    return found
+
+
+def test_every_documented_verify_passes_a_solution_and_fails_without_one(tmp_path):
+    kind = "bwrap" if shutil.which("bwrap") else "local"
+    settings = EnvironmentSettings(kind=kind, run_dir=str(tmp_path), command_timeout=30)
+
+    async def verdict(entry: dict, solution: str) -> dict:
+        env = await backend_for(settings).open(entry)
+        try:
+            await env.exec(solution)
+            return await verify_sample(VerifySettings(), entry, {}, [], env)
+        finally:
+            await env.close()
+
+    examples = verified_examples()
+    assert len(examples) >= 4, examples
+    for where, entry in examples:
+        named = [name for name in SOLUTIONS if name in entry["prompt"]]
+        assert named, f"{where}: no solution of {entry['prompt']!r} in SOLUTIONS: add one"
+        solved, unsolved = asyncio.run(verdict(entry, SOLUTIONS[named[0]])), asyncio.run(verdict(entry, "true"))
+        assert (solved["passed"], unsolved["passed"]) == (True, False), (where, solved, unsolved)

@@ -4,6 +4,7 @@ cost no model call, and --check_tasks, which calls no model at all. Local, bwrap
 
 from __future__ import annotations
 
+import base64
 import json
 import secrets
 import shutil
@@ -11,9 +12,10 @@ from pathlib import Path
 from urllib.parse import quote
 
 import pytest
-from conftest import ROOT, tool_results, write_dataset
+from conftest import ROOT, source, tool_results, write_dataset
 from test_environments import _available
 
+from trajforge.environments import userns
 from trajforge.errors import UsageError
 from trajforge.run.dataset import load_dataset
 from trajforge.runfolder.folder import entry_key
@@ -228,3 +230,38 @@ def test_a_python_verifier_finds_the_tests_at_env_tests_dir(tmp_path, run_here, 
     result = run_here([entry], *flags("bwrap" if Path("/usr/bin/bwrap").exists() else "local"), "--verifier=v.py:check")
     assert result.code == 0, result.stdout + result.stderr
     assert result.trajectories[0]["metadata"]["verification"]["passed"] is True
+
+
+# Model code that reads the hidden test's expected values (where $TESTS_DIR or /tests points) and answers
+# with them: every example task would pass unsolved if the code under test could read its tests.
+READS_THE_TESTS = r"""
+import ast, glob, os, re
+from . import money, slug, stats
+for _path in glob.glob(os.path.join(os.environ.get("TESTS_DIR", "/tests"), "*.py")) + glob.glob("/tests/*.py"):
+    try:
+        _found = re.search(r"^CASES, EXPECTED = (.*)$", open(_path).read(), re.M)
+    except OSError:
+        continue
+    if _found:
+        _cases, _expected = ast.literal_eval(_found.group(1))
+        stats.median = slug.slugify = money.cents_to_text = lambda v: _expected[_cases.index(v)]
+"""
+
+
+def test_code_under_test_cannot_read_the_example_tasks_hidden_tests(tmp_path, run_here, server):
+    # Issue 31, row 5: the hidden tests run the code as the agent's uid ($AS_AGENT), which cannot read them.
+    if not userns.possible():
+        pytest.skip("two uids need a runner that is root on the host")
+    data = tmp_path / "data"
+    shutil.copytree(ROOT / "data" / "example_tasks", data / "example_tasks")
+    tasks = [json.loads(line) for line in (ROOT / "data" / "example_tasks.jsonl").read_text().splitlines()]
+    attack = f"echo {base64.b64encode(READS_THE_TESTS.encode()).decode()} | base64 -d >> textkit/__init__.py"
+    entries = [t | {"prompt": f"{n} attack {steer(attack)}"} for n, t in enumerate(tasks)]
+    entries += [t | {"prompt": f"{n} honest {steer(t['solution'])}"} for n, t in enumerate(tasks)]
+    dataset = data / "tasks.jsonl"
+    dataset.write_text("".join(json.dumps(entry) + "\n" for entry in entries))
+    result = run_here(dataset, *flags("bwrap"), "--concurrency=6")
+    assert result.code == 0, result.stdout + result.stderr
+    verdicts = {source(r)["prompt"].split(" [")[0]: r["metadata"]["verification"] for r in result.trajectories}
+    assert [verdicts[f"{n} attack"]["passed"] for n in range(3)] == [False] * 3, verdicts
+    assert [verdicts[f"{n} honest"]["passed"] for n in range(3)] == [True] * 3, verdicts

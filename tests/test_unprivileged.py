@@ -8,6 +8,8 @@ import asyncio
 import contextlib
 import os
 import resource
+import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -15,7 +17,7 @@ from conftest import wait_for
 from test_environments import _available
 from test_sandbox import bwrap, settings  # noqa: F401  (the fixture)
 
-from trajforge.environments import backend_for, tmpfs
+from trajforge.environments import backend_for, tmpfs, userns
 from trajforge.environments.limits import Limits, host_user, unenforced
 
 HOST_MARK = "3.14159"  # a sleep no other test runs: how the host finds the sandboxed command
@@ -43,9 +45,13 @@ async def _probe(env_settings) -> tuple[str, str]:
 
 
 def test_commands_have_no_capability_and_a_non_root_uid(bwrap, tmp_path):  # noqa: F811
-    for output in asyncio.run(_probe(settings("bwrap", tmp_path))):
+    agent, verification = asyncio.run(_probe(settings("bwrap", tmp_path)))
+    # The verification's uid (two uids where the runner is root) holds, in its namespace only, what it
+    # needs to run the model's code as the agent and to read and write the agent's files (userns.py).
+    expected = ["CapEff:", "00000000000000ca", "1001"] if userns.possible() else ["CapEff:", "0000000000000000", "1000"]
+    for output, first in ((agent, ["CapEff:", "0000000000000000", "1000"]), (verification, expected)):
         lines = output.split()
-        assert lines[:3] == ["CapEff:", "0000000000000000", "1000"], output
+        assert lines[:3] == first, output
         assert "remounted-usr" not in lines and "remounted-etc" not in lines and "raw-socket" not in lines
         assert "workspace-writable" in lines and "NoNewPrivs:\t1" in output, output
         assert "sysctl" not in lines and "shadow" not in lines, output
@@ -205,3 +211,42 @@ def test_chromium_runs_unprivileged_in_bwrap_and_ends_with_the_browser(bwrap):  
         assert status["CapEff"] == "0000000000000000", status
         assert status["Uid"].split()[0] != "0" and status["NoNewPrivs"] == "1", status
     wait_for(lambda: not _chromium_status(), 10, "every Chromium process to end with the browser")
+
+
+# -- seccomp --------------------------------------------------------------------------------------
+TAKERS = ["process_vm_readv", "process_vm_writev", "pidfd_getfd", "kcmp", "ptrace"]
+
+
+@pytest.fixture(scope="module")
+def take_probe(tmp_path_factory) -> bytes:
+    if not shutil.which("gcc"):
+        pytest.skip("the probe is C, built static: no gcc here")
+    binary = tmp_path_factory.mktemp("probe") / "take_probe"
+    source = Path(__file__).parent / "fixtures" / "take_probe.c"
+    subprocess.run(["gcc", "-static", "-O1", "-o", str(binary), str(source)], check=True, capture_output=True)
+    return binary.read_bytes()
+
+
+@pytest.mark.parametrize("kind", ["bwrap", "docker", "local"], indirect=False)
+def test_no_sandboxed_command_takes_a_process_s_memory_or_descriptors(kind, take_probe, tmp_path, request):
+    # Issue 31: a filter denies them (EPERM) to the agent's commands and the verification's alike; local is
+    # no sandbox and gets none, so there each call works as it does on the host.
+    if kind == "docker":
+        request.getfixturevalue("docker_host")
+    elif kind == "bwrap":
+        request.getfixturevalue("bwrap")
+    env_settings = settings(kind, tmp_path, default_image="batch-runner-test/alpha:1")
+
+    async def body() -> list[str]:
+        env = await backend_for(env_settings).open({})
+        try:
+            await env.write_file("probe", take_probe)
+            agent = await env.exec("chmod +x probe && ./probe")
+            await env.enter_clean_room()
+            return [agent.output, (await env.exec("./probe")).output]
+        finally:
+            await env.close()
+
+    outcome = "ok" if kind == "local" else "EPERM"
+    for output in asyncio.run(body()):
+        assert output.splitlines() == [f"{name} {outcome}" for name in TAKERS], output

@@ -10,7 +10,7 @@ import os
 import shutil
 import subprocess
 
-from trajforge.environments import OUTPUT_LIMIT, EnvironmentSettings, ExecResult, tmpfs
+from trajforge.environments import OUTPUT_LIMIT, EnvironmentSettings, ExecResult, seccomp, tmpfs, userns
 from trajforge.environments.limits import MB, confined, host_user
 from trajforge.environments.local import (
     LocalBackend,
@@ -29,8 +29,11 @@ SANDBOX_TESTS = "/tests"  # bound only for the commands after add_tests: the ver
 # What it maps to on the host is the runner's uid, or nobody when the runner is root (limits.host_user):
 # never the host's root, whose uid would open /proc/sys, root-only files and setuid programs to it. The
 # sample's folders are that host uid's, so the sandbox user may write them.
-SANDBOX_UID = 1000
+# A root runner's commands join the worker's two-uid namespace instead (userns.py): the agent is 1000 there too.
+SANDBOX_UID = userns.AGENT_UID
 UNPRIVILEGED = ["--unshare-user", "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID), "--cap-drop", "ALL"]
+# --unshare-all but the user namespace, which --userns brings (bwrap refuses the two together).
+NAMESPACES = ["--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts", "--unshare-cgroup-try"]
 
 
 def system_mounts() -> list[str]:
@@ -44,12 +47,25 @@ def system_mounts() -> list[str]:
 
 
 def bwrap_argv(
-    settings: EnvironmentSettings, binds: list[tuple[str, str]], cwd: str, argv: list[str], read_only: tuple = ()
+    settings: EnvironmentSettings,
+    binds: list[tuple[str, str]],
+    cwd: str,
+    argv: list[str],
+    read_only: tuple = (),
+    identity: tuple[str, ...] = (),
+    seccomp_fd: int | None = None,
 ) -> list[str]:
-    network = ["--share-net"] if settings.sandbox_network else []
+    """bwrap's argv for `argv`: as uid 1000 in a user namespace of its own, or with `identity`
+    (userns.identity: the worker's two-uid namespace), under the seccomp filter read from `seccomp_fd`."""
+    if identity:
+        unshare = [*identity, *(n for n in NAMESPACES if n != "--unshare-net" or not settings.sandbox_network)]
+    else:
+        unshare = ["--unshare-all", *UNPRIVILEGED, *(["--share-net"] if settings.sandbox_network else [])]
     # --die-with-parent and the PID namespace take every process of a command down with bwrap, so
     # killing bwrap's process group on a timeout kills the command's children too.
-    sandbox = [shutil.which("bwrap") or "bwrap", "--unshare-all", *UNPRIVILEGED, *network]
+    sandbox = [shutil.which("bwrap") or "bwrap", *unshare]
+    if seccomp_fd is not None:
+        sandbox += ["--seccomp", str(seccomp_fd)]
     sandbox += ["--die-with-parent", "--new-session"]
     # The root is an empty tmpfs: only what is mounted below exists, so no host socket can be reached by path.
     shm = settings.limits.max_file_size_mb  # /dev/shm is memory: bounded like one file
@@ -68,11 +84,14 @@ class BwrapEnvironment(LocalEnvironment):
     absolute_cwd = False  # only the workspace is there inside the sandbox: an absolute cwd must lie in it
     marked_leftovers = False  # nothing of a command outlives it: its PID namespace dies with it
 
-    def __init__(self, cwd: str | None, settings: EnvironmentSettings, sample: str = ""):
+    def __init__(self, cwd: str | None, settings: EnvironmentSettings, sample: str = "", userns_fd: int | None = None):
         super().__init__(cwd, settings, sample)
         self.tmp = ""  # made by start()
         self.tmp_mounted = False  # a bounded tmpfs lies on it
         self.host_uid = host_user()
+        # The worker's two-uid namespace for the verification's commands (the agent's are one uid, as ever),
+        # or None: one uid (a runner that is not root).
+        self.userns = userns_fd
 
     def _prepare(self) -> None:
         super()._prepare()
@@ -98,16 +117,37 @@ class BwrapEnvironment(LocalEnvironment):
         binds = [(self.verify_tmp or self.tmp, SANDBOX_TMP), (self.workspace, self.workspace)]
         tests = ((self.tests_host, SANDBOX_TESTS),) if self.tests_host else ()  # read-only: no one edits them
         self.started += 1
-        sandboxed = self.confined(bwrap_argv(self.settings, binds, self.cwd, argv, tests))
-        return await run_process(sandboxed, self.workspace, self.env, timeout, stdin, limit)
+        two_uids = self.clean and self.userns is not None
+        with seccomp.filter_fd() as rules:
+            who = tuple(userns.identity(self.userns, verifier=True)) if two_uids else ()
+            sandboxed = bwrap_argv(self.settings, binds, self.cwd, argv, tests, who, rules)
+            # In the two-uid namespace bwrap itself maps the command to its host uid: it must be root to join.
+            limited = (
+                confined(sandboxed, self.settings.limits, self.cgroup.paths) if two_uids else self.confined(sandboxed)
+            )
+            fds = (rules, self.userns) if two_uids else (rules,)
+            done = await run_process(limited, self.workspace, self.env, timeout, stdin, limit, None, fds, self.clean)
+        if two_uids:  # its sandbox outlives bwrap (the uid change cleared --die-with-parent): end what is left
+            await self.end_leftovers()
+        return done
 
     async def clean_variables(self) -> None:
         """A fresh folder for the sandbox's /tmp (TMPDIR stays /tmp), where the clean room's HOME is made."""
         if self.verify_tmp:  # a sample's verifications share it (each makes its own HOME there)
             return
         self.verify_tmp = await asyncio.to_thread(make_workspace, self.settings, "verify-")
-        if self.host_uid is not None:
+        if self.userns is not None:  # a /tmp for both uids (sticky); the verifier's HOME in it is its own
+            await asyncio.to_thread(_give, userns.VERIFIER_HOST_UID, self.verify_tmp)
+            await asyncio.to_thread(os.chmod, self.verify_tmp, 0o1777)
+            self.env = {**self.env, "AS_AGENT": userns.AS_AGENT}
+        elif self.host_uid is not None:
             await asyncio.to_thread(_give, self.host_uid, self.verify_tmp)
+
+    async def add_tests(self, files: dict[str, bytes]) -> None:
+        await super().add_tests(files)
+        if self.userns is not None:  # the verifier's alone: the agent's uid cannot even list them
+            await asyncio.to_thread(_give, userns.VERIFIER_HOST_UID, self.tests_host)
+            await asyncio.to_thread(os.chmod, self.tests_host, 0o700)
 
     def _tests_path(self) -> str:
         return SANDBOX_TESTS
@@ -130,7 +170,7 @@ def _give(uid: int, *folders: str) -> None:
 
 class BwrapBackend(LocalBackend):  # the same workspaces, so the same leftovers (a /tmp may be mounted)
     async def environment(self, entry: dict, sample: str = "") -> BwrapEnvironment:
-        return BwrapEnvironment(entry.get("cwd"), self.settings, sample)
+        return BwrapEnvironment(entry.get("cwd"), self.settings, sample, userns.namespace_fd())
 
     @classmethod
     def check(cls, settings: EnvironmentSettings) -> None:
@@ -139,7 +179,12 @@ class BwrapBackend(LocalBackend):  # the same workspaces, so the same leftovers 
                 "--environment=bwrap needs bubblewrap, which is not on PATH: install it "
                 "(apt-get install bubblewrap, dnf install bubblewrap) or choose another --environment"
             )
-        trial = subprocess.run(bwrap_argv(settings, [], "/", ["true"]), capture_output=True, text=True, timeout=30)
+        try:
+            with seccomp.filter_fd() as rules:
+                argv = bwrap_argv(settings, [], "/", ["true"], seccomp_fd=rules)
+                trial = subprocess.run(argv, capture_output=True, text=True, timeout=30, pass_fds=(rules,))
+        except OSError as exc:
+            raise SetupError(f"--environment=bwrap: {exc}; install libseccomp2 (apt-get install libseccomp2)") from None
         if trial.returncode:
             raise SetupError(
                 f"bwrap cannot make its sandbox on this machine ({trial.stderr.strip()}); it needs unprivileged "

@@ -23,6 +23,7 @@ from trajforge.environments import (
     ExecResult,
     container_cwd,
     image_of,
+    seccomp,
 )
 from trajforge.environments.contract import timeout_result
 from trajforge.environments.limits import MB, Limits
@@ -113,7 +114,9 @@ class DockerEnvironment(CommandEnvironment):
                 environment=COMMAND_VARIABLES,
                 network_mode=None if self.settings.sandbox_network else "none",
                 cap_drop=["ALL"],  # root in the container can neither remount, nor trace, nor open raw sockets
-                security_opt=["no-new-privileges"],  # and no setuid program gives it back
+                # No setuid program gives it back; the seccomp profile denies taking another process's
+                # memory or descriptors (seccomp.py), whatever the host's Yama setting.
+                security_opt=["no-new-privileges", f"seccomp={seccomp.docker_profile()}"],
                 **container_limits(self.settings.limits),
                 detach=True,
             )

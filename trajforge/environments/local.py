@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import array
 import asyncio
 import contextlib
+import fcntl
 import glob
 import os
 import secrets
@@ -11,6 +13,7 @@ import shutil
 import signal
 import stat
 import tempfile
+import termios
 import time
 
 from trajforge.environments import OUTPUT_LIMIT, Backend, CappedOutput, EnvironmentSettings, ExecResult, tmpfs
@@ -43,28 +46,89 @@ async def run_process(
     stdin: bytes | None = None,
     limit: int = OUTPUT_LIMIT,
     groups: list[int] | None = None,
+    pass_fds: tuple[int, ...] = (),
+    own_output: bool = False,
 ) -> ExecResult:
     """Run argv in its own process group, feeding it `stdin`; on timeout (or cancellation) end the whole
     group: SIGTERM, then SIGKILL for what is still there after TERM_GRACE. No preexec_fn, ever: CPython
     then vfork()s instead of forking the whole worker (what a command's process does first is in its
-    argv: limits.confined). The process group is appended to `groups`, when given."""
-    with starting_command():
-        proc = await asyncio.create_subprocess_exec(
-            *argv,
-            cwd=cwd,
-            env=env,
-            stdin=asyncio.subprocess.DEVNULL if stdin is None else asyncio.subprocess.PIPE,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.STDOUT,
-            start_new_session=True,
-        )
-        commands_running.add(proc.pid)
+    argv: limits.confined). The process group is appended to `groups`, when given; `pass_fds` are
+    descriptors the command inherits (bwrap's filter and namespace). With `own_output` (a verification's
+    command) the result is what was written before argv's own process exited, not what processes it
+    left behind write later (the caller ends those); else output is read until its pipe closes."""
+    output = CappedOutput(limit)
+    pipe = _OutputPipe(output)
+    try:
+        with starting_command():
+            proc = await asyncio.create_subprocess_exec(
+                *argv,
+                cwd=cwd,
+                env=env,
+                stdin=asyncio.subprocess.DEVNULL if stdin is None else asyncio.subprocess.PIPE,
+                stdout=pipe.write_end,
+                stderr=asyncio.subprocess.STDOUT,
+                start_new_session=True,
+                pass_fds=pass_fds,
+            )
+            commands_running.add(proc.pid)
+    except BaseException:
+        os.close(pipe.write_end)
+        os.close(pipe.read_end)
+        raise
+    pipe.started()
     if groups is not None:
         groups.append(proc.pid)
-    output = CappedOutput(limit)
+    return await _run(proc, pipe, output, timeout, stdin, own_output)
 
-    into, out = proc.stdin, proc.stdout  # `into` is a pipe when there is `stdin` to feed
-    assert out is not None
+
+class _OutputPipe:
+    """A command's stdout and stderr: read as it comes, on the event loop, into `output`."""
+
+    def __init__(self, output: CappedOutput):
+        self.output = output
+        self.read_end, self.write_end = os.pipe2(os.O_CLOEXEC)
+        self.closed = asyncio.get_running_loop().create_future()  # every writer is gone
+
+    def started(self) -> None:
+        os.close(self.write_end)  # the command holds it now
+        os.set_blocking(self.read_end, False)
+        asyncio.get_running_loop().add_reader(self.read_end, self.read)
+
+    def read(self, at_most: int = 1 << 62) -> None:
+        """What the pipe holds, up to `at_most` bytes."""
+        while at_most > 0:
+            try:
+                chunk = os.read(self.read_end, min(65536, at_most))
+            except BlockingIOError:
+                return
+            if not chunk:
+                if not self.closed.done():
+                    self.closed.set_result(None)
+                return
+            at_most -= len(chunk)
+            self.output.feed(chunk)
+
+    def take_written(self) -> None:
+        """At the command's exit: what lies in the pipe now was written before it (FIONREAD counts it);
+        what its leftovers write from here on is never read."""
+        pending = array.array("i", [0])
+        fcntl.ioctl(self.read_end, termios.FIONREAD, pending)
+        self.read(pending[0])
+
+    def close(self) -> None:
+        asyncio.get_running_loop().remove_reader(self.read_end)
+        os.close(self.read_end)
+
+
+async def _run(
+    proc: asyncio.subprocess.Process,
+    pipe: _OutputPipe,
+    output: CappedOutput,
+    timeout: float,
+    stdin: bytes | None,
+    own_output: bool,
+) -> ExecResult:
+    into = proc.stdin  # a pipe when there is `stdin` to feed
 
     async def feed() -> None:
         if stdin is not None and into is not None:
@@ -73,12 +137,12 @@ async def run_process(
                 await into.drain()
             into.close()
 
-    async def drain() -> None:
-        while chunk := await out.read(65536):
-            output.feed(chunk)
-
     async def finish() -> int:
-        await asyncio.gather(feed(), drain())
+        if own_output:
+            code = (await asyncio.gather(feed(), proc.wait()))[1]
+            pipe.take_written()
+            return code
+        await asyncio.gather(feed(), pipe.closed)
         return await proc.wait()  # its output may close long before it ends: the limit covers both
 
     ended = False  # by itself, within its limit
@@ -89,6 +153,7 @@ async def run_process(
     except TimeoutError:
         return timeout_result(output.text(), timeout)
     finally:
+        pipe.close()
         if ended:
             commands_running.discard(proc.pid)
         else:  # shielded: a prompt cancelled meanwhile still ends the group and forgets the pid once reaped
@@ -236,7 +301,14 @@ class LocalEnvironment(CommandEnvironment):
         self, argv: list[str], timeout: float, stdin: bytes | None = None, limit: int = OUTPUT_LIMIT
     ) -> ExecResult:
         self.started += 1
-        return await run_process(self.confined(argv), self.cwd, self.env, timeout, stdin, limit)
+        done = await run_process(self.confined(argv), self.cwd, self.env, timeout, stdin, limit, own_output=self.clean)
+        await self.end_leftovers()
+        return done
+
+    async def end_leftovers(self) -> None:
+        """After a clean room's command: what it left running (a daemon of the model's code it ran) ends."""
+        if self.clean:
+            await self.end_agent_processes()
 
     @property
     def scan_root(self) -> str:

@@ -50,7 +50,8 @@ GIT_VARIABLES = " ".join(
 )
 CLEAN_SHELL = (
     "c=$(cat) && exec </dev/null && HOME=$(mktemp -d) || exit 125; "
-    f'export HOME TMPDIR="$HOME" PYTHONNOUSERSITE=1 PYTHONSAFEPATH=1 GIT_CONFIG_NOSYSTEM=1 {GIT_VARIABLES}; eval "$c"'
+    'export HOME TMPDIR="$HOME" AS_AGENT="${AS_AGENT:-}" PYTHONNOUSERSITE=1 PYTHONSAFEPATH=1 '
+    f'GIT_CONFIG_NOSYSTEM=1 {GIT_VARIABLES}; eval "$c"'
 )
 # Removes, under $1, what would let a verifier read something other than the agent's work: symlinks
 # resolving outside $1 (/proc/self/cmdline, /dev, /etc), FIFOs, sockets and devices; prints each removed.

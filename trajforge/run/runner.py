@@ -14,7 +14,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from toolset_distributions import DISTRIBUTIONS, usable
-from trajforge.environments import choose, prepare_run, remove_leftovers
+from trajforge.environments import choose, prepare_run, remove_leftovers, userns
 from trajforge.environments.limits import unenforced
 from trajforge.errors import SetupError, UsageError
 from trajforge.events import (
@@ -116,6 +116,8 @@ class BatchRunner:
             if warning:
                 self.warn(warning)
         entries = load_dataset(config.dataset_file, config.max_samples)
+        if any("tests" in entry.data for entry in entries) and not userns.has_two_uids(environment.kind):
+            self.warn(userns.one_uid_warning(environment.kind))
         toolsets, missing = registry.available_toolsets(config.tools, DISTRIBUTIONS[config.distribution])
         for item in missing:
             self.warn(f"{item.tool or item.toolset} is not available here, so it is not offered: {item.reason}")

@@ -1,0 +1,97 @@
+"""Two uids in one bwrap sandbox: the model's and the verification's.
+
+A hidden test has to run the model's code and then decide; as one uid, that code could read the
+test's expected values in $TESTS_DIR or take the test's descriptors. So a root runner gives every bwrap
+command of a worker one user namespace with two uids mapped (made once per worker process, kept by a
+descriptor; bwrap joins it with `--userns FD`):
+
+- the agent, uid 1000 inside (AGENT_UID), `nobody` on the host, no capability: every command of the
+  model, and whatever the verification starts behind `$AS_AGENT`;
+- the verifier, uid 1001 inside, VERIFIER_HOST_UID on the host: the verify command and a Python
+  verifier's commands. It alone reads the hidden tests (its folder, mode 0700). Its capabilities hold in
+  this namespace only, where no host uid but these two exists: to become the agent ($AS_AGENT) and to
+  read and write the agent's files in the workspace.
+
+The agent's uid cannot trace, signal or take descriptors from the verifier's processes (another uid,
+no capability), besides the seccomp filter. Only root can map two uids; elsewhere (a runner that is not
+root, root of an `unshare -r` namespace) commands are one uid and `$AS_AGENT` is empty: the run says so.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+
+from trajforge.environments.limits import NOBODY, mapped
+
+AGENT_UID = 1000
+VERIFIER_UID = 1001
+VERIFIER_HOST_UID = 65533  # next to nobody: no account of the host owns files as it
+VERIFIER_CAPS = ("CAP_SETUID", "CAP_SETGID", "CAP_DAC_OVERRIDE", "CAP_FOWNER")
+SETPRIV = shutil.which("setpriv") or "/usr/bin/setpriv"
+# What a verification puts before a command to run it as the agent: no capability left, a /tmp HOME
+# (the verifier's is its own, 0700), and not even the path of the tests.
+AS_AGENT = (
+    f"{SETPRIV} --reuid={AGENT_UID} --regid={AGENT_UID} --clear-groups --inh-caps=-all -- "
+    "env -u TESTS_DIR HOME=/tmp TMPDIR=/tmp"
+)
+ONE_UID_REASON = "only a runner that is root on the host can give the verification a uid of its own"
+_made: dict[int, int | None] = {}  # per process (a forked worker makes its own): the namespace's descriptor
+
+
+def possible() -> bool:
+    return os.geteuid() == 0 and mapped(NOBODY) and mapped(VERIFIER_HOST_UID) and bool(shutil.which("unshare"))
+
+
+def namespace_fd() -> int | None:
+    """This process's two-uid user namespace (made on first use), or None where there can be none."""
+    pid = os.getpid()
+    if pid not in _made:
+        _made[pid] = _make() if possible() else None
+    return _made[pid]
+
+
+def _make() -> int | None:
+    # A helper enters a new user namespace and waits; we map its two uids (root may write both lines) and
+    # keep a descriptor of the namespace, which outlives the helper.
+    helper = subprocess.Popen(
+        ["unshare", "--user", "--", "sh", "-c", "echo ready; read line"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        if helper.stdout is None or helper.stdout.readline() != b"ready\n":
+            return None
+        mapping = f"{AGENT_UID} {NOBODY} 1\n{VERIFIER_UID} {VERIFIER_HOST_UID} 1\n"
+        for name in ("uid_map", "gid_map"):
+            with open(f"/proc/{helper.pid}/{name}", "w") as handle:
+                handle.write(mapping)
+        return os.open(f"/proc/{helper.pid}/ns/user", os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    finally:
+        if helper.stdin:
+            helper.stdin.close()
+        helper.wait()
+
+
+def identity(fd: int, verifier: bool) -> list[str]:
+    """bwrap's arguments for a command as the agent or (`verifier`) as the verification, in namespace `fd`."""
+    uid = VERIFIER_UID if verifier else AGENT_UID
+    caps = [arg for cap in VERIFIER_CAPS for arg in ("--cap-add", cap)] if verifier else []
+    return ["--userns", str(fd), "--uid", str(uid), "--gid", str(uid), "--cap-drop", "ALL", *caps]
+
+
+def one_uid_warning(kind: str) -> str:
+    """What the run says at start when it has hidden tests and the backend runs them as the model's uid."""
+    why = ONE_UID_REASON if kind == "bwrap" else f"--environment={kind} has one uid for commands"
+    return (
+        f"$AS_AGENT is empty with --environment={kind} ({why}): code a verify command runs can read "
+        "$TESTS_DIR; see docs/sandbox.md"
+    )
+
+
+def has_two_uids(kind: str) -> bool:
+    return kind == "bwrap" and namespace_fd() is not None
