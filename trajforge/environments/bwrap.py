@@ -117,15 +117,16 @@ class BwrapEnvironment(LocalEnvironment):
         binds = [(self.verify_tmp or self.tmp, SANDBOX_TMP), (self.workspace, self.workspace)]
         tests = ((self.tests_host, SANDBOX_TESTS),) if self.tests_host else ()  # read-only: no one edits them
         self.started += 1
-        two_uids = self.clean and self.userns is not None
+        namespace = self.userns if self.clean else None  # the verification's: two uids where there are
+        two_uids = namespace is not None
         with seccomp.filter_fd() as rules:
-            who = tuple(userns.identity(self.userns, verifier=True)) if two_uids else ()
+            who = tuple(userns.identity(namespace, verifier=True)) if namespace is not None else ()
             sandboxed = bwrap_argv(self.settings, binds, self.cwd, argv, tests, who, rules)
             # In the two-uid namespace bwrap itself maps the command to its host uid: it must be root to join.
             limited = (
                 confined(sandboxed, self.settings.limits, self.cgroup.paths) if two_uids else self.confined(sandboxed)
             )
-            fds = (rules, self.userns) if two_uids else (rules,)
+            fds = (rules,) if namespace is None else (rules, namespace)
             done = await run_process(limited, self.workspace, self.env, timeout, stdin, limit, None, fds, self.clean)
         if two_uids:  # its sandbox outlives bwrap (the uid change cleared --die-with-parent): end what is left
             await self.end_leftovers()
