@@ -221,7 +221,7 @@ def test_per_prompt_limits_end_a_session_partial(run_here, server, flag, exit_re
         (["--max_tokens_per_prompt=0"], "--max_tokens_per_prompt must be at least 1"),
         (["--max_requests_per_minute=0"], "--max_requests_per_minute must be more than 0"),
         (["--max_tokens_per_minute=inf"], "--max_tokens_per_minute must be a number"),
-        (["--max_cost=1", "--executor=ray", "--ray_address=auto"], "tasks on other nodes would not count"),
+        (["--adaptive_concurrency=maybe"], "--adaptive_concurrency must be true or false"),
     ],
 )
 def test_bad_money_flags_stop_before_any_request(run_here, server, flags, message):

@@ -13,6 +13,7 @@ import pytest
 
 from trajforge.agent.loop import PromptLimits
 from trajforge.money.bucket import Bucket, backoff
+from trajforge.money.concurrency import Limit
 from trajforge.money.errors import BudgetReached, CostUnknown
 from trajforge.money.pricing import Prices, estimate, priced
 from trajforge.money.report import next_budget, projected
@@ -147,7 +148,9 @@ def test_the_next_budget_and_the_projection():
 
 
 def settle(store: Store, reservation: int | None, cost: float | None) -> None:
-    store.settle("k", b"{}", cost, 10, reservation, 0.0)
+    store.settle("k", b"{}", cost, 10, 0.0, "E")
+    if reservation is not None:
+        store.release(reservation)
 
 
 def test_the_budget_lets_one_call_find_out_the_cost_then_stops_before_crossing(tmp_path):
@@ -190,16 +193,69 @@ def test_a_cost_unknown_stop_is_raised_as_such(tmp_path):
 
 def test_a_429_pauses_every_connection_and_a_success_ends_the_streak(tmp_path):
     store, other = Store(tmp_path), Store(tmp_path)
-    assert other.admit(None, None, 0) == 0.0
-    store.strike(None)
-    assert 0.4 < other.admit(None, None, 0) <= 0.5
-    assert store.strike(None) == 1.0  # the second in a row: twice as long
+    assert other.admit("E", None, None, 0) == 0.0
+    store.strike("E", None)
+    assert 0.4 < other.admit("E", None, None, 0) <= 0.5
+    assert other.admit("judge", None, None, 0) == 0.0  # another endpoint goes on
+    assert store.strike("E", None) == 1.0  # the second in a row: twice as long
     settle(store, None, 0.0)
-    assert store.strike(None) == 0.5
+    assert store.strike("E", None) == 0.5
 
 
 def test_request_buckets_are_shared_between_connections(tmp_path):
     store, other = Store(tmp_path), Store(tmp_path)
     bucket = Bucket.per_minute(120)  # 2 a second, holds 2
-    waits = [connection.admit(bucket, None, 0) for connection in (store, other, store, other)]
+    store.totals(), other.totals()  # connected first: opening one must not count as refill time
+    waits = [connection.admit("E", bucket, None, 0) for connection in (store, other, store, other)]
     assert waits[:2] == [0.0, 0.0] and 0.4 < waits[2] <= 0.5 and 0.9 < waits[3] <= 1.0
+
+
+def test_the_limit_starts_slow_halves_once_per_burst_and_grows_back_by_windows():
+    limit = Limit.first(50)
+    assert limit.value == 4
+    for _ in range(4):  # slow start: one more per success
+        limit = limit.succeeded()
+    assert limit.value == 8
+    sent_in = limit.epoch
+    limit = limit.overloaded(sent_in)
+    assert (limit.value, limit.ceiling) == (4, 4)
+    assert limit.overloaded(sent_in) == limit  # the rest of the burst was sent under the old limit
+    for _ in range(7):
+        limit = limit.succeeded()
+    assert limit.value == 4  # a window is twice the limit
+    assert limit.succeeded().value == 5
+    one = Limit.first(1)
+    assert one.overloaded(0).value == 1 and one.succeeded() == one  # never below 1, never above the start
+
+
+def test_places_in_flight_are_shared_between_connections_and_cut_by_a_429(tmp_path):
+    store, other = Store(tmp_path), Store(tmp_path)
+    flights = [connection.take_slot("E", 50) for connection in (store, other, store, other)]
+    assert None not in flights and other.take_slot("E", 50) is None  # the slow start's 4 are taken
+    assert store.take_slot("judge", 50) is not None  # another endpoint has its own
+    for connection, flight in ((store, flights[0]), (other, flights[1])):
+        connection.strike("E", None, 50, True)  # a 429: counted, and the endpoint paused
+        connection.free_slot(flight, "overloaded")  # the second was sent before the cut: no second cut
+    seen = store.concurrency("E")
+    assert (seen.now, seen.low, seen.high, seen.rate_limited) == (2, 2, 4, 2)
+    assert store.take_slot("E", 50) is None  # 2 still in flight fill the limit of 2
+    store.free_slot(flights[2], "failed")  # a failure that says nothing of the load
+    assert other.concurrency("E").now == 2 and other.take_slot("E", 50) is not None
+    store.strike("off", 1.0, 8, False)
+    assert store.concurrency("off").as_dict() == {
+        "adaptive": False,
+        "start": 8,
+        "min": 8,
+        "max": 8,
+        "mean": 8.0,
+        "rate_limited": 1,
+    }
+
+
+def test_a_dead_process_s_places_are_freed(tmp_path):
+    store = Store(tmp_path)
+    child = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
+    held = [store.take_slot("E", 2, pid=child.pid) for _ in range(2)]
+    assert None not in held and store.take_slot("E", 2) is None
+    child.communicate(b"")
+    assert store.take_slot("E", 2) is not None

@@ -1,5 +1,7 @@
 """Rate limits hold for the whole run: two worker processes with several sessions each share one
-request bucket (the run folder's database), refilled continuously rather than spent in a burst."""
+request bucket (the run folder's database), refilled continuously rather than spent in a burst; and
+the adaptive concurrency limit, shared the same way, keeps below a provider's limit on requests in
+flight (bench/adaptive.py measures it at scale)."""
 
 from __future__ import annotations
 
@@ -31,13 +33,31 @@ def test_the_request_rate_holds_across_two_workers(run_here, server):
 
 
 def test_a_429_pauses_every_session_of_the_run(run_here, server):
-    """One prompt's 429 (no Retry-After) pauses the run for half a second: the other sessions, which
-    otherwise send a request every few milliseconds, send none meanwhile."""
-    entries = [{"prompt": "busy [mock fail=429 times=1]"}] + [{"prompt": f"calm {i} [mock turns=12]"} for i in range(3)]
+    """One prompt's 429 (Retry-After: 1) pauses every session of the endpoint for a second: the others,
+    which otherwise send a request every few milliseconds, send none meanwhile. (The first 0.4 s are
+    left out: on a loaded machine the 429 takes that long to be read and recorded, and requests already
+    admitted meanwhile go.)"""
+    entries = [{"prompt": "busy [mock fail=429 times=1 retry_after=1]"}]
+    entries += [{"prompt": f"calm {i} [mock turns=12]"} for i in range(3)]
     result = run_here(entries, *FLAGS, "--num_workers=1", "--concurrency=4", "--max_turns=20")
     assert result.code == 0, result.stdout
     arrivals = [r["at"] for r in server.chat_requests()]
     (struck,) = [r["at"] for r in server.chat_requests() if r["status"] == 429]
-    during = [at - struck for at in arrivals if struck + 0.1 < at < struck + 0.45]
-    assert not during, during  # the 429's own answer may overtake requests already on their way
-    assert any(at > struck + 0.45 for at in arrivals)  # they were paused, not done
+    during = [at - struck for at in arrivals if struck + 0.4 < at < struck + 0.95]
+    assert not during, during
+    assert any(at > struck + 0.95 for at in arrivals)  # they were paused, not done
+
+
+def test_adaptive_concurrency_finds_the_servers_limit_across_two_workers(run_here, server):
+    """The server takes 2 requests in flight and answers 429 (Retry-After 0.2) beyond; 8 sessions in two
+    processes: the limit drops to it after the slow start's first 429s and every prompt finishes."""
+    server.latency, server.max_in_flight, server.busy_retry_after = 0.1, 2, 0.2
+    entries = [{"prompt": f"crowded {i}"} for i in range(16)]  # 48 answered requests
+    result = run_here(entries, *FLAGS, "--num_workers=2", "--concurrency=4", batch_size=4)
+    assert result.code == 0 and len(result.trajectories) == 16, result.stdout
+    refused = sum(r["status"] == 429 for r in server.chat_requests())
+    limit = result.statistics["concurrency"]
+    assert limit["adaptive"] and limit["start"] == 8 and limit["rate_limited"] == refused
+    assert 1 <= limit["min"] <= 2 and limit["max"] <= 8 and limit["min"] <= limit["mean"] <= limit["max"]
+    assert refused < 0.2 * len(server.chat_requests()), refused
+    assert "concurrency " in result.stderr and "/8" in result.stderr  # the progress line shows the limit

@@ -12,7 +12,8 @@ from collections import Counter
 
 import psutil
 import pytest
-from conftest import ROOT, Result, Runner, source
+from conftest import ROOT, Result, Runner, source, wait_for
+from test_money import answered_calls, assert_no_step_answered_twice, ledger, paid_calls
 
 from trajforge.mock.server import MockServer
 
@@ -121,16 +122,64 @@ def test_ray_executor_without_ray_says_how_to_install(run, server, tmp_path):
     assert server.requests == []
 
 
-def test_a_budget_holds_across_ray_tasks_and_resume_pays_for_nothing_twice(run, server):
-    """Ray tasks on this machine share the run folder's ledger: the budget stops them all (exit 3)."""
-    server.cost = 0.01
-    entries = [{"prompt": f"ray budget {i}"} for i in range(6)]  # 18 calls
-    first = run(entries, *TOOLS, "--executor=ray", "--max_cost=0.08", batch_size=2)
+@pytest.fixture(scope="module")
+def cluster():
+    """A Ray cluster of three nodes on this machine (a head without CPUs, where the drivers attach, and two
+    worker nodes), shared by the tests that join one with --ray_address: the last tests of this module,
+    after those that check that a run leaves no Ray process behind."""
+    from ray.cluster_utils import Cluster
+
+    saved = {name: os.environ.get(name) for name in ("RAY_AUTH_MODE", "RAY_USAGE_STATS_ENABLED")}
+    os.environ.update(RAY_AUTH_MODE="disabled", RAY_USAGE_STATS_ENABLED="0")  # the runs inherit them
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "include_dashboard": False})
+    try:
+        for _ in range(2):
+            cluster.add_node(num_cpus=2)
+        cluster.wait_for_nodes()
+        yield cluster
+    finally:
+        cluster.shutdown()
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+def job_processes() -> list[str]:
+    """The cluster's processes still working for a run: its batches and its money actor."""
+    return [line for line in ray_leftovers() if "run_batch" in line or "MoneyActor" in line]
+
+
+def test_on_a_cluster_the_budget_holds_and_a_kill_9_of_the_driver_pays_for_nothing_twice(run, server, cluster):
+    """One ledger and cache for the run, in the driver's run folder, reached by every node through the money
+    actor: the cluster stops at the budget (exit 3); a resume with more is killed -9 mid-run; the next
+    resume finishes; the server answered no conversation step twice."""
+    server.cost, server.latency = 0.01, 0.05
+    entries = [{"prompt": f"cluster budget {i}"} for i in range(8)]  # 24 calls at $0.01
+    flags = [*TOOLS, "--environment=local", "--executor=ray", f"--ray_address={cluster.address}"]
+    first = run(entries, *flags, "--max_cost=0.08", batch_size=2, timeout=RAY_RUN_TIMEOUT)
     assert first.code == 3, first.stdout + first.stderr
-    spent = first.statistics["budget"]["spent"]
-    assert spent == pytest.approx(0.01 * len(server.chat_requests())) and spent <= 0.08 + 4 * 0.01 + 1e-9
-    # The resume, with the process pool (a second Ray start would add half a minute), reads the same ledger.
-    again = run(entries, *TOOLS, "--resume", "--max_cost=1", batch_size=2)
-    assert again.code == 0 and len(again.trajectories) == 6, again.stdout
-    steps = Counter(repr(sorted(r["body"].items())) for r in server.chat_requests())
-    assert max(steps.values()) == 1  # no conversation step answered twice
+    in_flight, spent = 2 * 2, first.statistics["budget"]["spent"]
+    assert spent == pytest.approx(0.01 * len(server.chat_requests())) and 0.08 - 0.01 < spent <= 0.08 + in_flight * 0.01
+    assert first.statistics["budget"]["stopped"] and first.statistics["remaining"] > 0
+    assert_no_step_answered_twice(server)
+
+    command = run.command(entries, *flags, "--resume", "--max_cost=1", batch_size=2)
+    proc = subprocess.Popen(
+        command, cwd=run.tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+    )
+    answered = answered_calls(server)
+    wait_for(lambda: answered_calls(server) >= answered + 4, RAY_RUN_TIMEOUT, "the resume's first answered calls")
+    server.hold()  # what is in flight now stays unanswered: every answered call is one the run received
+    wait_for(lambda: paid_calls(first.run_dir) == answered_calls(server), 30, "the answers to be stored")
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    wait_for(lambda: not job_processes(), 60, "the cluster to end the killed driver's tasks and actor")
+    server.release(answer=False)  # the killed run's requests die with it
+
+    last = run(entries, *flags, "--resume", "--max_cost=1", batch_size=2, timeout=RAY_RUN_TIMEOUT)
+    assert last.code == 0 and len(last.trajectories) == 8, last.stdout + last.stderr
+    assert_no_step_answered_twice(server)
+    assert answered_calls(server) == len(ledger(last.run_dir)) == 8 * 3
+    assert last.statistics["budget"]["spent"] == pytest.approx(sum(ledger(last.run_dir)))

@@ -10,7 +10,6 @@ import dataclasses
 import importlib.util
 import os
 import random
-import socket
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -153,23 +152,16 @@ def _prices(values: dict) -> Prices | None:
 
 def _money(values: dict, run_dir: Path) -> MoneySettings:
     retries, timeout = values["max_retries"], values["request_timeout"]
-    money = from_flags(
+    return from_flags(
         MoneySettings,
         values,
         folder=str(run_dir.resolve()),
-        host=socket.gethostname(),
         cache=not values["no_cache"],
         # No call can hold its reservation longer than all its attempts and the waits between them.
         reservation_ttl=timeout * (retries + 1) + 60.0 * retries + 60.0,
+        start=values["num_workers"] * values["concurrency"],
+        adaptive=values["adaptive_concurrency"],
     )
-    shared = money.max_cost or money.max_requests_per_minute or money.max_tokens_per_minute
-    if shared and values["executor"] == "ray" and values["ray_address"] is not None:
-        raise UsageError(
-            "--max_cost and the rate limits hold for the processes of the machine that starts the run (they share "
-            "a database in the run folder); with --ray_address, tasks on other nodes would not count. Leave "
-            "--ray_address out (a local Ray instance) or use --executor=pool"
-        )
-    return money
 
 
 def _verify(values: dict) -> VerifySettings:

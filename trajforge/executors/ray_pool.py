@@ -1,10 +1,12 @@
 """The Ray executor: each batch is a Ray task running the same worker code, at most `--num_workers`
 at once, on a local Ray instance or a cluster (`--ray_address`).
 
-Events reach the driver through a small actor. Batch lines are written either by the tasks, into a
-run folder every node mounts (`--ray_shared_fs`), or by the driver, from the lines the tasks send back
-(no shared filesystem needed). Ray re-runs a task whose worker died; the re-run skips the prompts of
-its batch that already finished, so nothing is written twice.
+Events reach the driver through a small actor; the run's money database (the response cache, the
+ledger, the budget, the rate limits and the concurrency limit) through another, on the driver's node
+(money/ledger.py), so they hold for the cluster as they do on one machine. Batch lines are written
+either by the tasks, into a run folder every node mounts (`--ray_shared_fs`), or by the driver, from
+the lines the tasks send back (no shared filesystem needed). Ray re-runs a task whose worker died; the
+re-run skips the prompts of its batch that already finished, so nothing is written twice.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from collections import deque
 from trajforge.events import Claimed, Event, PromptDone
 from trajforge.executors.passes import PassCounts
 from trajforge.executors.worker import Batch, WorkerSetup, serve
+from trajforge.money.ledger import ActorLedger, MoneyActor
 from trajforge.runfolder.folder import BatchFiles, RunFolder, passed
 
 TASK_RETRIES = 3  # re-runs of a batch whose worker process or node died
@@ -85,11 +88,14 @@ class SinkEvents:
             self.buffer = []
 
 
-def run_batch(setup: WorkerSetup, batch: Batch, sink, shared_fs: bool) -> None:
-    """One Ray task: the worker loop over one batch, minus what an earlier attempt finished. Passes
-    for --stop_after_passes are those the driver knew when the task started, plus the task's own."""
+def run_batch(setup: WorkerSetup, batch: Batch, sink, shared_fs: bool, money) -> None:
+    """One Ray task: the worker loop over one batch, minus what an earlier attempt finished, its money
+    through the run's money actor. Passes for --stop_after_passes are those the driver knew when the
+    task started, plus the task's own."""
     import ray
 
+    owner = owner_of(batch)
+    ray.get(money.forget.remote(owner))  # an earlier attempt's worker died: what it held is free again
     done = set(ray.get(sink.finished_in.remote(batch.num)))
     passes = dict(setup.passes_before)
     for index, count in ray.get(sink.passes_so_far.remote()).items():
@@ -108,9 +114,15 @@ def run_batch(setup: WorkerSetup, batch: Batch, sink, shared_fs: bool) -> None:
     for item in (todo, None) if todo.entries else (None,):
         tasks.put(item)
     counts = PassCounts.local(setup.config.stop_after_passes, passes)
-    asyncio.run(serve(setup, tasks, events, BatchFiles(folder) if shared_fs else None, counts))
+    files = BatchFiles(folder) if shared_fs else None
+    asyncio.run(serve(setup, tasks, events, files, counts, ActorLedger(money, owner)))
     events.flush()
     ray.get(sink.ping.remote())
+
+
+def owner_of(batch: Batch) -> str:
+    """What the money actor knows a batch's task by: each attempt at the batch is the same owner."""
+    return f"batch {batch.num}"
 
 
 class RayPool:
@@ -146,7 +158,13 @@ class RayPool:
     def start(self, batches: list[Batch]) -> None:
         self._init()
         ray = self.ray
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
         self.sink = ray.remote(num_cpus=0)(Sink).remote()
+        # On this node, where the run folder is: its database is SQLite, which wants one machine.
+        here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
+        actor = ray.remote(num_cpus=0, scheduling_strategy=here)(MoneyActor)
+        self.money = actor.remote(self.setup.config.money.folder)
         self.task = ray.remote(num_cpus=1, max_retries=TASK_RETRIES)(run_batch)
         self.waiting.extend(batches)
         self._submit()
@@ -154,7 +172,7 @@ class RayPool:
     def _submit(self) -> None:
         while self.waiting and len(self.running) < self.num_workers:
             batch = self.waiting.popleft()
-            self.running[self.task.remote(self.setup, batch, self.sink, self.shared_fs)] = batch
+            self.running[self.task.remote(self.setup, batch, self.sink, self.shared_fs, self.money)] = batch
 
     def poll(self, timeout: float) -> list[Event]:
         ray = self.ray
@@ -165,6 +183,7 @@ class RayPool:
             try:
                 ray.get(ref)
             except ray.exceptions.RayError as exc:  # retries used up: its unfinished prompts fail
+                self.money.forget.remote(owner_of(batch))
                 self.failed.append((batch, f"Ray task failed: {type(exc).__name__}: {str(exc)[:300]}"))
         self._submit()
         if self.files is not None:  # the lines come with the events: on disk before they count

@@ -14,7 +14,6 @@ import functools
 import os
 import queue
 import signal
-import socket
 import sys
 import traceback
 from collections.abc import Iterator
@@ -42,7 +41,7 @@ from trajforge.executors.passes import PassCounts
 from trajforge.model.chat import ChatModel
 from trajforge.model.retry import ModelCallFailed, RunStopped
 from trajforge.money.errors import SpendStop
-from trajforge.money.spending import Spending, sample_scope
+from trajforge.money.spending import Ledger, Spending, sample_scope
 from trajforge.pipeline.actors import Agent, AgentRules
 from trajforge.pipeline.record import Line, TrajectoryRecorder
 from trajforge.pipeline.sample import Finished, SamplePipeline
@@ -73,9 +72,12 @@ class WorkerSetup:
 
 class Worker:
     """Runs prompts; `files` writes their lines, or, where the driver writes them (Ray without a
-    shared filesystem), each line travels in its PromptDone event."""
+    shared filesystem), each line travels in its PromptDone event. `ledger`: how the run's money
+    database is reached (a Ray task's: through the run's money actor), by default opened here."""
 
-    def __init__(self, setup: WorkerSetup, events, files: BatchFiles | None, passes: PassCounts):
+    def __init__(
+        self, setup: WorkerSetup, events, files: BatchFiles | None, passes: PassCounts, ledger: Ledger | None = None
+    ):
         self.setup = setup
         self.config = config = setup.config
         self.events = events
@@ -83,11 +85,9 @@ class Worker:
         self.passes = passes  # passed samples per entry: --stop_after_passes
         self.stopped = False  # the endpoint refused us, or the budget is spent: start nothing more
         money = config.money
-        # The response cache, budget and rate limits, shared through the run folder's database by the processes
-        # of the machine that started the run; a Ray task on another node goes without (config.py refuses
-        # --max_cost and rate limits with a cluster).
-        here = socket.gethostname() == money.host and os.path.isdir(money.folder)
-        self.spending = Spending(money, config.secrets.redact) if here else None
+        # The response cache, budget, rate limits and concurrency limit, shared by every process of the run
+        # through the run folder's database.
+        self.spending = Spending(money, config.secrets.redact, ledger)
         self.client = ChatModel(config.model, self.spending)
         self.services = ToolServices(config.tools, config.model, config.secrets, self.spending)
         limits = PromptLimits(money.max_cost_per_prompt, money.max_tokens_per_prompt)
@@ -164,7 +164,7 @@ class Worker:
         tools = {t.name: t for name in toolsets for t in self.setup.toolsets[name]}
         scope = sample_scope(key, self.setup.copies.get(index, 0), sample)
         try:
-            if self.spending is not None and await self.spending.stopped():  # the budget is spent: start nothing
+            if await self.spending.stopped():  # the budget is spent: start nothing
                 self.stopped = True
                 return
             self.started(unit_id(key, sample, self.setup.copies.get(index, 0)))
@@ -269,17 +269,18 @@ def _watch_children_with_pidfds() -> None:
     watcher.attach_loop(asyncio.get_running_loop())
 
 
-async def serve(setup: WorkerSetup, tasks, events, files: BatchFiles | None, passes: PassCounts) -> None:
+async def serve(
+    setup: WorkerSetup, tasks, events, files: BatchFiles | None, passes: PassCounts, ledger: Ledger | None = None
+) -> None:
     """Run batches from `tasks` until its None, then release what this process holds."""
     _watch_children_with_pidfds()
-    worker = Worker(setup, events, files, passes)
+    worker = Worker(setup, events, files, passes, ledger)
     try:
         await worker.run(tasks)
     finally:
         await worker.client.close()
         await worker.services.close()  # the worker's browser goes with it
-        if worker.spending is not None:
-            await worker.spending.close()
+        await worker.spending.close()
 
 
 def worker_main(setup: WorkerSetup, tasks, events, parent: int, passes: PassCounts) -> None:

@@ -165,6 +165,13 @@ FLAGS: tuple[Flag, ...] = (
     Flag("prompt_timeout", float, 3600.0, "seconds for a whole session; then partial", RUN, parse=v.seconds),
     Flag("num_workers", int, 4, "worker processes", RUN, _M, parse=v.whole(1)),
     Flag("concurrency", int, 1, "sessions at once in each worker", RUN, _M, parse=v.whole(1)),
+    Flag(
+        "adaptive_concurrency",
+        bool,
+        True,
+        "fewer requests in flight while the endpoint answers 429/503 (at most num_workers x concurrency)",
+        RUN,
+    ),
     Flag("resume", bool, False, "go on with the run in <output_dir>/<run_name>", RUN),
     Flag(
         "max_attempts",

@@ -5,6 +5,7 @@ its request log. It speaks just enough HTTP/1.1 (keep-alive, JSON bodies, server
 `openai` client, on plain asyncio so hundreds of open sessions cost next to nothing.
 
     python -m trajforge.mock.server --port 0 --latency 0.3     # prints MOCK_SERVER_URL=http://127.0.0.1:PORT/v1
+    python -m trajforge.mock.server --max_in_flight 5          # a provider's concurrency limit: 429 beyond it
 """
 
 from __future__ import annotations
@@ -45,6 +46,11 @@ class MockServer:
         self.api_key = api_key
         self.record = record
         self.cost = cost  # what every reply reports as usage.cost: BY_TOKENS, a USD amount, or None (none)
+        # A provider's concurrency limit: a chat request beyond this many in flight is answered 429 at once,
+        # with Retry-After: `busy_retry_after` seconds. None: no limit.
+        self.max_in_flight: int | None = None
+        self.busy_retry_after = 1.0
+        self.in_flight = 0
         self.held: asyncio.Event | None = None  # while cleared, chat requests wait before their answer
         self.dropping = False
         self.requests: list[dict] = []
@@ -157,6 +163,19 @@ class MockServer:
         return await self._send(writer, 404, _error(404, f"no route for {method} {path}"))
 
     async def _chat(self, request: dict, path: str, headers: dict, writer, site: str, reader=None) -> bool:
+        if self.max_in_flight is None:
+            return await self._answer(request, path, headers, writer, site, reader)
+        if self.in_flight >= self.max_in_flight:
+            self._log(path, request, 429, mock_model.prompt_text(request.get("messages") or []), time.time())
+            error = _error(429, f"more than {self.max_in_flight} requests in flight")
+            return await self._send(writer, 429, error, {"Retry-After": f"{self.busy_retry_after:g}"})
+        self.in_flight += 1
+        try:
+            return await self._answer(request, path, headers, writer, site, reader)
+        finally:
+            self.in_flight -= 1
+
+    async def _answer(self, request: dict, path: str, headers: dict, writer, site: str, reader=None) -> bool:
         arrived = time.time()
         prompt = mock_model.prompt_text(request.get("messages") or [])
         refused = await self._refuse_directives(writer, path, request, prompt)
@@ -374,8 +393,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--record", action="store_true", help="keep a request log at /_mock/requests")
     parser.add_argument("--exit_with_stdin", action="store_true", help="exit when standard input closes")
     parser.add_argument("--cost", type=_cost, default=mock_model.BY_TOKENS, help="usage.cost: tokens, USD or none")
+    parser.add_argument("--max_in_flight", type=int, default=None, help="answer 429 to chat requests beyond this many")
+    parser.add_argument("--busy_retry_after", type=float, default=1.0, help="the Retry-After of those 429s")
     args = parser.parse_args(argv)
     server = MockServer(args.latency, args.turns, args.api_key, args.record, args.cost)
+    server.max_in_flight, server.busy_retry_after = args.max_in_flight, args.busy_retry_after
 
     async def serve() -> None:
         listening = await server.listen(args.host, args.port)

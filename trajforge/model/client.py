@@ -26,6 +26,7 @@ from trajforge.model.retry import (
     classify,
     failure_message,
 )
+from trajforge.model.retry import overload as load_of
 from trajforge.model.served import served_models
 from trajforge.model.settings import ModelSettings
 from trajforge.model.stream import assemble
@@ -39,6 +40,11 @@ PROBE_TIMEOUT = 30.0  # seconds at most for the check that the endpoint answers 
 class ModelClient:
     """HTTP to the endpoint and the retry policy, nothing else: what a request costs, whether it was
     answered before and whether it may go now is the money wrapper's (money/metered.py)."""
+
+    @staticmethod
+    def overload(exc: BaseException) -> tuple[str, float | None] | None:
+        """What a failure says of the endpoint's load, for the money's concurrency limit (retry.overload)."""
+        return load_of(exc)
 
     def __init__(self, settings: ModelSettings):
         self.settings = settings
@@ -73,19 +79,16 @@ class ModelClient:
         request: Callable[[], Awaitable[T]],
         log=None,
         on_retry: OnRetry | None = None,
-        rate_limited: Callable[[float | None], None] | None = None,
     ) -> tuple[T, int]:
         """(result, retries) of `request()`, any call on this endpoint, retried by our policy; `on_retry`
-        hears of each failed attempt that is tried again, `rate_limited` of each 429 before the wait
-        (with the seconds the server asked for, or None). Raises RunStopped when the endpoint refuses
-        us, ModelCallFailed when the call failed for good."""
+        hears of each failed attempt that is tried again (a 429's pause for the other sessions is
+        the money wrapper's). Raises RunStopped when the endpoint refuses us, ModelCallFailed when the
+        call failed for good."""
 
         def before_sleep(state) -> None:
             exc = state.outcome.exception()
             decision = classify(exc)
             kind = decision.kind
-            if rate_limited and kind == "http_429":
-                rate_limited(decision.retry_after)
             if on_retry:
                 on_retry(kind, failure_message(exc, kind))
             if log:

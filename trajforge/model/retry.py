@@ -96,6 +96,20 @@ def classify(exc: BaseException) -> Decision:
     return Decision(False, False, NOT_OURS)
 
 
+def overload(exc: BaseException) -> tuple[str, float | None] | None:
+    """What a failed request says of the endpoint's load, for the shared pause and the adaptive
+    concurrency limit: (`rate_limited`, the seconds of its Retry-After or None) for a 429,
+    (`overloaded`, None) for a 503, Anthropic's 529 or an error that says "overloaded"; None for a
+    failure that says nothing about how many requests the endpoint takes."""
+    if isinstance(exc, openai.APIStatusError) and exc.status_code == 429:
+        return "rate_limited", retry_after(exc.response.headers)
+    if isinstance(exc, openai.APIStatusError) and exc.status_code in (503, 529):
+        return "overloaded", None
+    if isinstance(exc, (openai.APIError, BadReply)) and "overloaded" in str(exc).lower():
+        return "overloaded", None
+    return None
+
+
 def context_overflow(exc: BaseException) -> bool:
     """Whether the server said that the conversation exceeds the model's context. A 429 never is
     (rate limits speak of tokens per minute), nor is a refusal of the key."""

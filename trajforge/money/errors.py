@@ -20,3 +20,8 @@ class CostUnknown(SpendStop):
     """A cost limit was set but a reply came without a cost and no prices were given."""
 
     reason = "cost_unknown"
+
+
+def stop_for(reason: str) -> SpendStop:
+    """The stop a reason in the money database stands for."""
+    return CostUnknown() if reason == CostUnknown.reason else BudgetReached()

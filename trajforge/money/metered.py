@@ -3,10 +3,10 @@ cache, the prices, the budget and the rate limits. The agent's chat calls (model
 tools' calls (vision, images: model/tool_model.py) all go through `Metered`, around the model
 client's retried send, which itself knows nothing of money:
 
-    cache lookup -> admission (budget reservation, then per attempt the rate limits)
-    -> send -> pay (the cost into the ledger as soon as the reply came, before it is read:
-    issue 23's money first; the reply into the cache in the same transaction) -> read (check): a bad
-    reply is forgotten and tried again.
+    cache lookup -> admission (budget reservation, then per attempt a place within the endpoint's
+    adaptive concurrency limit and the rate limits) -> send -> pay (the cost into the ledger as soon
+    as the reply came, before it is read: issue 23's money first; the reply into the cache in the
+    same transaction) -> read (check): a bad reply is forgotten and tried again.
 """
 
 from __future__ import annotations
@@ -41,12 +41,11 @@ class Client(Protocol):
     def settings(self) -> Endpoint: ...
 
     async def call(
-        self,
-        request: Callable[[], Awaitable[Any]],
-        log: Any = None,
-        on_retry: OnRetry | None = None,
-        rate_limited: Callable[[float | None], None] | None = None,
+        self, request: Callable[[], Awaitable[Any]], log: Any = None, on_retry: OnRetry | None = None
     ) -> tuple[Any, int]: ...
+
+    @staticmethod
+    def overload(exc: BaseException) -> tuple[str, float | None] | None: ...  # retry.overload
 
 
 Send = Callable[[dict], Awaitable[dict]]  # one try of a request body: its reply as JSON
@@ -138,11 +137,13 @@ class Metered:
         reservation = await spending.reserve(call)
 
         async def attempt() -> tuple[dict, float | None]:
-            await spending.admit(charged)
-            data = await send(body)
+            # The endpoint's adaptive limit; after a 429 every session of the endpoint backs off.
+            async with spending.slot(self.base_url, self.client.overload):
+                await spending.admit(self.base_url, charged)
+                data = await send(body)
             cost = cost_of(data)
             # Money first: paid (and cached, in the same transaction) before it is read.
-            charged_for = await spending.pay(key, data, cost, charged)
+            charged_for = await spending.pay(key, data, cost, charged, self.base_url)
             try:
                 check(data)
             except BadReply:
@@ -155,8 +156,8 @@ class Metered:
                 await spending.keep(key, data, cost)
             return data, cost
 
-        try:  # every session of the run backs off after a 429
-            (data, cost), retries = await self.client.call(attempt, log, on_retry, spending.rate_limited)
+        try:
+            (data, cost), retries = await self.client.call(attempt, log, on_retry)
         finally:
             await spending.release(reservation)
         if cost is None:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import math
 
+from trajforge.money.concurrency import Concurrency
+from trajforge.money.spending import MoneySettings
 from trajforge.money.store import SpendingTotals
 
 PRICE_HINT = "set --price_input and --price_output (USD per million tokens)"
@@ -28,6 +30,16 @@ def money_statistics(totals: SpendingTotals, records_cost_known: bool, max_cost:
         "cache": {"hits": totals.hits, "misses": totals.paid_calls, "saved_cost": round(totals.saved, 8)},
         "budget": {"max_cost": max_cost, "spent": spent(totals), "stopped": stopped},
     }
+
+
+def concurrency_statistics(found: Concurrency | None, settings: MoneySettings) -> dict:
+    """statistics.json's `concurrency`: the endpoint's limit in this invocation (its least, most and mean
+    over time) and the 429s it answered. Without adaptation the limit is the start throughout; with it,
+    zeros when this invocation sent the endpoint nothing."""
+    if found is None:
+        fixed = 0 if settings.adaptive else settings.start
+        found = Concurrency(settings.adaptive, settings.start, fixed, fixed, fixed, float(fixed), 0)
+    return found.as_dict()
 
 
 def projected(spent_before: float, spent_now: float, ended: int, planned: int) -> float | None:

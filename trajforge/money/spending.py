@@ -1,36 +1,40 @@
 """What a worker process asks of the money database before and after each model call, off its event
-loop: the response cache, the budget, the rate limits and the shared pause after 429s.
+loop: the response cache, the budget, the rate limits, the shared pause after 429s and the adaptive
+concurrency limit.
 
-One Spending per worker process (each Ray task on this machine has its own), all of them on the same
-database in the run folder, so a budget or a rate limit holds for the whole run whatever
---num_workers and --concurrency are."""
+One Spending per worker process (each Ray task has its own), all of them on the same database in the
+run folder (directly on the driver's machine, through the run's money actor from a Ray task:
+ledger.py), so a budget or a limit holds for the whole run whatever --num_workers and --concurrency
+are, on one machine or a cluster."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
-from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
-from pathlib import Path
 
 import orjson
 
 from trajforge.money.bucket import Bucket
-from trajforge.money.errors import BudgetReached, CostUnknown
+from trajforge.money.errors import CostUnknown, stop_for
+from trajforge.money.ledger import ActorLedger, LocalLedger
 from trajforge.money.pricing import tokens
 from trajforge.money.reply_cost import billed, reply_usage
-from trajforge.money.store import Call, Store
+from trajforge.money.store import Call
 from trajforge.safejson import dumps
 
+Ledger = LocalLedger | ActorLedger
+Overload = tuple[str, float | None]  # (rate_limited or overloaded, the seconds a 429 asked to wait)
+
 SETTLE_POLL = 0.1  # seconds between looks when a call waits for the calls in flight to settle
+SLOT_POLL = 0.05  # seconds between looks for a place another process's request freed
 
 
 @dataclass(frozen=True)
 class MoneySettings:
     folder: str = ""  # the run folder, absolute: where the database lives
-    host: str = ""  # the machine that started the run: only its processes use the database (SQLite over a
-    # network filesystem, between machines, is not safe)
     max_cost: float | None = None  # USD for the whole run folder, every invocation together
     max_cost_per_prompt: float | None = None
     max_tokens_per_prompt: int | None = None
@@ -38,6 +42,8 @@ class MoneySettings:
     max_tokens_per_minute: float | None = None
     cache: bool = True  # --no_cache turns the response cache off (paid calls are still counted)
     reservation_ttl: float = 3600.0  # seconds after which a call in flight no longer holds its reservation
+    start: int = 1  # requests in flight per endpoint at most: --num_workers x --concurrency
+    adaptive: bool = True  # --adaptive_concurrency: fewer in flight while the endpoint says it is overloaded
 
     @property
     def needs_cost(self) -> bool:
@@ -60,23 +66,22 @@ def sample_scope(entry_key: str, occurrence: int, sample_index: int) -> str:
 
 
 class Spending:
-    def __init__(self, settings: MoneySettings, redact: Callable[[str], str] = str):
+    def __init__(self, settings: MoneySettings, redact: Callable[[str], str] = str, ledger: Ledger | None = None):
+        """`ledger`: how the run's money database is reached (ledger.py); by default opened here."""
         self.settings = settings
         self.redact = redact  # a cached reply is saved output: the run's secrets are masked in it
-        self.store = Store(Path(settings.folder))
-        self._thread = ThreadPoolExecutor(1, thread_name_prefix="money")  # one connection, used in order
+        self.ledger = ledger or LocalLedger(settings.folder)
         per_minute = Bucket.per_minute
         self.requests = per_minute(settings.max_requests_per_minute) if settings.max_requests_per_minute else None
         self.tokens = per_minute(settings.max_tokens_per_minute) if settings.max_tokens_per_minute else None
-
-    async def _run(self, function, *args):
-        return await asyncio.get_running_loop().run_in_executor(self._thread, function, *args)
+        self._queue = asyncio.Lock()  # made outside a loop: fine since Python 3.10
+        self._freed = asyncio.Event()  # a request of this process has ended: a place may be free
 
     async def cached(self, key: str) -> tuple[dict, float | None] | None:
         """(stored reply, its cost) when this request was paid for before, counted as a hit."""
         if not self.settings.cache:
             return None
-        found = await self._run(self.store.cached, key)
+        found = await self.ledger("cached", key)
         return (orjson.loads(found[0]), found[1]) if found else None
 
     async def reserve(self, call: Call) -> int | None:
@@ -87,33 +92,59 @@ class Spending:
             await self.check()
             return None
         while True:
-            reservation = await self._run(
-                self.store.reserve, call, self.settings.max_cost, self.settings.reservation_ttl
-            )
+            reservation = await self.ledger("reserve", call, self.settings.max_cost, self.settings.reservation_ttl)
             if reservation is not None:
                 return reservation
             await asyncio.sleep(SETTLE_POLL)
 
     async def check(self) -> None:
         """Raise the run's stop, if a call found one: no further call starts."""
-        stopped = await self._run(self.store.stopped)
+        stopped = await self.ledger("stopped")
         if stopped:
-            raise CostUnknown() if stopped == CostUnknown.reason else BudgetReached()
+            raise stop_for(stopped)
 
     async def stopped(self) -> bool:
-        return bool(await self._run(self.store.stopped))
+        return bool(await self.ledger("stopped"))
 
-    async def admit(self, tokens: float) -> None:
-        """Wait for the request's turn under the run's rate limits and the pause after 429s."""
-        wait = await self._run(self.store.admit, self.requests, self.tokens, tokens if self.tokens else 0.0)
+    async def admit(self, endpoint: str, tokens: float) -> None:
+        """Wait for the request's turn under the run's rate limits and `endpoint`'s pause after 429s."""
+        charge = tokens if self.tokens else 0.0
+        wait = await self.ledger("admit", endpoint, self.requests, self.tokens, charge)
         if wait > 0:
             await asyncio.sleep(wait)
 
-    def rate_limited(self, retry_after: float | None) -> None:
-        """The endpoint answered 429: pause every session of the run (recorded in order, not awaited)."""
-        self._thread.submit(self.store.strike, retry_after)
+    @contextlib.asynccontextmanager
+    async def slot(self, endpoint: str, overload: Callable[[BaseException], Overload | None]) -> AsyncIterator[None]:
+        """One request to `endpoint` in flight, within its adaptive limit across the run's processes
+        (without --adaptive_concurrency, at once). `overload(exc)` reads a failure: a 429 pauses every
+        session of the endpoint (recorded before its place is free, so none goes meanwhile) and, with
+        a 503 and the like, cuts the limit; a success raises it."""
+        flight = await self._take(endpoint) if self.settings.adaptive else None
+        outcome = "failed"
+        try:
+            yield
+            outcome = "ok"
+        except Exception as exc:
+            found = overload(exc)
+            if found is not None:
+                outcome = "overloaded"
+                if found[0] == "rate_limited":
+                    await self.ledger("strike", endpoint, found[1], self.settings.start, self.settings.adaptive)
+            raise
+        finally:
+            if flight is not None:
+                await self.ledger("free_slot", flight, outcome)
+                self._freed.set()
 
-    async def pay(self, key: str, data: dict, cost: float | None, charged: float) -> bool:
+    async def _take(self, endpoint: str) -> int:
+        async with self._queue:  # this process's next request waits at the head; the rest wait behind it
+            while (flight := await self.ledger("take_slot", endpoint, self.settings.start)) is None:
+                self._freed.clear()
+                with contextlib.suppress(TimeoutError):  # another process's request may have ended meanwhile
+                    await asyncio.wait_for(self._freed.wait(), SLOT_POLL)
+        return flight
+
+    async def pay(self, key: str, data: dict, cost: float | None, charged: float, endpoint: str) -> bool:
         """A reply as soon as it came, before anything of it is read: when the endpoint charges for it
         (reply_cost.billed), its cost into the ledger (the token bucket set right for the `charged`
         tokens taken before it) and the reply into the cache, in one transaction, so no kill -9 between
@@ -122,17 +153,18 @@ class Spending:
         if not billed(data):
             return False
         used = tokens(reply_usage(data))["total_tokens"]
-        await self._run(self.store.settle, key, self._stored(data), cost, used, None, charged if self.tokens else 0.0)
+        stored, charged = self._stored(data), charged if self.tokens else 0.0
+        await self.ledger("settle", key, stored, cost, used, charged, endpoint)
         return True
 
     async def keep(self, key: str, data: dict, cost: float | None) -> None:
         """A reply nobody charged for, read and found good: into the cache before it is used."""
         if self.settings.cache:
-            await self._run(self.store.keep, key, self._stored(data), cost)
+            await self.ledger("keep", key, self._stored(data), cost)
 
     async def forget(self, key: str) -> None:
         """A cached reply found bad: out of the cache, so the request is sent again."""
-        await self._run(self.store.forget, key)
+        await self.ledger("forget", key)
 
     def _stored(self, data: dict) -> bytes | None:
         """A reply as the cache keeps it (None with --no_cache): its secrets masked, what orjson cannot
@@ -141,14 +173,13 @@ class Spending:
 
     async def release(self, reservation: int | None) -> None:
         if reservation is not None:
-            await self._run(self.store.release, reservation)
+            await self.ledger("release", reservation)
 
     async def price_later(self, key: str, cost: float) -> None:
-        await self._run(self.store.price_later, key, cost)
+        await self.ledger("price_later", key, cost)
 
     async def stop_unknown_cost(self) -> None:
-        await self._run(self.store.stop, CostUnknown.reason)
+        await self.ledger("stop", CostUnknown.reason)
 
     async def close(self) -> None:
-        await self._run(self.store.close)
-        self._thread.shutdown(wait=False)
+        await self.ledger.close()

@@ -1,5 +1,6 @@
 """The run folder's money database (SQLite, WAL): the response cache, the ledger of paid calls, the
-budget's reservations of calls in flight, the rate-limit buckets and the shared 429 pause.
+budget's reservations of calls in flight, the rate-limit buckets, the shared 429 pause and each
+endpoint's adaptive concurrency limit with its requests in flight.
 
 One file, opened by every worker process (and Ray task on this machine) at once: writes go in short
 IMMEDIATE transactions, waiting for each other within the busy timeout; readers never wait. A
@@ -20,7 +21,8 @@ from pathlib import Path
 
 from trajforge.money import pricing
 from trajforge.money.bucket import Bucket, backoff
-from trajforge.money.errors import BudgetReached, CostUnknown
+from trajforge.money.concurrency import Concurrency, Limit
+from trajforge.money.errors import BudgetReached, stop_for
 
 FILE_NAME = "responses.sqlite"
 BUSY_TIMEOUT_MS = 60_000
@@ -37,6 +39,12 @@ CREATE TABLE IF NOT EXISTS reservations (id INTEGER PRIMARY KEY, pid INTEGER NOT
                                          at REAL NOT NULL);
 CREATE TABLE IF NOT EXISTS buckets (name TEXT PRIMARY KEY, level REAL NOT NULL, updated REAL NOT NULL);
 CREATE TABLE IF NOT EXISTS state (name TEXT PRIMARY KEY, value);
+CREATE TABLE IF NOT EXISTS limits (endpoint TEXT PRIMARY KEY, adaptive INTEGER NOT NULL, start INTEGER NOT NULL,
+    value INTEGER NOT NULL, ceiling INTEGER NOT NULL, successes INTEGER NOT NULL, epoch INTEGER NOT NULL,
+    low INTEGER NOT NULL, high INTEGER NOT NULL, area REAL NOT NULL, began REAL NOT NULL, changed REAL NOT NULL,
+    rate_limited INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS flights (id INTEGER PRIMARY KEY, endpoint TEXT NOT NULL, pid INTEGER NOT NULL,
+                                    epoch INTEGER NOT NULL);
 """
 
 
@@ -108,6 +116,8 @@ class Store:
             db.execute("DELETE FROM reservations")
             db.execute("DELETE FROM buckets")
             db.execute("DELETE FROM state")
+            db.execute("DELETE FROM limits")
+            db.execute("DELETE FROM flights")
 
     def totals(self) -> SpendingTotals:
         db = self._conn()
@@ -147,11 +157,17 @@ class Store:
             )
 
     def settle(
-        self, key: str, data: bytes | None, cost: float | None, tokens: int, reservation: int | None, charged: float
+        self,
+        key: str,
+        data: bytes | None,
+        cost: float | None,
+        tokens: int,
+        charged: float,
+        endpoint: str,
     ) -> None:
         """One paid call, in one transaction: its reply into the cache (unless `data` is None:
-        --no_cache), its cost into the ledger, its reservation released, the token bucket set right
-        (`charged` tokens were taken before the call, `tokens` were used) and the 429 streak ended."""
+        --no_cache), its cost into the ledger, the token bucket set right (`charged` tokens were taken
+        before the call, `tokens` were used) and `endpoint`'s 429 streak ended."""
         with self._write() as db:
             if data is not None:
                 _cache(db, key, data, cost)
@@ -161,11 +177,9 @@ class Store:
                 " largest = max(coalesce(largest, 0), ?)",
                 (cost or 0.0, cost is None, cost or 0.0),
             )
-            if reservation is not None:
-                db.execute("DELETE FROM reservations WHERE id = ?", (reservation,))
             if charged:
                 db.execute("UPDATE buckets SET level = level + ? WHERE name = 'tokens'", (charged - tokens,))
-            db.execute("DELETE FROM state WHERE name = 'strikes'")
+            db.execute("DELETE FROM state WHERE name = ?", (f"strikes:{endpoint}",))
 
     def forget(self, key: str) -> None:
         with self._write() as db:
@@ -204,7 +218,7 @@ class Store:
                     return None
                 stopped = BudgetReached.reason
                 self._set(db, "stopped", stopped)  # committed before it is raised: every worker stops
-        raise CostUnknown() if stopped == CostUnknown.reason else BudgetReached()
+        raise stop_for(stopped)
 
     def release(self, reservation: int) -> None:
         with self._write() as db:
@@ -219,14 +233,14 @@ class Store:
                 db.execute("DELETE FROM reservations WHERE pid = ?", (pid,))
 
     # -- rate limits ---------------------------------------------------------------------------
-    def admit(self, requests: Bucket | None, tokens: Bucket | None, charge: float) -> float:
+    def admit(self, endpoint: str, requests: Bucket | None, tokens: Bucket | None, charge: float) -> float:
         """Take one request (and `charge` tokens) from the run's buckets; seconds to wait before
-        sending it: the buckets' debt, or the shared pause after 429s, whichever is longer."""
-        now = time.time()
+        sending it to `endpoint`: the buckets' debt, or its pause after 429s, whichever is longer."""
+        now, pause = time.time(), f"pause_until:{endpoint}"
         if requests is None and tokens is None:  # no limit of ours: only the pause, read without a lock
-            return max(0.0, (self._state(self._conn(), "pause_until") or 0.0) - now)
+            return max(0.0, (self._state(self._conn(), pause) or 0.0) - now)
         with self._write() as db:
-            wait = max(0.0, (self._state(db, "pause_until") or 0.0) - now)
+            wait = max(0.0, (self._state(db, pause) or 0.0) - now)
             for name, bucket, amount in (("requests", requests, 1.0), ("tokens", tokens, charge)):
                 if bucket is None:
                     continue
@@ -237,15 +251,115 @@ class Store:
                 wait = max(wait, debt)
         return wait
 
-    def strike(self, retry_after: float | None) -> float:
-        """The endpoint answered 429: every session pauses, longer with each 429 in a row."""
+    def strike(self, endpoint: str, retry_after: float | None, start: int = 1, adaptive: bool = False) -> float:
+        """`endpoint` answered 429: every session of it pauses, longer with each 429 in a row; counted
+        for statistics.json (`start`, `adaptive`: its limit's, if this is its first request)."""
         with self._write() as db:
-            strikes = (self._state(db, "strikes") or 0) + 1
+            self._limit(db, endpoint, start, adaptive)
+            db.execute("UPDATE limits SET rate_limited = rate_limited + 1 WHERE endpoint = ?", (endpoint,))
+            strikes = (self._state(db, f"strikes:{endpoint}") or 0) + 1
             pause = backoff(strikes, retry_after)
-            until = max(self._state(db, "pause_until") or 0.0, time.time() + pause)
-            self._set(db, "strikes", strikes)
-            self._set(db, "pause_until", until)
+            until = max(self._state(db, f"pause_until:{endpoint}") or 0.0, time.time() + pause)
+            self._set(db, f"strikes:{endpoint}", strikes)
+            self._set(db, f"pause_until:{endpoint}", until)
         return pause
+
+    # -- adaptive concurrency ------------------------------------------------------------------
+    def take_slot(self, endpoint: str, start: int, pid: int | None = None) -> int | None:
+        """A place among `endpoint`'s requests in flight (its id, to free), or None while they fill
+        its limit. `pid`: the process that holds it (default ours): a dead one's places are freed."""
+        with self._write() as db:
+            limit = self._limit(db, endpoint, start, adaptive=True)
+            if _in_flight(db, endpoint) >= limit.value:
+                self._expire_flights(db)
+                if _in_flight(db, endpoint) >= limit.value:
+                    return None
+            return db.execute(
+                "INSERT INTO flights (endpoint, pid, epoch) VALUES (?, ?, ?)",
+                (endpoint, pid or os.getpid(), limit.epoch),
+            ).lastrowid
+
+    def free_slot(self, flight: int, outcome: str) -> None:
+        """A request has its answer: `ok` raises the limit, `overloaded` (a 429, a 503) cuts it,
+        anything else (another failure) leaves it."""
+        with self._write() as db:
+            row = db.execute("SELECT endpoint, epoch FROM flights WHERE id = ?", (flight,)).fetchone()
+            if row is None:  # freed already: its process was taken for dead
+                return
+            db.execute("DELETE FROM flights WHERE id = ?", (flight,))
+            endpoint, epoch = row
+            limit = self._limit(db, endpoint, 0, adaptive=True)
+            if outcome == "ok":
+                self._change(db, endpoint, limit.succeeded())
+            elif outcome == "overloaded":
+                self._change(db, endpoint, limit.overloaded(epoch))
+
+    def concurrency(self, endpoint: str) -> Concurrency | None:
+        """`endpoint`'s limit in this invocation: now, its least, most and mean; None before any request."""
+        row = (
+            self._conn()
+            .execute(
+                "SELECT adaptive, start, value, low, high, area, began, changed, rate_limited FROM limits"
+                " WHERE endpoint = ?",
+                (endpoint,),
+            )
+            .fetchone()
+        )
+        if row is None:
+            return None
+        adaptive, start, value, low, high, area, began, changed, refused = row
+        now = max(time.time(), changed)
+        mean = (area + value * (now - changed)) / (now - began) if now > began else float(value)
+        return Concurrency(bool(adaptive), start, value, low, high, mean, refused)
+
+    @staticmethod
+    def _limit(db: sqlite3.Connection, endpoint: str, start: int, adaptive: bool) -> Limit:
+        row = db.execute(
+            "SELECT start, value, ceiling, successes, epoch FROM limits WHERE endpoint = ?", (endpoint,)
+        ).fetchone()
+        if row is not None:
+            return Limit(*row)
+        limit = Limit.first(start) if adaptive else Limit(start, start, start)
+        now = time.time()
+        db.execute(
+            "INSERT INTO limits VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 0, ?, ?, 0)",
+            (endpoint, adaptive, start, limit.value, limit.ceiling, 0, 0, limit.value, limit.value, now, now),
+        )
+        return limit
+
+    @staticmethod
+    def _change(db: sqlite3.Connection, endpoint: str, limit: Limit) -> None:
+        now = time.time()
+        db.execute(
+            "UPDATE limits SET area = area + value * max(0, ? - changed), changed = ?, value = ?, ceiling = ?,"
+            " successes = ?, epoch = ?, low = min(low, ?), high = max(high, ?) WHERE endpoint = ?",
+            (
+                now,
+                now,
+                limit.value,
+                limit.ceiling,
+                limit.successes,
+                limit.epoch,
+                limit.value,
+                limit.value,
+                endpoint,
+            ),
+        )
+
+    @staticmethod
+    def _expire_flights(db: sqlite3.Connection) -> None:
+        for (pid,) in db.execute("SELECT DISTINCT pid FROM flights").fetchall():
+            if not _alive(pid):
+                db.execute("DELETE FROM flights WHERE pid = ?", (pid,))
+
+    def free_all(self, flights: list[int]) -> None:
+        """Places held by a process known to be gone (a Ray task that died): freed, nothing learnt."""
+        with self._write() as db:
+            db.executemany("DELETE FROM flights WHERE id = ?", [(flight,) for flight in flights])
+
+
+def _in_flight(db: sqlite3.Connection, endpoint: str) -> int:
+    return db.execute("SELECT count(*) FROM flights WHERE endpoint = ?", (endpoint,)).fetchone()[0]
 
 
 def _cache(db: sqlite3.Connection, key: str, data: bytes, cost: float | None) -> None:

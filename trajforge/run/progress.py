@@ -12,6 +12,7 @@ from rich.table import Table
 
 from trajectory import EXIT_CODE_TOOLS
 from trajforge.events import PromptDone, PromptEnded, PromptFailed, Retrying, RunRefused, SampleSkipped
+from trajforge.money.concurrency import Concurrency
 from trajforge.money.report import PRICE_HINT, next_budget, projected, spent, usd
 from trajforge.money.store import SpendingTotals
 from trajforge.runfolder.merge import dropped
@@ -52,6 +53,7 @@ class ProgressView:
         self.shown: set[str] = set()  # error types whose first message was printed
         self.spent_before = money.spent  # what earlier invocations paid: the projection is about this one
         self.totals = money
+        self.limit: Concurrency | None = None  # the endpoint's adaptive concurrency limit, once it has one
         self.started = self.last_line = time.monotonic()
         self.bar = None
         if console.is_terminal:
@@ -76,6 +78,7 @@ class ProgressView:
                 "verified": "",
                 "rate": "0.0",
                 "money": "",
+                "limit": "",
             }
             self.task = self.bar.add_task(tally.unit, total=tally.planned, **fields)
 
@@ -126,8 +129,13 @@ class ProgressView:
             cut = text[:FIRST_MESSAGE_CHARS] + ("…" if len(text) > FIRST_MESSAGE_CHARS else "")
             self.log(f"{error_type}: {cut}")
 
-    def money(self, totals: SpendingTotals) -> None:
+    def money(self, totals: SpendingTotals, limit: Concurrency | None) -> None:
         self.totals = totals
+        self.limit = limit
+
+    def _limit_text(self) -> str:
+        """`concurrency 5/50`: requests in flight allowed now, of --num_workers x --concurrency."""
+        return f"concurrency {self.limit.now}/{self.limit.start}" if self.limit and self.limit.adaptive else ""
 
     def _money_text(self) -> str:
         """Spent so far in the run folder and the projected total, e.g. `$0.42 spent, ~$1.30 total`."""
@@ -150,19 +158,20 @@ class ProgressView:
                 verified=tally.verification(),
                 rate=f"{rate:.1f}",
                 money=self._money_text(),
+                limit=self._limit_text(),
             )
         elif time.monotonic() - self.last_line >= PLAIN_EVERY:
             self._line()
 
     def _line(self) -> None:
         self.last_line = time.monotonic()
-        line = progress_line(self.tally, self.last_line - self.started, self._money_text())
+        line = progress_line(self.tally, self.last_line - self.started, self._money_text(), self._limit_text())
         self.log(f"[{time.strftime('%H:%M:%S')}] {line}")
 
 
-def progress_line(tally: Tally, elapsed: float, money: str = "") -> str:
+def progress_line(tally: Tally, elapsed: float, money: str = "", limit: str = "") -> str:
     """`3/10 prompts ended, 1 failed, 0 discarded, 2 retries, passed 2/3 (67%), 0.5/s, ETA 14s, $0.42
-    spent, ~$1.30 total`; the ETA is `unknown` until a prompt has ended (never a nan)."""
+    spent, ~$1.30 total, concurrency 5/50`; the ETA is `unknown` until a prompt has ended (never a nan)."""
     rate = tally.ended / elapsed if elapsed > 0 else 0.0
     eta = f"{(tally.planned - tally.ended) / rate:.0f}s" if rate > 0 else "unknown"
     verification = tally.verification()
@@ -172,6 +181,7 @@ def progress_line(tally: Tally, elapsed: float, money: str = "") -> str:
         + (f"{verification}, " if verification else "")
         + f"{rate:.1f}/s, ETA {eta}"
         + (f", {money}" if money else "")
+        + (f", {limit}" if limit else "")
     )
 
 

@@ -38,7 +38,8 @@ from trajforge.failures import BUDGET, ENDPOINT, INTERRUPTED
 from trajforge.model.client import endpoint_problem
 from trajforge.model.served import model_problem
 from trajforge.model.tokens import TokensMissing
-from trajforge.money.report import money_statistics
+from trajforge.money.concurrency import Concurrency
+from trajforge.money.report import concurrency_statistics, money_statistics
 from trajforge.money.store import SpendingTotals, Store
 from trajforge.run.advice import Advice
 from trajforge.run.continuation import continue_command
@@ -182,7 +183,8 @@ class BatchRunner:
         state.settle(final.done, [e.index for e in remaining if entry_key(e.data) in failed_before])
         counts = {"total_prompts": len(entries), "total_batches": len(self.folder.batch_files())}
         completed_at = datetime.now(UTC).isoformat(timespec="seconds")
-        stats = statistics(config, totals, final, state, self.money.totals(), error_counts, counts, completed_at)
+        limit = self.money.concurrency(config.model.base_url)
+        stats = statistics(config, totals, final, state, self.money.totals(), error_counts, counts, completed_at, limit)
         write_json_atomic(self.folder.statistics, stats)
         paths = {"Trajectories": self.folder.trajectories, "Statistics": self.folder.statistics}
         paths |= {"Preference pairs": self.folder.preferences} if self.folder.preferences.exists() else {}
@@ -308,7 +310,7 @@ class BatchRunner:
                     elif not events:
                         for (index, sample), reason in sorted(executor.lost(outstanding).items()):
                             ended(PromptFailed(index, None, PromptError("worker_died", reason, 1), sample))
-                    view.money(money)
+                    view.money(money, self.money.concurrency(config.model.base_url))
                     view.tick()
                     state.save_every(CHECKPOINT_EVERY)
                     if state.halted and not busy:  # its prompts in flight have stopped or finished
@@ -350,9 +352,10 @@ def statistics(
     errors: dict,
     counts: dict,
     completed_at: str,
+    concurrency: Concurrency | None,
 ) -> dict:
-    """statistics.json, from what the merge totalled, what is left (`final`), the run's state and money;
-    `counts`: total_prompts and total_batches."""
+    """statistics.json, from what the merge totalled, what is left (`final`), the run's state and money
+    (`concurrency`: the endpoint's limit in this invocation); `counts`: total_prompts and total_batches."""
     return {
         "run_name": config.run_name,
         "model": config.model.model,
@@ -386,6 +389,7 @@ def statistics(
         "redactions": totals.redactions,
         "verification": totals.verification | {"skipped_after_pass": final.skipped},
         "token_ids": totals.tokens.statistics(),
+        "concurrency": concurrency_statistics(concurrency, config.money),
     }
 
 
