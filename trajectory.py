@@ -16,11 +16,14 @@ import json
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from typing import Any
 
 from trajforge import safejson
 
 EMPTY_THINK = "<think>\n\n</think>"
+# The record's JSON texts, json.dumps(..., ensure_ascii=False) made once: the merge renders every record.
+TEXT = json.JSONEncoder(ensure_ascii=False).encode
+NO_CALLS = "[]"
 _TAGGED = re.compile(r"<(think|REASONING_SCRATCHPAD)>(.*?)</\1>\s*", re.S)
 
 SYSTEM_TEMPLATE = (
@@ -34,16 +37,38 @@ SYSTEM_TEMPLATE = (
 )
 
 
+NO_RESULT: Any = object()  # a call whose result a record of an older version does not hold
+
+
 @dataclass
 class ToolCall:
     id: str
     name: str
     arguments: str  # as the model sent it: a JSON string, possibly broken
-    result: dict = field(default_factory=dict)
+    result: Any = field(default_factory=dict)  # the tool's JSON-able dict (NO_RESULT: an old record held none)
+
+    @property
+    def has_result(self) -> bool:
+        return self.result is not NO_RESULT
 
     @property
     def ok(self) -> bool:
-        return not self.result.get("error")
+        return not (isinstance(self.result, dict) and self.result.get("error"))
+
+    def arguments_json(self) -> str:
+        """Arguments as a JSON text that always parses: the model's, or (when it sent something that is
+        not JSON) that text as a JSON string, so nothing is lost."""
+        try:
+            safejson.parse(self.arguments)
+        except (ValueError, TypeError):
+            return safejson.dumps(self.arguments).decode()
+        return self.arguments
+
+    def result_text(self) -> str:
+        """The result as exports write it: compact JSON text ("" when the record held none)."""
+        if not self.has_result:
+            return ""
+        return self.result if isinstance(self.result, str) else safejson.dumps(self.result).decode()
 
 
 @dataclass
@@ -69,7 +94,7 @@ def split_reasoning(message: dict) -> tuple[str, str]:
     if isinstance(content, list):  # content parts
         content = "".join(p["text"] for p in content if isinstance(p, dict) and isinstance(p.get("text"), str))
     elif not isinstance(content, str):  # anything else a server may send there, kept as its JSON text
-        content = json.dumps(content, ensure_ascii=False)
+        content = TEXT(content)
     if "</think>" in content and "<think>" not in content:
         # Templates that open <think> in the prompt leave only the closing tag in the reply.
         head, _, content = content.partition("</think>")
@@ -80,8 +105,9 @@ def split_reasoning(message: dict) -> tuple[str, str]:
     return reasoning, content.strip()
 
 
-def system_turn(tool_schemas: list[dict]) -> str:
-    return SYSTEM_TEMPLATE.format(tools=json.dumps([s["function"] for s in tool_schemas], ensure_ascii=False))
+def system_turn(functions: list[dict]) -> str:
+    """The system turn's text: the offered functions ({name, description, parameters}) listed."""
+    return SYSTEM_TEMPLATE.format(tools=TEXT(functions))
 
 
 def _arguments_value(raw: str):
@@ -99,24 +125,23 @@ def turn_of(speaker: str, value: str, calls: Iterable[ToolCall] = (), finish_rea
     return {
         "from": speaker,
         "value": value,
-        "tool_calls": json.dumps(listed, ensure_ascii=False),
+        "tool_calls": TEXT(listed) if listed else NO_CALLS,
         "finish_reason": finish_reason,
     }
 
 
-def conversations(prompt: str, tool_schemas: list[dict], turns: list[Turn]) -> list[dict]:
-    convo = [turn_of("system", system_turn(tool_schemas)), turn_of("human", prompt)]
+def conversations(system: str, prompt: str, turns: list[Turn]) -> list[dict]:
+    """The ShareGPT turns of a session: its system text (system_turn), the prompt, then per assistant
+    turn its `gpt` turn and, when it called tools, one `tool` turn with every result."""
+    convo = [turn_of("system", system), turn_of("human", prompt)]
     for turn in turns:
         value = f"<think>\n{turn.reasoning}\n</think>\n{turn.content}"
         for call in turn.calls:
-            body = json.dumps({"name": call.name, "arguments": _arguments_value(call.arguments)}, ensure_ascii=False)
+            body = TEXT({"name": call.name, "arguments": _arguments_value(call.arguments)})
             value += f"\n<tool_call>\n{body}\n</tool_call>"
         convo.append(turn_of("gpt", value, turn.calls, turn.finish_reason))
         if turn.calls:
-            responses = (
-                json.dumps({"tool_call_id": c.id, "name": c.name, "content": c.result}, ensure_ascii=False)
-                for c in turn.calls
-            )
+            responses = (TEXT({"tool_call_id": c.id, "name": c.name, "content": c.result}) for c in turn.calls)
             convo.append(turn_of("tool", "\n".join(f"<tool_response>\n{r}\n</tool_response>" for r in responses)))
     return convo
 
@@ -140,7 +165,7 @@ def nonzero_exits(turns: list[Turn]) -> dict[str, int]:
     left out when none did. The tool itself worked, so tool_stats counts these calls as successes."""
     counts: dict[str, int] = {}
     for call in (c for turn in turns for c in turn.calls):
-        code = call.result.get("exit_code")
+        code = call.result.get("exit_code") if isinstance(call.result, dict) else None
         if call.name in EXIT_CODE_TOOLS and isinstance(code, int) and not isinstance(code, bool) and code:
             counts[call.name] = counts.get(call.name, 0) + 1
     return counts
@@ -168,9 +193,9 @@ def known_cost(usage: dict) -> float | None:
     return usage.get("cost") if usage.get("cost_known", True) else None
 
 
-def known_reward(metadata: dict) -> float | None:
-    """A record's reward; None when nothing verified the sample (the record's 0.0 is a placeholder)."""
-    return metadata.get("reward") if verification_passed(metadata.get("verification")) is not None else None
+def known_reward(verification: dict) -> float | None:
+    """A sample's reward; None when nothing verified it (the record's 0.0 is a placeholder)."""
+    return verification.get("reward") if verification_passed(verification) is not None else None
 
 
 def with_verification(record: dict, verification: dict) -> dict:
@@ -214,38 +239,3 @@ def upgrade(record: dict) -> bool:
             },
         )
     return True
-
-
-def build_record(
-    *,
-    prompt_index: int,
-    entry: dict,
-    turns: list[Turn],
-    tool_schemas: list[dict],
-    toolsets: list[str],
-    tool_names: list[str],
-    api_calls: int,
-    exit_reason: str,
-    usage: dict,
-    metadata: dict,
-) -> dict:
-    """The trajectory record; `metadata` carries batch_num, model, run_name and duration_seconds."""
-    stats, errors = tool_stats(turns, tool_names)
-    return {
-        "prompt_index": prompt_index,
-        "conversations": conversations(entry["prompt"], tool_schemas, turns),
-        "metadata": {
-            **metadata,
-            "timestamp": datetime.now(UTC).isoformat(timespec="seconds"),
-            "exit_reason": exit_reason,
-            "usage": record_usage(usage),
-            "source": json.dumps(entry, ensure_ascii=False),  # entries of other datasets have other keys
-        },
-        "completed": exit_reason == "completed",
-        # max_turns, timeout, length, content_filter: a limit or a cut-off is an outcome, not an error
-        "partial": exit_reason != "completed",
-        "api_calls": api_calls,
-        "toolsets_used": toolsets,
-        "tool_stats": stats,
-        "tool_error_counts": errors,
-    }

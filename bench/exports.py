@@ -2,12 +2,13 @@
 
     python bench/exports.py --trajectories 10000 [--load]
 
-Synthesises a run folder of N trajectories built with trajectory.build_record (1 to 6 assistant turns,
+Synthesises a run folder of N samples journalled as the worker does (1 to 6 assistant turns,
 1 to 3 parallel calls per turn, tool results of 0.2 to 6 KB, reasoning in most turns; 5% dropped for
 want of reasoning, 10% partial, 1% failed prompts in errors.jsonl), merges it, then times each step
 of the publication separately: the report's collection during the merge (the merge with and without
-it), the report page, each export format alone, and the dataset card. With --load, each export is
-also loaded with `datasets.load_dataset` (offline), which checks its schema at that size.
+it), the report page, each export format during the merge (beside the merge alone), and the dataset
+card. With --load, each export is also loaded with `datasets.load_dataset` (offline), which checks its
+schema at that size.
 """
 
 from __future__ import annotations
@@ -25,14 +26,17 @@ from pathlib import Path
 import orjson
 
 from batch_runner import main
-from trajectory import ToolCall, Turn, build_record
+from trajectory import ToolCall, Turn, discard_reason, record_usage, tool_stats
 from trajforge.cli.config import build_config
 from trajforge.export import FORMATS, card
-from trajforge.export.publish import write_exports
+from trajforge.export.publish import Exports
 from trajforge.export.report import ReportData, write_report
+from trajforge.journal.sample import Sample, now
 from trajforge.runfolder.folder import RunFolder
 from trajforge.runfolder.merge import merge
 from trajforge.tools import registry
+from trajforge.verification.result import unverified
+from trajforge.version import git_commit
 
 BATCH = 500
 WORDS = ("the", "agent", "reads", "a", "file", "runs", "tests", "and", "fixes", "an", "import", "then", "answers")
@@ -56,7 +60,7 @@ def call(rng: random.Random, turn: int, index: int) -> ToolCall:
 def synthesise(folder: RunFolder, count: int, seed: int = 0) -> None:
     rng = random.Random(seed)
     folder.path.mkdir(parents=True)
-    schemas = [registry.TOOLS[name].schema for name in sorted(registry.TOOLS)]
+    functions = [registry.TOOLS[name].schema["function"] for name in sorted(registry.TOOLS)]
     names = sorted(registry.TOOLS)
     errors = []
     for start in range(0, count, BATCH):
@@ -78,32 +82,37 @@ def synthesise(folder: RunFolder, count: int, seed: int = 0) -> None:
                 for t in range(steps)
             ]
             exit_reason = "max_turns" if rng.random() < 0.1 else "completed"
-            record = build_record(
+            sample = Sample(
                 prompt_index=index,
+                sample_index=0,
+                batch_num=start // BATCH,
                 entry={"prompt": prompt, "id": f"task-{index}"},
-                turns=turns,
-                tool_schemas=schemas,
+                tools=functions,
                 toolsets=["file", "terminal", "web"],
-                tool_names=names,
+                turns=turns,
                 api_calls=steps,
                 exit_reason=exit_reason,
-                usage={
-                    "prompt_tokens": 4000 * steps,
-                    "completion_tokens": 300 * steps,
-                    "total_tokens": 4300 * steps,
-                    "reasoning_tokens": 120 * steps,
-                    "cost": 0.002 * steps,
-                },
-                metadata={
-                    "batch_num": start // BATCH,
-                    "model": "bench-model",
-                    "run_name": "bench",
-                    "duration_seconds": round(rng.uniform(2, 120), 2),
-                },
+                usage=record_usage(
+                    {
+                        "prompt_tokens": 4000 * steps,
+                        "completion_tokens": 300 * steps,
+                        "total_tokens": 4300 * steps,
+                        "reasoning_tokens": 120 * steps,
+                        "cached_tokens": 0,
+                        "cost": 0.002 * steps,
+                    }
+                ),
+                verification=unverified(),
+                tool_stats=tool_stats(turns, names)[0],
+                model="bench-model",
+                model_reported="",
+                run_name="bench",
+                duration_seconds=round(rng.uniform(2, 120), 2),
+                timestamp=now(),
+                token_drift="[]",
+                discarded=discard_reason(turns, set(names)),
             )
-            if not any(t.reasoning for t in turns):
-                record["discarded"] = "no_reasoning"
-            lines.append(orjson.dumps(record) + b"\n")
+            lines.append(sample.journal())
         folder.batch_file(start // BATCH).write_bytes(b"".join(lines))
     folder.errors.write_bytes(b"".join(orjson.dumps(line) + b"\n" for line in errors))
 
@@ -133,7 +142,9 @@ def main_bench() -> None:
         tools = sorted(registry.TOOLS)
         timed("merge alone", lambda: merge(folder, True, tools, print))
         collected = ReportData(2000)
-        totals = timed("merge + report collection", lambda: merge(folder, True, tools, print, collected.observe))
+        totals = timed(
+            "merge + report collection", lambda: merge(folder, True, tools, print, observe=collected.observe)
+        )
         print(f"trajectories.jsonl: {totals.trajectories} trajectories, {size(folder.trajectories)}")
         stats = {
             "run_name": "bench",
@@ -146,11 +157,16 @@ def main_bench() -> None:
         timed("report page", lambda: write_report(folder, stats, collected, Counter(totals.finished)))
         print(f"{'report.html':<38} {size(folder.path / 'report.html')} ({len(collected.trajectories())} embedded)")
         for name in FORMATS:
-            timed(f"export {name}", lambda name=name: write_exports(folder, [name], "bench", "bench"))
+            exports = Exports(folder, (name,), "bench")
+            timed(
+                f"merge + export {name}",
+                lambda exports=exports: merge(folder, True, tools, print, written=exports.write),
+            )
+            exports.commit()
         flags = {name: p.default for name, p in inspect.signature(main).parameters.items()}
         flags.update(dataset_file="x", batch_size=1, run_name="bench", model="mock")
         config = build_config(flags)
-        timed("dataset card", lambda: card.render(stats, card.shaping_flags(config), {}, "x", card.git_commit()))
+        timed("dataset card", lambda: card.render(stats, card.shaping_flags(config), {}, "x", git_commit()))
         for path in sorted((folder.path / "export").iterdir()):
             print(f"{'export/' + path.name:<38} {size(path)}")
         if args.load:

@@ -20,8 +20,12 @@ from pathlib import Path
 
 import pytest
 
+from trajectory import record_usage, tool_stats
+from trajforge import journal
 from trajforge.errors import UsageError
+from trajforge.journal.sample import OWN_KEYS, Sample, now
 from trajforge.mock.server import MockServer
+from trajforge.model.usage import empty_usage
 from trajforge.runfolder.folder import RunFolder
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -71,7 +75,9 @@ class Result:
 
     @property
     def batch_lines(self) -> list[dict]:
-        return [r for p in sorted(self.run_dir.glob("batch_*.jsonl")) for r in self.jsonl(p.name)]
+        """Every batch-file line (a journalled sample) as its trajectory record, with the keys the batch
+        file holds beside it (discarded, redactions, tokens, nonzero_exits) when it has them."""
+        return [as_record(r) for p in sorted(self.run_dir.glob("batch_*.jsonl")) for r in self.jsonl(p.name)]
 
     @property
     def statistics(self) -> dict:
@@ -82,9 +88,47 @@ class Result:
         return json.loads((self.run_dir / "checkpoint.json").read_text())
 
 
+def as_record(line: dict) -> dict:
+    """A batch line of any version as its record, the batch file's own keys beside it."""
+    sample = journal.read(line, b"")
+    own = {key: getattr(sample, key) for key in OWN_KEYS if getattr(sample, key)}
+    return sample.record() | own
+
+
+def sample_of(
+    *,
+    entry: dict,
+    turns: list,
+    tool_schemas: list[dict] = (),
+    tool_names: list[str] = (),
+    prompt_index: int = 0,
+    exit_reason: str = "completed",
+    usage: dict | None = None,
+    verification: dict | None = None,
+    **fields,
+) -> Sample:
+    """A finished sample as the worker journals it: `tool_schemas` as OpenAI tool objects, `tool_names`
+    the keys of tool_stats, `verification` {} (not yet verified) unless given; `fields` any other
+    Sample field (model, run_name, duration_seconds, batch_num, ...)."""
+    defaults = {"sample_index": 0, "batch_num": 0, "toolsets": ["terminal"], "api_calls": len(turns), "model": "m"}
+    defaults |= {"model_reported": "", "run_name": "r", "duration_seconds": 1.5, "token_drift": "[]"}
+    return Sample(
+        prompt_index=prompt_index,
+        entry=entry,
+        tools=[schema["function"] for schema in tool_schemas],
+        turns=turns,
+        exit_reason=exit_reason,
+        usage=record_usage(usage if usage is not None else empty_usage()),
+        verification=verification or {},
+        tool_stats=tool_stats(turns, list(tool_names))[0],
+        timestamp=now(),
+        **(defaults | fields),
+    )
+
+
 def source(record: dict) -> dict:
-    """The dataset entry of a trajectory record (kept as JSON text in `metadata.source`)."""
-    return json.loads(record["metadata"]["source"])
+    """The dataset entry of a trajectory record (kept as JSON text in `metadata.source`) or of a batch line."""
+    return journal.entry_of(record)
 
 
 def calls(turn: dict) -> list[dict]:

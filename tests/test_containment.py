@@ -162,7 +162,7 @@ def test_a_finished_prompts_daemon_is_gone_while_the_run_goes_on(kind, tmp_path,
                 run.kill()
     assert run.returncode == 0, stderr
     first = json.loads(batch.read_text().splitlines()[0])
-    assert "daemon-started" in json.dumps(first["conversations"])
+    assert "daemon-started" in json.dumps(first["turns"])  # the journalled sample: its turns
     assert not running_with(daemon)
 
 

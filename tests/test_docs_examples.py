@@ -20,6 +20,7 @@ import pytest
 from conftest import ROOT
 from docs_examples import Block, blocks, ports
 
+from trajforge import journal
 from trajforge.environments import EnvironmentSettings, backend_for
 from trajforge.verification.checks import verify_sample
 from trajforge.verification.result import VerifySettings
@@ -124,7 +125,7 @@ def unclean(folder: Path) -> list[str]:
             found.append(f"{run_dir.name}: failed prompts {failed}: {(run_dir / 'errors.jsonl').read_text()[-500:]}")
         for batch in sorted(run_dir.glob("batch_*.jsonl")):
             for line in batch.read_text().splitlines():
-                verification = json.loads(line)["metadata"].get("verification") or {}
+                verification = journal.verification_of(json.loads(line)) or {}
                 if verification.get("error"):
                     found.append(f"{run_dir.name}/{batch.name}: {verification['error']}")
     return found

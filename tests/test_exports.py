@@ -8,35 +8,47 @@ import json
 from collections import Counter
 
 import pytest
-from conftest import API_KEY
+from conftest import API_KEY, sample_of
 
 from batch_runner import main
-from trajectory import ToolCall, Turn, build_record
+from trajectory import ToolCall, Turn
 from trajforge.cli.config import build_config
 from trajforge.export import llamafactory, loading
-from trajforge.export.publish import publish
-from trajforge.export.record import parse, split_assistant
+from trajforge.export.publish import Exports, publish
 from trajforge.export.report import ReportData
+from trajforge.journal import read, v1
+from trajforge.journal.sample import Sample
+from trajforge.journal.v1 import split_assistant
 from trajforge.runfolder.folder import RunFolder
+from trajforge.verification.result import unverified
 
 TOOLS = ["--distribution=terminal_only"]
 EVERY_FORMAT = "--export=openai,llamafactory,atif,parquet"
 SCHEMAS = [{"type": "function", "function": {"name": n, "description": n, "parameters": {}}} for n in ("a", "b")]
 
 
-def record(turns: list[Turn], exit_reason: str = "completed") -> dict:
-    return build_record(
+def finished(turns: list[Turn], exit_reason: str = "completed") -> Sample:
+    return sample_of(
         prompt_index=3,
         entry={"prompt": "do it\nsecond line"},
         turns=turns,
         tool_schemas=SCHEMAS,
         toolsets=["t"],
         tool_names=["a", "b"],
-        api_calls=len(turns),
         exit_reason=exit_reason,
         usage={"prompt_tokens": 5, "completion_tokens": 2, "total_tokens": 7, "reasoning_tokens": 1, "cost": None},
-        metadata={"batch_num": 0, "model": "m", "run_name": "r", "duration_seconds": 1.5},
+        verification=unverified(),
     )
+
+
+def record(turns: list[Turn], exit_reason: str = "completed") -> dict:
+    """The ShareGPT record of the sample, as trajectories.jsonl has it."""
+    return json.loads(finished(turns, exit_reason).trajectory_line())
+
+
+def parse(record: dict) -> Sample:
+    """A record read back by the reader of version-1 batch lines (the record and the batch file's keys)."""
+    return v1.read(record, b"")
 
 
 def parallel() -> list[Turn]:
@@ -49,7 +61,7 @@ def test_parse_matches_results_to_calls_by_id_and_splits_reasoning_from_content(
     conversation = parse(record(parallel()))
     assert conversation.prompt == "do it\nsecond line"
     assert [tool["name"] for tool in conversation.tools] == ["a", "b"]
-    first, last = conversation.steps
+    first, last = conversation.turns
     assert (first.reasoning, first.content, last.reasoning, last.content) == (
         "think first",
         "calling both",
@@ -68,8 +80,8 @@ def test_parse_takes_the_uniform_turn_shape_and_records_without_optional_keys():
         )
     del shaped["metadata"]["usage"]
     conversation = parse(shaped)
-    assert [step.finish_reason for step in conversation.steps] == ["tool_calls", "stop"]
-    assert len(conversation.steps[0].calls) == 2 and conversation.steps[1].calls == []
+    assert [step.finish_reason for step in conversation.turns] == ["tool_calls", "stop"]
+    assert len(conversation.turns[0].calls) == 2 and conversation.turns[1].calls == []
 
 
 @pytest.mark.parametrize(
@@ -84,7 +96,7 @@ def test_content_that_imitates_the_markup_comes_back_whole(content):
 
 def test_llamafactory_positions_hold_with_parallel_calls_and_a_run_cut_after_a_tool_result():
     for turns, exit_reason in ((parallel(), "completed"), (parallel()[:1], "max_turns")):
-        row = llamafactory.row(parse(record(turns, exit_reason)), {})
+        row = llamafactory.row(finished(turns, exit_reason))
         roles = [turn["from"] for turn in row["conversations"]]
         # LLaMA-Factory's rule, 1-based: human/observation at odd positions, gpt/function_call at even ones.
         assert all(role in ("human", "observation") for role in roles[0::2])
@@ -221,9 +233,12 @@ def test_publishing_never_alters_the_trajectories_or_the_statistics(exported):
     before = {path: path.read_bytes() for path in (folder.trajectories, folder.statistics)}
     flags = {name: parameter.default for name, parameter in inspect.signature(main).parameters.items()}
     flags.update(dataset_file="x.jsonl", batch_size=1, run_name="run", model="mock", export=EVERY_FORMAT.split("=")[1])
-    collected = ReportData(10)
-    for _, line in folder.batch_lines(print):
-        collected.observe(line, line.get("discarded"))
-    publish(folder, json.loads(folder.statistics.read_text()), build_config(flags), collected, Counter())
+    config, collected = build_config(flags), ReportData(10)
+    exports = Exports(folder, config.exports, config.run_name)
+    for line, record in folder.batch_lines(print):
+        sample = read(record, line)
+        collected.observe(sample, sample.discarded)
+        exports.write(sample)
+    publish(folder, json.loads(folder.statistics.read_text()), config, collected, Counter(), exports.commit())
     assert (folder.path / "report.html").exists() and (folder.path / "export" / "atif.jsonl").exists()
     assert {path: path.read_bytes() for path in before} == before

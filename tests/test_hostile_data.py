@@ -13,13 +13,13 @@ import sqlite3
 
 import orjson
 import pytest
-from conftest import calls, source
+from conftest import calls, sample_of, source
 
 from trajectory import known_cost
 from trajforge import safejson
 from trajforge.errors import UsageError
 from trajforge.export import atif, card
-from trajforge.export.record import parse
+from trajforge.journal import v1
 from trajforge.money.pricing import Prices
 from trajforge.money.reply_cost import reply_cost
 from trajforge.money.store import FILE_NAME
@@ -187,10 +187,10 @@ def test_exports_keep_arguments_too_deep_as_text():
         "value": "<think>\n\n</think>\n",
         "tool_calls": json.dumps([{"id": "a", "name": "terminal", "arguments": arguments}]),
     }
-    conversation = parse({"conversations": [turn]})
-    (call,) = conversation.steps[0].calls
-    assert call.arguments_value() == arguments  # as a JSON string: nothing lost, nothing too deep
-    (step,) = [s for s in atif.steps(conversation, {"conversations": [turn]}, "m") if s["source"] == "agent"]
+    turns = v1.turns({"conversations": [turn]})
+    (call,) = turns[0].calls
+    assert json.loads(call.arguments_json()) == arguments  # as a JSON string: nothing lost, nothing too deep
+    (step,) = [s for s in atif.steps(sample_of(entry={"prompt": ""}, turns=turns)) if s["source"] == "agent"]
     assert step["tool_calls"][0]["arguments"] == {"_unparsed": arguments}
 
 

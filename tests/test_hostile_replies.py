@@ -17,10 +17,10 @@ import httpx
 import orjson
 import pytest
 from agent_run import OFFERED, agent
-from conftest import source
+from conftest import sample_of, source
 
 import batch_runner
-from trajectory import ToolCall, Turn, build_record, discard_reason, split_reasoning, tool_stats
+from trajectory import ToolCall, Turn, discard_reason, split_reasoning, tool_stats
 from trajforge.agent.calls import read_tool_calls
 from trajforge.agent.loop import AgentResult
 from trajforge.cli.config import build_config
@@ -36,8 +36,7 @@ HUNG = 60.0  # seconds: far beyond every limit these tests set, so a run that re
 
 def record(result: AgentResult, prompt: str) -> dict:
     """The trajectory record of `result`, as the worker writes it (orjson, one line)."""
-    built = build_record(
-        prompt_index=0,
+    built = sample_of(
         entry={"prompt": prompt},
         turns=result.turns,
         tool_schemas=[t.schema for t in OFFERED.values()],
@@ -46,9 +45,9 @@ def record(result: AgentResult, prompt: str) -> dict:
         api_calls=result.api_calls,
         exit_reason=result.exit_reason,
         usage=result.usage,
-        metadata={},
     )
-    return orjson.loads(orjson.dumps(built))
+    assert orjson.loads(built.journal())["version"] == 2  # its batch line is written whatever the reply held
+    return orjson.loads(built.trajectory_line())
 
 
 def sent_back(server) -> list[dict]:

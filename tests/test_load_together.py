@@ -17,8 +17,9 @@ from pathlib import Path
 
 import orjson
 import pytest
+from conftest import sample_of
 
-from trajectory import ToolCall, Turn, build_record, with_verification
+from trajectory import ToolCall, Turn
 from trajforge.model.usage import empty_usage
 from trajforge.runfolder.folder import RunFolder
 from trajforge.runfolder.merge import merge
@@ -35,19 +36,17 @@ def record(
     """A record as the worker writes it (orjson, one line), read back: `cost` None when the run had no
     prices, `verification` as verify_sample returns it (unverified by default)."""
     usage = empty_usage() | {"prompt_tokens": 1, "completion_tokens": 2, "total_tokens": 3, "cost": cost}
-    built = build_record(
+    built = sample_of(
         prompt_index=3,
         entry=entry,
         turns=turns,
         tool_schemas=[SCHEMA],
-        toolsets=["terminal"],
         tool_names=TOOLS,
-        api_calls=len(turns),
         exit_reason=exit_reason,
         usage=usage,
-        metadata={"batch_num": 0, "model": "m", "model_reported": "", "run_name": "r", "duration_seconds": 1.5},
+        verification=verification or unverified(),
     )
-    return orjson.loads(orjson.dumps(with_verification(built, verification or unverified())))
+    return orjson.loads(built.trajectory_line())
 
 
 QUIET = record({"prompt": "hi"}, [Turn("hello", "", finish_reason="stop")])

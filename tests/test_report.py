@@ -11,12 +11,14 @@ import os
 import re
 
 import pytest
-from conftest import ROOT, source
+from conftest import ROOT, sample_of, source
 
-from trajectory import ToolCall, Turn, build_record
+from trajectory import ToolCall, Turn
 from trajforge.export.report import ReportData, embed
+from trajforge.journal.sample import Sample
 from trajforge.tools.browser.runtime import LAUNCH_ARGS, launch_problem
 from trajforge.tools.settings import find_browser
+from trajforge.verification.result import unverified
 
 TOOLS = ["--distribution=terminal_only"]
 CHROMIUM = find_browser(os.environ)
@@ -33,21 +35,18 @@ def test_embedded_json_cannot_end_its_script_block_and_reads_back_the_same():
     assert json.loads(embedded) == data
 
 
-def sample(index: int, discarded: bool = False) -> tuple[dict, str | None]:
+def sample(index: int, discarded: bool = False) -> tuple[Sample, str | None]:
     turns = [Turn("done", "" if discarded else "why", [ToolCall(f"c{index}", "terminal", "{}", {"output": "x"})])]
-    record = build_record(
+    finished = sample_of(
         prompt_index=index,
         entry={"prompt": f"prompt {index}\nmore"},
         turns=turns,
-        tool_schemas=[],
-        toolsets=["terminal"],
         tool_names=["terminal"],
-        api_calls=1,
-        exit_reason="completed",
         usage={"total_tokens": 3},
-        metadata={"duration_seconds": float(index)},
+        verification=unverified(),
+        duration_seconds=float(index),
     )
-    return record, "no_reasoning" if discarded else None
+    return finished, "no_reasoning" if discarded else None
 
 
 def collect(samples, limit: int) -> ReportData:

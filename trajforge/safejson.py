@@ -44,9 +44,17 @@ def parse(text: str | bytes) -> Any:
         if "surrogate" in str(exc):
             raise orjson.JSONDecodeError(LONE_SURROGATE, exc.doc, exc.pos) from None
         raise
-    if depth(value) > MAX_DEPTH:
+    if _may_nest_deeper(text) and depth(value) > MAX_DEPTH:
         raise ValueError(TOO_DEEP)
     return value
+
+
+def _may_nest_deeper(text: str | bytes) -> bool:
+    """Whether `text` has more openings than MAX_DEPTH levels (a cheap bound: walking the value is
+    not, and most texts hold a few, inside strings included)."""
+    if isinstance(text, str):
+        return text.count("[") + text.count("{") > MAX_DEPTH
+    return text.count(b"[") + text.count(b"{") > MAX_DEPTH
 
 
 def parse_lenient(text: str | bytes) -> Any:

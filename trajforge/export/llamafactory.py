@@ -18,44 +18,39 @@ when the model's were not one).
 
 from __future__ import annotations
 
-from functools import lru_cache
-
+from trajectory import Turn
 from trajforge.export import FILES
 from trajforge.export.openai import arguments_object
-from trajforge.export.record import Conversation, Step, dumps, offered_tools
+from trajforge.journal.sample import Sample
+from trajforge.safejson import dumps
 
 FILE = FILES["llamafactory"]
 INFO_FILE = "dataset_info.json"
 RESULT_JOIN = "\n</tool_response>\n<tool_response>\n"
 
 
-def _thought(step: Step) -> str:
+def _thought(step: Turn) -> str:
     return f"<think>\n{step.reasoning}\n</think>\n\n" if step.reasoning else ""
 
 
-def turns(conversation: Conversation) -> list[dict]:
-    out = [{"from": "human", "value": conversation.prompt}]
-    for step in conversation.steps:
+def turns(sample: Sample) -> list[dict]:
+    out = [{"from": "human", "value": sample.prompt}]
+    for step in sample.turns:
         if not step.calls:
             out.append({"from": "gpt", "value": _thought(step) + step.content})
             continue
         calls = [{"name": call.name, "arguments": arguments_object(call)} for call in step.calls]
-        out.append({"from": "function_call", "value": _thought(step) + dumps(calls)})
+        out.append({"from": "function_call", "value": _thought(step) + dumps(calls).decode()})
         out.append({"from": "observation", "value": RESULT_JOIN.join(call.result_text() for call in step.calls)})
     if out[-1]["from"] == "observation":
         out.pop()
     return out
 
 
-@lru_cache(maxsize=64)
-def _tools(system: str) -> str:
-    return dumps(list(offered_tools(system)))
-
-
-def row(conversation: Conversation, record: dict) -> dict:
+def row(sample: Sample) -> dict:
     return {
-        "conversations": turns(conversation),
-        "tools": _tools(conversation.system),
+        "conversations": turns(sample),
+        "tools": dumps(sample.tools).decode(),
     }
 
 

@@ -19,41 +19,36 @@ Every row has the same columns, so runs load together with `datasets` (FEATURES,
 
 from __future__ import annotations
 
-from functools import lru_cache
+from typing import Any
 
-from trajectory import known_reward
-from trajforge.export.record import Call, Conversation, loads, offered_tools
-from trajforge.safejson import UNPARSED
+from trajectory import ToolCall, known_reward
+from trajforge.journal.sample import Sample
+from trajforge.safejson import UNPARSED, parse
 
 
-def arguments_object(call: Call) -> dict:
+def arguments_object(call: ToolCall) -> dict:
     """The call's arguments as the object the model wrote, or {"_unparsed": text} when they are not one."""
     try:
-        value = loads(call.arguments)
+        value = parse(call.arguments)
     except (ValueError, TypeError):
         value = None
     return value if isinstance(value, dict) else {UNPARSED: call.arguments}
 
 
-@lru_cache(maxsize=64)
-def _schemas(system: str) -> tuple[dict, ...]:
-    return tuple({"type": "function", "function": tool} for tool in offered_tools(system))
+def tool_schemas(sample: Sample) -> list[dict]:
+    """The `tools` column: the functions offered, as OpenAI tool objects."""
+    return [{"type": "function", "function": tool} for tool in sample.tools]
 
 
-def tool_schemas(system: str) -> list[dict]:
-    """The `tools` column: the schemas the system turn lists, as OpenAI tool objects."""
-    return list(_schemas(system))
-
-
-def _call(call: Call) -> dict:
+def _call(call: ToolCall) -> dict:
     return {"id": call.id, "type": "function", "function": {"name": call.name, "arguments": arguments_object(call)}}
 
 
-def assistant_and_tool_messages(conversation: Conversation) -> list[dict]:
+def assistant_and_tool_messages(sample: Sample) -> list[dict]:
     """Per assistant turn its message, then one tool message per call answering the call's id."""
     out = []
-    for step in conversation.steps:
-        message: dict[str, object] = {"role": "assistant", "content": step.content, "reasoning_content": step.reasoning}
+    for step in sample.turns:
+        message: dict[str, Any] = {"role": "assistant", "content": step.content, "reasoning_content": step.reasoning}
         if step.calls:
             message["tool_calls"] = [_call(call) for call in step.calls]
         out.append(message)
@@ -64,18 +59,17 @@ def assistant_and_tool_messages(conversation: Conversation) -> list[dict]:
     return out
 
 
-def messages(conversation: Conversation) -> list[dict]:
-    return [{"role": "user", "content": conversation.prompt}, *assistant_and_tool_messages(conversation)]
+def messages(sample: Sample) -> list[dict]:
+    return [{"role": "user", "content": sample.prompt}, *assistant_and_tool_messages(sample)]
 
 
-def row(conversation: Conversation, record: dict) -> dict:
-    metadata = record.get("metadata") or {}
+def row(sample: Sample) -> dict:
     return {
-        "messages": messages(conversation),
-        "tools": tool_schemas(conversation.system),
-        "prompt_index": record.get("prompt_index"),
-        "sample_index": metadata.get("sample_index", 0),
-        "reward": known_reward(metadata),  # null when unverified: the features type it float64
-        "model": metadata.get("model", ""),
-        "run_name": metadata.get("run_name", ""),
+        "messages": messages(sample),
+        "tools": tool_schemas(sample),
+        "prompt_index": sample.prompt_index,
+        "sample_index": sample.sample_index,
+        "reward": known_reward(sample.verification),  # null when unverified: the features type it float64
+        "model": sample.model,
+        "run_name": sample.run_name,
     }

@@ -15,7 +15,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from trajforge.export.files import AtomicFile
-from trajforge.export.record import dumps, listed_calls
+from trajforge.journal.sample import Sample
+from trajforge.safejson import dumps
 
 ROWS_PER_GROUP = 1000
 
@@ -73,19 +74,24 @@ SCHEMA = pa.schema(
 def _text(value) -> str | None:
     if value is None or isinstance(value, str):
         return value
-    return dumps(value)
+    return dumps(value).decode()
 
 
-def _turn(turn: dict) -> dict:
-    return {
-        "from": turn.get("from"),
-        "value": _text(turn.get("value")),
-        "tool_calls": [
-            {"id": _text(c.get("id")), "name": _text(c.get("name")), "arguments": _text(c.get("arguments"))}
-            for c in listed_calls(turn)
-        ],
-        "finish_reason": _text(turn.get("finish_reason")),
-    }
+def _turns(record: dict, sample: Sample) -> list[dict]:
+    """The record's turns, each `gpt` one with its calls from the sample (its turns, in the same order)."""
+    calls = iter(sample.turns)
+    out = []
+    for turn in record.get("conversations") or []:
+        listed = next(calls).calls if turn.get("from") == "gpt" else []
+        out.append(
+            {
+                "from": turn.get("from"),
+                "value": _text(turn.get("value")),
+                "tool_calls": [{"id": c.id, "name": c.name, "arguments": c.arguments} for c in listed],
+                "finish_reason": _text(turn.get("finish_reason")),
+            }
+        )
+    return out
 
 
 def _struct_fields(kind: pa.StructType, value) -> dict:
@@ -93,7 +99,8 @@ def _struct_fields(kind: pa.StructType, value) -> dict:
     return {kind.field(i).name: value.get(kind.field(i).name) for i in range(kind.num_fields)}
 
 
-def row(record: dict) -> dict:
+def row(sample: Sample) -> dict:
+    record = sample.record()
     metadata = record.get("metadata") or {}
     meta = _struct_fields(METADATA, metadata)
     meta["usage"] = _struct_fields(USAGE, metadata.get("usage"))
@@ -106,7 +113,7 @@ def row(record: dict) -> dict:
     errors = record.get("tool_error_counts") or {}
     return {
         "prompt_index": record.get("prompt_index"),
-        "conversations": [_turn(turn) for turn in record.get("conversations") or []],
+        "conversations": _turns(record, sample),
         "metadata": meta,
         "completed": record.get("completed"),
         "partial": record.get("partial"),
@@ -119,7 +126,7 @@ def row(record: dict) -> dict:
 
 class ParquetFile:
     """Rows in groups of ROWS_PER_GROUP, so memory stays flat however many trajectories there are;
-    `schema` and `to_row` (record -> row) are the trajectories' unless another export gives its own."""
+    `schema` and `to_row` (sample -> row) are the trajectories' unless another export gives its own."""
 
     def __init__(self, path: Path, schema: pa.Schema = SCHEMA, to_row=row):
         self.out = AtomicFile(path)
@@ -127,8 +134,8 @@ class ParquetFile:
         self.writer = pq.ParquetWriter(self.out.handle, schema, compression="zstd")
         self.rows: list[dict] = []
 
-    def write(self, record: dict) -> None:
-        self.rows.append(self.to_row(record))
+    def write(self, item) -> None:
+        self.rows.append(self.to_row(item))
         if len(self.rows) >= ROWS_PER_GROUP:
             self._flush()
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import heapq
 import html
+import json
 import secrets
 from collections import Counter
 from datetime import UTC, datetime
@@ -23,8 +24,8 @@ from importlib import resources
 from itertools import count
 
 from trajectory import known_cost, known_reward, verification_passed
-from trajforge.export.record import first_line, parse
 from trajforge.failures import BUDGET, failure_class
+from trajforge.journal.sample import Sample
 from trajforge.runfolder.attempts import History, line_unit
 from trajforge.runfolder.folder import RunFolder, entry_key, write_atomic
 from trajforge.safejson import dumps
@@ -49,37 +50,42 @@ def cut(text: str, limit: int = TEXT_LIMIT) -> str:
     return text[:limit] + f"\n… [{len(text) - limit:,} more characters; the whole text is in the run folder]"
 
 
-def _identity(record: dict) -> tuple:
-    metadata = record.get("metadata") or {}
-    source = metadata.get("source")
+def first_line(text: str, limit: int = 200) -> str:
+    """The first non-blank line of a prompt, cut at `limit` characters."""
+    line = next((part.strip() for part in text.splitlines() if part.strip()), "")
+    return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
+def _identity(sample: Sample) -> tuple:
+    # The entry as the record's `metadata.source` has it: JSON text (a dict in the oldest records).
+    legacy = sample.legacy
+    source = legacy["metadata"].get("source") if legacy else json.dumps(sample.entry, ensure_ascii=False)
     key = entry_key(source) if isinstance(source, dict) else str(source)
-    return record.get("prompt_index"), metadata.get("sample_index", 0), key
+    return sample.prompt_index, sample.sample_index, key
 
 
-def _compact(record: dict, verdict: str | None) -> dict:
+def _compact(sample: Sample, verdict: str | None) -> dict:
     """What the browser shows of one trajectory: strings cut, tool calls with their results by id."""
-    conversation = parse(record)
-    metadata = record.get("metadata") or {}
-    passed = verification_passed(metadata.get("verification"))
-    usage = metadata.get("usage") or {}
-    used = sorted({call.name for step in conversation.steps for call in step.calls})
+    passed = verification_passed(sample.verification)
+    usage = sample.usage
+    used = sorted({call.name for step in sample.turns for call in step.calls})
     return {
-        "prompt_index": record.get("prompt_index"),
-        "sample_index": metadata.get("sample_index", 0),
+        "prompt_index": sample.prompt_index,
+        "sample_index": sample.sample_index,
         "kept": verdict is None,
         "discard": verdict or "",
-        "exit_reason": str(metadata.get("exit_reason") or ""),
+        "exit_reason": sample.exit_reason,
         "passed": passed,
-        "reward": known_reward(metadata),  # 0.0 in the record when unverified
-        "toolsets": [str(t) for t in record.get("toolsets_used") or []],
+        "reward": known_reward(sample.verification),  # 0.0 in the record when unverified
+        "toolsets": [str(t) for t in sample.toolsets],
         "tools": used,
-        "first_line": first_line(conversation.prompt),
-        "duration_seconds": metadata.get("duration_seconds"),
+        "first_line": first_line(sample.prompt),
+        "duration_seconds": sample.duration_seconds,
         "usage": usage | {"cost": known_cost(usage)},  # the page shows a null cost as unknown
-        "api_calls": record.get("api_calls"),
-        "timestamp": str(metadata.get("timestamp") or ""),
-        "system": cut(conversation.system),
-        "prompt": cut(conversation.prompt),
+        "api_calls": sample.api_calls,
+        "timestamp": sample.timestamp,
+        "system": cut(sample.system),
+        "prompt": cut(sample.prompt),
         "steps": [
             {
                 "reasoning": cut(step.reasoning),
@@ -97,7 +103,7 @@ def _compact(record: dict, verdict: str | None) -> dict:
                     for call in step.calls
                 ],
             }
-            for step in conversation.steps
+            for step in sample.turns
         ],
     }
 
@@ -136,27 +142,26 @@ class ReportData:
         self.exit_reasons: Counter = Counter()
         self.verification: Counter = Counter()
 
-    def observe(self, record: dict, verdict: str | None) -> None:
+    def observe(self, sample: Sample, verdict: str | None) -> None:
         self.total += 1
-        metadata = record.get("metadata") or {}
-        passed = verification_passed(metadata.get("verification"))
-        self.outcomes[verdict or ("completed" if record.get("completed") else "partial")] += 1
-        self.exit_reasons[str(metadata.get("exit_reason") or "")] += 1
+        passed = verification_passed(sample.verification)
+        self.outcomes[verdict or ("completed" if sample.completed else "partial")] += 1
+        self.exit_reasons[sample.exit_reason] += 1
         self.verification["unverified" if passed is None else "passed" if passed else "failed"] += 1
-        self.turns[sum(1 for turn in record.get("conversations") or [] if turn.get("from") == "gpt")] += 1
-        if isinstance(metadata.get("duration_seconds"), (int, float)):
-            self.durations.append(float(metadata["duration_seconds"]))
-        if passed is not None and isinstance(metadata.get("reward"), (int, float)):
-            self.rewards.append(float(metadata["reward"]))
+        self.turns[len(sample.turns)] += 1
+        if isinstance(sample.duration_seconds, (int, float)):
+            self.durations.append(float(sample.duration_seconds))
+        if passed is not None and isinstance(sample.reward, (int, float)):
+            self.rewards.append(float(sample.reward))
         if not self.limit:
             return
         priority = 0 if verdict is not None or passed is False else 1
-        digest = hashlib.blake2b(repr(_identity(record)).encode(), digest_size=8).digest()
+        digest = hashlib.blake2b(repr(_identity(sample)).encode(), digest_size=8).digest()
         key = (-priority, -int.from_bytes(digest, "big"))
         if len(self.chosen) < self.limit:
-            heapq.heappush(self.chosen, (*key, next(self.order), _compact(record, verdict)))
+            heapq.heappush(self.chosen, (*key, next(self.order), _compact(sample, verdict)))
         elif key > self.chosen[0][:2]:
-            heapq.heapreplace(self.chosen, (*key, next(self.order), _compact(record, verdict)))
+            heapq.heapreplace(self.chosen, (*key, next(self.order), _compact(sample, verdict)))
 
     def trajectories(self) -> list[dict]:
         """The embedded ones: discarded and failed first, then by prompt and sample."""

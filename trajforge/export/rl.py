@@ -12,10 +12,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import orjson
-
 from trajectory import known_reward
 from trajforge.export.files import JsonLines
+from trajforge.journal.sample import Sample
 
 PARQUET_FILE = "rl.parquet"
 
@@ -47,54 +46,39 @@ def segments(turns: list[dict]) -> list[dict]:
     return rows
 
 
-def rows(record: dict, tokens: dict) -> list[dict]:
-    """The rows of one trajectory record and its tokens.jsonl line."""
-    metadata = record.get("metadata") or {}
+def rows(sample: Sample) -> list[dict]:
+    """The rows of one sample, from the token ids it was journalled with (tokens.jsonl has the same)."""
     key = {
-        "reward": known_reward(metadata),  # null when unverified, as in openai.jsonl
-        "prompt_index": record.get("prompt_index"),
-        "sample_index": metadata.get("sample_index", 0),
+        "reward": known_reward(sample.verification),  # null when unverified, as in openai.jsonl
+        "prompt_index": sample.prompt_index,
+        "sample_index": sample.sample_index,
     }
-    return [fields | key | {"segment": n} for n, fields in enumerate(segments(tokens.get("turns") or []))]
+    turns = (sample.tokens or {}).get("turns") or []
+    return [fields | key | {"segment": n} for n, fields in enumerate(segments(turns))]
 
 
 class RlFile:
-    """Takes trajectories.jsonl's records in order and reads tokens.jsonl beside them line for line
-    (the merge writes both with the same selection and order)."""
+    """The rows of every sample trajectories.jsonl gets, in its order."""
 
-    def __init__(self, path: Path, tokens: Path, parquet: bool):
+    def __init__(self, path: Path, parquet: bool):
         self.out = JsonLines(path)
-        self.tokens = open(tokens, "rb") if tokens.exists() else None  # noqa: SIM115 (closed by commit/abort)
         self.table = _parquet(path.parent / PARQUET_FILE) if parquet else None
 
-    def write(self, record: dict) -> None:
-        line = self.tokens.readline() if self.tokens else b""
-        tokens = orjson.loads(line) if line.strip() else {}
-        if tokens and (tokens["prompt_index"], tokens["sample_index"]) != (
-            record.get("prompt_index"),
-            (record.get("metadata") or {}).get("sample_index", 0),
-        ):
-            raise ValueError("tokens.jsonl does not match trajectories.jsonl line for line: merge again")
-        for row in rows(record, tokens):
+    def write(self, sample: Sample) -> None:
+        for row in rows(sample):
             self.out.write(row)
             if self.table:
                 self.table.write(row)
 
     def commit(self) -> None:
-        self._close()
         self.out.commit()
         if self.table:
             self.table.commit()
 
     def abort(self) -> None:
-        self._close()
         self.out.abort()
         if self.table:
             self.table.abort()
-
-    def _close(self) -> None:
-        if self.tokens:
-            self.tokens.close()
 
 
 def _parquet(path: Path):

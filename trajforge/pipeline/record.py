@@ -1,15 +1,15 @@
-"""A run's sample as its batch file keeps it: the trajectory record, verified, plus the keys the merge
-takes off again."""
+"""A run's sample as its batch file keeps it: the journalled Sample (trajforge/journal), verified, with
+what the merge counts beside it."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from trajectory import build_record, discard_reason, nonzero_exits, with_verification
+from trajectory import discard_reason, nonzero_exits, record_usage, tool_stats
 from trajforge.agent.loop import AgentResult
+from trajforge.journal.sample import Sample, now
 from trajforge.model.tokens import drift_text
 from trajforge.pipeline.sample import Acted
-from trajforge.safejson import dumps
 from trajforge.tools import Tool
 
 
@@ -32,46 +32,50 @@ class TrajectoryRecorder:
     tool_names: list[str]
     metadata: dict  # batch_num, model, run_name, sample_index
 
-    def view(self, result: AgentResult, seconds: float) -> dict:
+    def sample(self, result: AgentResult, seconds: float) -> Sample:
+        """The finished sample, not yet verified."""
         metadata = self.metadata
-        return build_record(
+        return Sample(
             prompt_index=self.prompt_index,
+            sample_index=metadata["sample_index"],
+            batch_num=metadata["batch_num"],
             entry=self.entry,
-            turns=result.turns,
-            tool_schemas=[t.schema for t in self.tools.values()],
+            tools=[t.schema["function"] for t in self.tools.values()],
             toolsets=self.toolsets,
-            tool_names=self.tool_names,
+            turns=result.turns,
             api_calls=result.api_calls,
             exit_reason=result.exit_reason,
-            usage=result.usage,
-            metadata={
-                "batch_num": metadata["batch_num"],
-                "model": metadata["model"],
-                "model_reported": result.model_reported,
-                "run_name": metadata["run_name"],
-                "duration_seconds": round(seconds, 3),
-                "sample_index": metadata["sample_index"],
-                "token_drift": drift_text(result.tokens or []),
-            },
+            usage=record_usage(result.usage),
+            verification={},
+            tool_stats=tool_stats(result.turns, self.tool_names)[0],
+            model=metadata["model"],
+            model_reported=result.model_reported,
+            run_name=metadata["run_name"],
+            duration_seconds=round(seconds, 3),
+            timestamp=now(),
+            token_drift=drift_text(result.tokens or []),
         )
 
+    def view(self, result: AgentResult, seconds: float) -> dict:
+        """The ShareGPT record so far, as a Python verifier is handed it (trajectories.jsonl's form)."""
+        return self.sample(result, seconds).record()
+
     def finish(self, acted: Acted) -> Line:
-        return batch_line(self.view(acted.result, acted.seconds), acted, set(self.tools))
+        return batch_line(self.sample(acted.result, acted.seconds), acted, set(self.tools))
 
 
-def batch_line(record: dict, acted: Acted, offered: set[str]) -> Line:
-    """Pure: the record with its verification and the keys the merge takes off again (discarded,
-    redactions, tokens, nonzero_exits)."""
+def batch_line(sample: Sample, acted: Acted, offered: set[str]) -> Line:
+    """Pure: the sample's journal line with its verification and what the merge counts beside it
+    (discarded, redactions, tokens, nonzero_exits)."""
     result = acted.result
-    with_verification(record, acted.verification)
     reason = discard_reason(result.turns, offered)
-    if reason:
-        record["discarded"] = reason
-    if acted.redactions:  # for statistics.json; the merge takes it off, as it does `discarded`
-        record["redactions"] = acted.redactions
-    if result.tokens is not None:  # for tokens.jsonl; the merge takes it off trajectories.jsonl
-        record["tokens"] = {"turns": result.tokens, "missing": result.tokens_missing}
-    exits = nonzero_exits(result.turns)
-    if exits:  # for the summary's tool table; taken off by the merge too
-        record["nonzero_exits"] = exits
-    return Line(dumps(record) + b"\n", reason)  # what orjson cannot encode kept as text
+    tokens = {"turns": result.tokens, "missing": result.tokens_missing} if result.tokens is not None else None
+    finished = replace(
+        sample,
+        verification=acted.verification,
+        discarded=reason,
+        redactions=dict(acted.redactions),
+        tokens=tokens,
+        nonzero_exits=nonzero_exits(result.turns),
+    )
+    return Line(finished.journal(), reason)

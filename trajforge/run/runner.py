@@ -32,7 +32,7 @@ from trajforge.events import (
 from trajforge.executors.pool import ProcessPool
 from trajforge.executors.ray_pool import RayPool
 from trajforge.executors.worker import Batch, WorkerSetup
-from trajforge.export.publish import publish
+from trajforge.export.publish import Exports, publish
 from trajforge.export.report import ReportData
 from trajforge.failures import BUDGET, ENDPOINT, INTERRUPTED
 from trajforge.model.client import endpoint_problem
@@ -173,7 +173,15 @@ class BatchRunner:
         observe = collected.observe if collected else None
         tokens = config.model.token_ids != "off" or self.folder.tokens.exists()
         names = prepared.tool_names
-        totals = merge(self.folder, config.require_reasoning, names, self.warn, config.keep, observe, tokens)
+        exports = Exports(self.folder, config.exports, config.run_name)
+        try:
+            totals = merge(
+                self.folder, config.require_reasoning, names, self.warn, config.keep, observe, tokens, exports.write
+            )
+        except BaseException:
+            exports.abort()
+            raise
+        exported = exports.commit()
         if totals.tokens.missing and config.model.token_ids == "on":
             self.warn(f"--token_ids: {config.model.base_url} answered without token ids: {totals.tokens.missing}")
         # The batch files, not the events that raced a kill or Ctrl-C, say what is done.
@@ -191,7 +199,7 @@ class BatchRunner:
         # The report lists the errors of entries with nothing left to run again (a failed sample of an
         # entry whose other samples finished is still to do).
         settled = {entry_key(e.data) for e in entries} - {entry_key(e.data) for e in remaining}
-        paths.update(publish(self.folder, stats, config, collected, settled))
+        paths.update(publish(self.folder, stats, config, collected, settled, exported))
         tally.seconds = time.monotonic() - started
         print_summary(self.console, stats, tally, paths)
         return self.ending(state, interrupted, stats, prepared.spent_before, tally, final)

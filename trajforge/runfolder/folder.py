@@ -16,6 +16,7 @@ from pathlib import Path
 import orjson
 
 from trajectory import verification_passed
+from trajforge import journal
 from trajforge.errors import UsageError
 from trajforge.failures import BUDGET, CLASSES, failure_class
 
@@ -34,21 +35,14 @@ def entry_key(entry: dict) -> str:
     return json.dumps([*key, task] if task else key, ensure_ascii=False, sort_keys=True)
 
 
-def record_key(record: dict) -> str:
-    """The entry key of a trajectory record, whose `metadata.source` is the entry as JSON text (a dict
-    in records written before that change)."""
-    source = record["metadata"]["source"]
-    return entry_key(json.loads(source) if isinstance(source, str) else source)
-
-
 def sample_key(record: dict) -> tuple[str, int]:
-    """(entry key, sample index) of a record: what --resume matches; records from before samples are 0."""
-    return record_key(record), record["metadata"].get("sample_index", 0)
+    """(entry key, sample index) of a batch line of any version: what --resume matches."""
+    return entry_key(journal.entry_of(record)), journal.sample_index_of(record)
 
 
 def passed(record: dict) -> bool | None:
-    """Whether the record's verification passed; None when nothing verified it (or before verification)."""
-    return verification_passed(record["metadata"].get("verification"))
+    """Whether a batch line's verification passed; None when nothing verified it (or before verification)."""
+    return verification_passed(journal.verification_of(record))
 
 
 def open_temp(path: Path) -> tuple[int, Path]:
@@ -173,6 +167,11 @@ class RunFolder:
                 except orjson.JSONDecodeError:
                     warn(f"{path.name} line {number} is incomplete (cut off by a crash?); ignoring it")
                     continue
+                if isinstance(record, dict) and record.get("version", 1) > journal.VERSION:
+                    raise UsageError(
+                        f"{path} line {number} is a journal of version {record['version']}, written by a newer"
+                        f" batch-runner (this one reads up to {journal.VERSION}): upgrade to use this run folder"
+                    )
                 yield (line if line.endswith(b"\n") else line + b"\n"), record
 
     def load_settings(self) -> dict | None:

@@ -12,8 +12,10 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from trajectory import EMPTY_THINK, known_cost, upgrade, verification_passed
-from trajforge.runfolder.folder import RunFolder, sample_key, write_atomic
+from trajectory import known_cost, verification_passed
+from trajforge import journal
+from trajforge.journal.sample import Sample
+from trajforge.runfolder.folder import RunFolder, entry_key, write_atomic
 from trajforge.runfolder.preferences import Candidate, best, pair, preference_line
 from trajforge.runfolder.token_lines import TokenTotals, token_line, write_with_tokens
 from trajforge.safejson import dumps
@@ -105,24 +107,20 @@ def _sum_usage(usage: dict, record_usage: dict, totals: TrajectoryTotals) -> Non
             usage[key] = usage.get(key, 0) + value
 
 
-def _clean(line: bytes, record: dict) -> bytes:
-    """The line as trajectories.jsonl has it: without the batch file's own keys, in this version's shape."""
-    own = [record.pop(key, None) for key in ("discarded", "redactions", "nonzero_exits", "tokens")]
-    return line if own == [None] * len(own) and not upgrade(record) else dumps(record) + b"\n"
-
-
 def merge(
     folder: RunFolder,
     require_reasoning: bool,
     tool_names: list[str],
     warn: Callable[[str], None],
     keep: str = "all",
-    observe: Callable[[dict, str | None], None] | None = None,
+    observe: Callable[[Sample, str | None], None] | None = None,
     tokens: bool = False,
+    written: Callable[[Sample], None] | None = None,
 ) -> TrajectoryTotals:
-    """`observe(record, why it was dropped or None)` sees every finished sample (the report's data);
-    with `tokens`, tokens.jsonl gets a line for each line of trajectories.jsonl."""
-    run = Merge(folder, require_reasoning, tool_names, warn, keep, observe)
+    """`observe(sample, why it was dropped or None)` sees every finished sample (the report's data),
+    `written(sample)` each one written to trajectories.jsonl, in its order (the exports); with `tokens`,
+    tokens.jsonl gets a line for each line of trajectories.jsonl."""
+    run = Merge(folder, require_reasoning, tool_names, warn, keep, observe, written)
     if keep == "best":
         run.first_pass(None)
     else:
@@ -130,7 +128,7 @@ def merge(
     chosen = {c.position for c in map(best, run.candidates.values()) if c} if keep == "best" else set()
     pairs = [found for found in map(pair, run.candidates.values()) if found]
     if keep == "best" or pairs:
-        _second_pass(folder, warn, chosen, pairs, run.written, keep == "best", tokens)
+        _second_pass(folder, warn, chosen, pairs, run.write, keep == "best", tokens)
     if not pairs:  # no pair now: none from an earlier merge, and no empty file `datasets` cannot load
         folder.preferences.unlink(missing_ok=True)
     return run.result(len(pairs))
@@ -140,12 +138,15 @@ class Merge:
     """One merge's counts over every line of the batch files (the first pass reads each once), and the
     totals they add up to."""
 
-    def __init__(self, folder: RunFolder, require_reasoning: bool, tool_names: list[str], warn, keep: str, observe):
+    def __init__(
+        self, folder: RunFolder, require_reasoning: bool, tool_names: list[str], warn, keep: str, observe, written
+    ):
         self.folder = folder
         self.require_reasoning = require_reasoning
         self.warn = warn
         self.keep = keep  # all, passed or best (best: written by the second pass)
         self.observe = observe
+        self.sink = written
         self.totals = TrajectoryTotals()
         self.tools = {name: {"count": 0, "success": 0, "failure": 0} for name in tool_names}
         self.turns = self.with_reasoning = 0
@@ -154,54 +155,55 @@ class Merge:
         self.verified = Verified()
         self.candidates: dict[str, list[Candidate]] = {}  # verified samples the filters keep, by entry key
 
-    def written(self, record: dict) -> None:
+    def write(self, sample: Sample, handle, ids) -> None:
+        """The sample into trajectories.jsonl (`handle`), its token ids into tokens.jsonl (`ids`), to the sink."""
+        if ids is not None:
+            ids.write(token_line(sample))
+        handle.write(sample.trajectory_line())
         self.totals.trajectories += 1
-        self.totals.completed += record["completed"]
-        self.totals.partial += record["partial"]
+        self.totals.completed += sample.completed
+        self.totals.partial += sample.partial
+        if self.sink is not None:
+            self.sink(sample)
 
     def first_pass(self, handle, ids=None) -> None:
         """Count every line; write those `keep` keeps to `handle` (and their token lines to `ids`)."""
         for position, (line, record) in enumerate(self.folder.batch_lines(self.warn)):
-            key, sample = sample_key(record)
-            verification = record["metadata"].get("verification") or {}
-            passed = verification_passed(verification)
-            reason = self.count(record, key, sample, verification, passed)
+            sample = journal.read(record, line)
+            key = entry_key(sample.entry)
+            passed = verification_passed(sample.verification)
+            reason = self.count(sample, key, passed)
             if self.observe is not None:
-                self.observe(record, reason)
+                self.observe(sample, reason)
             if reason is not None:
                 continue
             if passed is not None:
-                reward = verification.get("reward") or 0.0
+                reward = sample.verification.get("reward") or 0.0
                 self.candidates.setdefault(key, []).append(
-                    Candidate(position, passed, reward, record.get("api_calls", 0), sample)
+                    Candidate(position, passed, reward, sample.api_calls, sample.sample_index)
                 )
             if handle is not None and (self.keep == "all" or (self.keep == "passed" and passed)):
-                if ids is not None:
-                    ids.write(token_line(record))
-                handle.write(_clean(line, record))
-                self.written(record)
+                self.write(sample, handle, ids)
 
-    def count(self, record: dict, key: str, sample: int, verification: dict, passed: bool | None) -> str | None:
+    def count(self, sample: Sample, key: str, passed: bool | None) -> str | None:
         """Add a finished sample to the counts; why it stays out of trajectories.jsonl (None: it may go in)."""
         totals = self.totals
-        for turn in record["conversations"]:
-            if turn["from"] == "gpt":
-                self.turns += 1
-                self.with_reasoning += not turn["value"].startswith(EMPTY_THINK)
-        for name, entry in record["tool_stats"].items():
+        self.turns += len(sample.turns)
+        self.with_reasoning += sum(1 for turn in sample.turns if turn.reasoning)
+        for name, entry in sample.tool_stats.items():
             known = self.tools.setdefault(name, {"count": 0, "success": 0, "failure": 0})
             for stat in known:
                 known[stat] += entry[stat]
-        _sum_usage(self.usage, record["metadata"]["usage"], totals)
-        totals.finished[key, sample] += 1
+        _sum_usage(self.usage, sample.usage, totals)
+        totals.finished[key, sample.sample_index] += 1
         if passed is not None:
-            self.verified.add(key, verification, passed)
-            totals.passed[key, sample] += passed
-        totals.tokens.add(record)
-        self.exits.update(record.get("nonzero_exits") or {})
-        for kind, count in (record.get("redactions") or {}).items():
+            self.verified.add(key, sample.verification, passed)
+            totals.passed[key, sample.sample_index] += passed
+        totals.tokens.add(sample)
+        self.exits.update(sample.nonzero_exits)
+        for kind, count in sample.redactions.items():
             totals.redactions[kind] = totals.redactions.get(kind, 0) + count
-        reason = record.get("discarded")
+        reason = sample.discarded
         if not dropped(reason, self.require_reasoning):  # the one rule, the progress line's too
             return None
         if reason == "hallucinated_tool":
@@ -225,29 +227,29 @@ class Merge:
 
 
 def _second_pass(
-    folder: RunFolder, warn, chosen: set[int], pairs: list, count_written, write_best: bool, tokens: bool
+    folder: RunFolder, warn, chosen: set[int], pairs: list, write_sample, write_best: bool, tokens: bool
 ) -> None:
     """Write the best samples (when `write_best`) and the preference pairs, reading the lines they are
     on. A pair is written as soon as both its samples have been read."""
     wanted = {position: index for index, both in enumerate(pairs) for position in (both[0].position, both[1].position)}
-    halves: dict[int, dict[int, dict]] = {}  # pair index -> position -> record
+    halves: dict[int, dict[int, Sample]] = {}  # pair index -> position -> sample
 
     def write(trajectories, preferences, ids=None) -> None:
         for position, (line, record) in enumerate(folder.batch_lines(warn)):
+            if position not in wanted and position not in chosen:
+                continue
+            sample = journal.read(record, line)
             if position in wanted:
                 index = wanted[position]
                 found = halves.setdefault(index, {})
-                found[position] = record
+                found[position] = sample
                 if len(found) == 2:
                     chosen_at, rejected_at = pairs[index][0].position, pairs[index][1].position
                     line_out = preference_line(found[chosen_at], found[rejected_at])
                     preferences.write(dumps(line_out) + b"\n")
                     del halves[index]
             if position in chosen and trajectories is not None:
-                if ids is not None:
-                    ids.write(token_line(record))
-                trajectories.write(_clean(line, dict(record)))
-                count_written(record)
+                write_sample(sample, trajectories, ids)
 
     if write_best and not pairs:
         write_with_tokens(folder, tokens, lambda t, ids: write(t, None, ids))

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from trajforge.export.openai import assistant_and_tool_messages
-from trajforge.export.record import parse
+from trajforge.journal.sample import Sample
 
 
 @dataclass(frozen=True)
@@ -43,15 +43,14 @@ def pair(candidates: list[Candidate]) -> tuple[Candidate, Candidate] | None:
     return chosen, min(failing, key=lambda c: (c.reward, c.sample_index))
 
 
-def preference_line(chosen: dict, rejected: dict) -> dict:
-    good, bad = parse(chosen), parse(rejected)
-    functions = {tool["name"]: tool for tool in bad.tools + good.tools}
+def preference_line(chosen: Sample, rejected: Sample) -> dict:
+    functions = {tool["name"]: tool for tool in [*rejected.tools, *chosen.tools]}
     return {
-        "prompt": [{"role": "user", "content": good.prompt}],
-        "chosen": assistant_and_tool_messages(good),
-        "rejected": assistant_and_tool_messages(bad),
+        "prompt": [{"role": "user", "content": chosen.prompt}],
+        "chosen": assistant_and_tool_messages(chosen),
+        "rejected": assistant_and_tool_messages(rejected),
         "tools": [{"type": "function", "function": functions[name]} for name in sorted(functions)],
-        "prompt_index": chosen["prompt_index"],
-        "chosen_reward": chosen["metadata"]["reward"],
-        "rejected_reward": rejected["metadata"]["reward"],
+        "prompt_index": chosen.prompt_index,
+        "chosen_reward": chosen.reward,
+        "rejected_reward": rejected.reward,
     }

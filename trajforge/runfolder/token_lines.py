@@ -10,22 +10,23 @@ from dataclasses import dataclass, field
 
 import orjson
 
+from trajforge.journal.sample import Sample
 from trajforge.runfolder.folder import RunFolder, write_atomic
 
 
-def token_line(record: dict) -> bytes:
-    """The tokens.jsonl line of a record: {prompt_index, sample_index, turns}, a turn per model call
+def token_line(sample: Sample) -> bytes:
+    """The tokens.jsonl line of a sample: {prompt_index, sample_index, turns}, a turn per model call
     ({prompt_token_ids, token_ids, logprobs}, None where the server sent none). A sample finished
     without --token_ids (a folder from before) has no turns."""
-    turns = (record.get("tokens") or {}).get("turns") or []
-    line = {"prompt_index": record["prompt_index"], "sample_index": record["metadata"].get("sample_index", 0)}
+    turns = (sample.tokens or {}).get("turns") or []
+    line = {"prompt_index": sample.prompt_index, "sample_index": sample.sample_index}
     return orjson.dumps(line | {"turns": turns}) + b"\n"
 
 
-def drift_of(record: dict) -> list[int]:
-    """metadata.token_drift of a record as a list (JSON text in the record; absent in older folders)."""
-    text = record["metadata"].get("token_drift")
-    value = json.loads(text) if isinstance(text, str) else text
+def drift_of(sample: Sample) -> list[int]:
+    """The sample's token_drift as a list (JSON text in the record; absent in older folders)."""
+    text = sample.token_drift
+    value = json.loads(text) if isinstance(text, str) and text else text
     return value if isinstance(value, list) else []
 
 
@@ -41,9 +42,9 @@ class TokenTotals:
     samples_with_drift: int = 0
     missing: str = field(default="", repr=False)
 
-    def add(self, record: dict) -> None:
-        tokens = record.get("tokens")
-        drifted = drift_of(record)
+    def add(self, sample: Sample) -> None:
+        tokens = sample.tokens
+        drifted = drift_of(sample)
         self.drifted_turns += len(drifted)
         self.samples_with_drift += bool(drifted)
         if not isinstance(tokens, dict):

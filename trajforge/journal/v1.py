@@ -1,26 +1,28 @@
-"""A trajectory record read back into its parts: system text, offered tools, prompt, and one Step per
-assistant turn with its tool calls and their results matched by id.
+"""The reader of version-1 batch lines: the ShareGPT record itself (with the batch file's own keys),
+as every main before the journal wrote them, read back into a Sample: the offered tools from the system
+text, one Turn per assistant turn with its tool calls and their results matched by id.
 
-Every exporter and the report read records through here, so the ShareGPT turn format (DESIGN.md) is
-parsed in one place. It tolerates the shapes records have had and will have: `tool_calls` missing or an
-empty list on turns without calls, a `finish_reason` or not, optional metadata keys absent.
+It tolerates the shapes those records had: `tool_calls` missing or an empty list on turns without
+calls, a `finish_reason` or not, optional metadata keys absent, a null cost or verification (upgraded).
+The record's own text is what trajectories.jsonl gets for such a line, as before (Sample.legacy).
 """
 
 from __future__ import annotations
 
+import json
 import re
-from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
+from trajectory import NO_RESULT, ToolCall, Turn, upgrade
 from trajforge import safejson
+from trajforge.journal.sample import OWN_KEYS, Sample
 
 TOOLS_BLOCK = re.compile(r"<tools>\n(.*)\n</tools>", re.S)
 # One result per line: its JSON (json.dumps) never holds a raw newline, so `.` (no DOTALL) is safe.
 TOOL_RESPONSE = re.compile(r"<tool_response>\n(.*)\n</tool_response>")
 CALL_SEPARATOR = "\n<tool_call>\n"
 THINK_OPEN, THINK_CLOSE = "<think>\n", "\n</think>\n"
-NO_RESULT = object()
 
 
 def dumps(value: Any) -> str:
@@ -33,57 +35,6 @@ def loads(text: str) -> Any:
     """The JSON value of `text`; raises ValueError when it is not JSON or nested deeper than the run's
     limit (safejson.py): exporters keep such a text as text."""
     return safejson.parse(text)
-
-
-@dataclass
-class Call:
-    id: str
-    name: str
-    arguments: str  # as recorded: a JSON string, possibly broken
-    result: Any = NO_RESULT  # the tool's `content`, or NO_RESULT when the record holds none
-
-    @property
-    def has_result(self) -> bool:
-        return self.result is not NO_RESULT
-
-    @property
-    def ok(self) -> bool:
-        return not (isinstance(self.result, dict) and self.result.get("error"))
-
-    def arguments_json(self) -> str:
-        """Arguments as a JSON text that always parses: the recorded one, or (when the model sent
-        something that is not JSON) that text as a JSON string, so nothing is lost."""
-        try:
-            loads(self.arguments)
-        except (ValueError, TypeError):
-            return dumps(self.arguments)
-        return self.arguments
-
-    def arguments_value(self) -> Any:
-        return loads(self.arguments_json())
-
-    def result_text(self) -> str:
-        if not self.has_result:
-            return ""
-        return self.result if isinstance(self.result, str) else dumps(self.result)
-
-
-@dataclass
-class Step:
-    """One assistant turn."""
-
-    content: str
-    reasoning: str
-    calls: list[Call] = field(default_factory=list)
-    finish_reason: str = ""
-
-
-@dataclass
-class Conversation:
-    system: str
-    prompt: str
-    tools: tuple[dict, ...]  # function schemas as offered: {name, description, parameters}
-    steps: list[Step]
 
 
 def split_assistant(value: str, calls: int) -> tuple[str, str]:
@@ -116,13 +67,14 @@ def _tool_results(value: str) -> list[dict]:
     return results
 
 
-def _attach(calls: list[Call], results: list[dict]) -> None:
+def _attach(calls: list[ToolCall], results: list[dict]) -> None:
     """Results to their calls by id; a result whose id names no call goes to the first call left
     without one, in order (records written before ids were kept)."""
-    by_id: dict[object, Call] = {call.id: call for call in calls}  # an old record's ids may be None
+    by_id: dict[object, ToolCall] = {call.id: call for call in calls}  # an old record's ids may be None
     unmatched = []
     for result in results:
-        call = by_id.get(result.get("tool_call_id"))
+        named = result.get("tool_call_id")
+        call = by_id.get(named) if isinstance(named, str) else None  # an id of another type names no call
         if call is not None and not call.has_result:
             call.result = result.get("content")
         else:
@@ -158,37 +110,63 @@ def listed_calls(turn: dict) -> list[dict]:
     return [entry for entry in listed if isinstance(entry, dict)] if isinstance(listed, list) else []
 
 
-def _calls(turn: dict) -> list[Call]:
+def _calls(turn: dict) -> list[ToolCall]:
     calls = []
     for entry in listed_calls(turn):
         arguments = entry.get("arguments")
         if not isinstance(arguments, str):
             arguments = dumps(arguments if arguments is not None else {})
-        calls.append(Call(str(entry.get("id") or ""), str(entry.get("name") or ""), arguments))
+        calls.append(ToolCall(str(entry.get("id") or ""), str(entry.get("name") or ""), arguments, NO_RESULT))
     return calls
 
 
-def parse(record: dict) -> Conversation:
-    system = prompt = ""
-    steps: list[Step] = []
+def turns(record: dict) -> list[Turn]:
+    """The assistant turns of a version-1 record, with their calls' results."""
+    steps: list[Turn] = []
     for turn in record.get("conversations") or []:
         kind, value = turn.get("from"), turn.get("value")
         value = value if isinstance(value, str) else ""
-        if kind == "system":
-            system = value
-        elif kind == "human":
-            prompt = value
-        elif kind == "gpt":
+        if kind == "gpt":
             calls = _calls(turn)
             reasoning, content = split_assistant(value, len(calls))
             finish = turn.get("finish_reason")
-            steps.append(Step(content, reasoning, calls, finish if isinstance(finish, str) else ""))
+            steps.append(Turn(content, reasoning, calls, finish if isinstance(finish, str) else ""))
         elif kind == "tool" and steps:
             _attach(steps[-1].calls, _tool_results(value))
-    return Conversation(system, prompt, offered_tools(system), steps)
+    return steps
 
 
-def first_line(text: str, limit: int = 200) -> str:
-    """The first non-blank line of a prompt, cut at `limit` characters."""
-    line = next((part.strip() for part in text.splitlines() if part.strip()), "")
-    return line if len(line) <= limit else line[: limit - 1] + "…"
+def read(record: dict, line: bytes) -> Sample:
+    """The sample of a version-1 batch line (`record` as orjson read `line`)."""
+    own = {key: record.pop(key, None) for key in OWN_KEYS}
+    changed = upgrade(record)  # this version's shape: a cost flag, verification values that are never null
+    metadata = record["metadata"]
+    system = next((t.get("value") for t in record.get("conversations") or [] if t.get("from") == "system"), "")
+    source = metadata.get("source")
+    return Sample(
+        prompt_index=record.get("prompt_index", 0),
+        sample_index=metadata.get("sample_index", 0),
+        batch_num=metadata.get("batch_num", 0),
+        entry=json.loads(source) if isinstance(source, str) else source or {},
+        tools=list(offered_tools(system if isinstance(system, str) else "")),
+        toolsets=record.get("toolsets_used") or [],
+        turns=turns(record),
+        api_calls=record.get("api_calls", 0),
+        exit_reason=str(metadata.get("exit_reason") or ""),
+        usage=metadata["usage"],
+        verification=metadata["verification"],
+        tool_stats=record.get("tool_stats") or {},
+        model=str(metadata.get("model") or ""),
+        model_reported=str(metadata.get("model_reported") or ""),
+        run_name=str(metadata.get("run_name") or ""),
+        duration_seconds=metadata.get("duration_seconds", 0.0),
+        timestamp=str(metadata.get("timestamp") or ""),
+        token_drift=metadata.get("token_drift") or "",  # JSON text (a list in some older records)
+        discarded=own["discarded"],
+        redactions=own["redactions"] or {},
+        nonzero_exits=own["nonzero_exits"] or {},
+        tokens=own["tokens"],
+        legacy=record,
+        # Written as it is when the merge takes nothing off it (as every main before the journal did).
+        legacy_line=line if not changed and all(value is None for value in own.values()) else None,
+    )

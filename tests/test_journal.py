@@ -1,0 +1,133 @@
+"""The journal (trajforge/journal): a run folder written by main before it (tests/fixtures/v1_run, made by
+its make.sh with main at 38ca73a) re-merges to the bytes that main wrote, every export included; the same
+samples journalled as version-2 lines render those bytes too; and an old folder resumed with more work
+gets new lines beside its old ones."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import orjson
+import pytest
+from conftest import ROOT, run_cli
+
+from trajforge import journal
+from trajforge.journal.sample import VERSION
+from trajforge.runfolder.folder import RunFolder
+
+FIXTURE = ROOT / "tests" / "fixtures" / "v1_run"
+EXPORTS = {"a": "openai,llamafactory,atif", "b": "openai,rl,parquet"}
+RECOMPUTED = ("duration_seconds", "completed_at", "dataset_file")  # statistics.json: this invocation's own
+
+sys.path.insert(0, str(FIXTURE))
+from report_digest import digest  # noqa: E402  (the fixture's own normaliser, which make.sh used)
+
+
+def resume(output: Path, run: str, *flags: str) -> tuple[int, str]:
+    code, out, err = run_cli(
+        [
+            f"--dataset_file={FIXTURE / run / 'prompts.jsonl'}",
+            f"--run_name={run}",
+            f"--output_dir={output}",
+            "--model=mock",
+            "--resume",
+            f"--export={EXPORTS[run]}",
+            *flags,
+        ]
+    )
+    return code, out + err
+
+
+def card_lines(text: bytes) -> list[str]:
+    return [line for line in text.decode().splitlines() if "(git " not in line and " s of running" not in line]
+
+
+def expected_files(run: str) -> list[Path]:
+    there = FIXTURE / "expected" / run
+    return sorted(p.relative_to(there) for p in there.rglob("*") if p.is_file() and p.suffix != ".sha256")
+
+
+def assert_written_as_main_did(folder: Path, run: str) -> None:
+    there = FIXTURE / "expected" / run
+    for name in expected_files(run):
+        mine, theirs = (folder / name).read_bytes(), (there / name).read_bytes()
+        if name.name == "statistics.json":
+            mine, theirs = (json.loads(text) for text in (mine, theirs))
+            for key in RECOMPUTED:
+                assert key in mine and key in theirs
+                mine.pop(key), theirs.pop(key)
+        elif name.name == "README.md":  # names the checkout's commit, the dataset's path and the run's seconds
+            mine, theirs = (card_lines(text) for text in (mine, theirs))
+        assert mine == theirs, f"{run}/{name} differs from what main wrote"
+    assert digest(folder / "report.html") == (there / "report.sha256").read_text().strip()
+
+
+@pytest.fixture
+def old_folders(tmp_path, monkeypatch) -> Path:
+    monkeypatch.chdir(tmp_path)
+    for name in [k for k in os.environ if k.endswith("API_KEY")]:
+        monkeypatch.delenv(name)
+    shutil.copytree(FIXTURE / "out", tmp_path / "out")
+    return tmp_path / "out"
+
+
+@pytest.mark.parametrize("run", ["a", "b"])
+def test_an_old_run_folder_re_merges_to_the_bytes_main_wrote(old_folders, run):
+    code, output = resume(old_folders, run)
+    assert code == 0, output
+    assert_written_as_main_did(old_folders / run, run)
+    # Nothing was rewritten: the old lines stay as they are.
+    for path in (FIXTURE / "out" / run).glob("batch_*.jsonl"):
+        assert (old_folders / run / path.name).read_bytes() == path.read_bytes()
+
+
+def journalled(folder: Path) -> int:
+    """Each version-1 line of the folder's batch files rewritten as the version-2 line of the same sample."""
+    lines = 0
+    for _, path in RunFolder(folder).batch_files():
+        out = []
+        for line in path.read_bytes().splitlines(True):
+            sample = journal.read(orjson.loads(line), line)
+            out.append(replace(sample, legacy=None, legacy_line=None).journal())
+        path.write_bytes(b"".join(out))
+        lines += len(out)
+    return lines
+
+
+@pytest.mark.parametrize("run", ["a", "b"])
+def test_the_same_samples_journalled_render_the_same_bytes(old_folders, run):
+    assert journalled(old_folders / run) > 0
+    first = orjson.loads(next((old_folders / run).glob("batch_*.jsonl")).read_bytes().splitlines()[0])
+    assert first["version"] == VERSION and "conversations" not in first  # the sample, not its text
+    code, output = resume(old_folders, run)
+    assert code == 0, output
+    assert_written_as_main_did(old_folders / run, run)
+
+
+def test_a_line_of_a_newer_version_is_refused_by_name():
+    with pytest.raises(ValueError, match="a batch line of version 3, newer than this batch-runner reads"):
+        journal.read({"version": 3}, b"{}")
+
+
+def test_an_old_folder_resumed_with_more_samples_keeps_its_lines_and_adds_new_ones(old_folders):
+    code, output = resume(old_folders, "a", "--n_samples=3")
+    assert code == 0, output
+    folder = old_folders / "a"
+    rows = (folder / "trajectories.jsonl").read_bytes().splitlines(True)
+    before = (FIXTURE / "expected" / "a" / "trajectories.jsonl").read_bytes().splitlines(True)
+    assert rows[: len(before)] == before  # the old lines first, as main wrote them
+    added = [json.loads(row) for row in rows[len(before) :]]
+    assert {row["metadata"]["sample_index"] for row in added} == {2}
+    old = json.loads(before[0])
+    for row in added:  # the same keys, nested ones included, so the file loads as one table
+        assert list(row) == list(old) and list(row["metadata"]) == list(old["metadata"])
+        assert [list(turn) for turn in row["conversations"]][:2] == [list(turn) for turn in old["conversations"]][:2]
+    new_lines = [orjson.loads(line) for line in (folder / "batch_3.jsonl").read_bytes().splitlines()]
+    assert new_lines and all(line["version"] == VERSION for line in new_lines)
+    stats = json.loads((folder / "statistics.json").read_text())
+    assert stats["verification"]["verified_samples"] == 3
