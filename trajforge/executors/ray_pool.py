@@ -19,11 +19,13 @@ import tempfile
 import time
 from collections import deque
 
+from trajectory import verification_passed
+from trajforge import journal
 from trajforge.events import Claimed, Event, PromptDone
 from trajforge.executors.passes import PassCounts
 from trajforge.executors.worker import Batch, WorkerSetup, serve
 from trajforge.money.ledger import ActorLedger, MoneyActor
-from trajforge.runfolder.folder import BatchFiles, RunFolder, passed
+from trajforge.runfolder.folder import BatchFiles, RunFolder
 
 TASK_RETRIES = 3  # re-runs of a batch whose worker process or node died
 FLUSH_EVERY = 0.05  # seconds a task's events wait to travel to the driver together
@@ -103,12 +105,14 @@ def run_batch(setup: WorkerSetup, batch: Batch, sink, shared_fs: bool, money) ->
     folder = RunFolder(setup.config.run_dir)
     events = SinkEvents(sink)
     if shared_fs:  # lines an earlier attempt wrote, but died before it could report them
-        for _, record in folder.lines_in(folder.batch_file(batch.num), print):
-            index, sample = record["prompt_index"], record["metadata"].get("sample_index", 0)
+        for line, record in folder.lines_in(folder.batch_file(batch.num), print):
+            finished = journal.read(record, line)  # a line of any version
+            index, sample = finished.prompt_index, finished.sample_index
             if (index, sample) not in done:
                 done.add((index, sample))
-                outcome = record.get("discarded") or record["metadata"]["exit_reason"]
-                events.put(PromptDone(index, batch.num, outcome, 0, None, sample, passed(record)))
+                outcome = finished.discarded or finished.exit_reason
+                passed = verification_passed(finished.verification)
+                events.put(PromptDone(index, batch.num, outcome, 0, None, sample, passed))
     todo = Batch(batch.num, [work for work in batch.entries if (work[0], work[1]) not in done])
     tasks: queue.Queue = queue.Queue()
     for item in (todo, None) if todo.entries else (None,):
