@@ -272,6 +272,7 @@ FLAGS: tuple[Flag, ...] = (
         VER,
         _M,
         parse=v.seconds,
+        agrees=lambda stored, now: v.seconds(stored, "setup_timeout") == now,  # 38ca73a kept it as text, "600.0"
     ),
     Flag("check_tasks", bool, False, "check every task (oracle passes, no-op fails); no model call", VER),
     Flag("pass_threshold", float, 0.5, "reward at which a sample passes", VER, _R),
