@@ -18,6 +18,11 @@ from trajforge.verification.checks import verify_sample
 from trajforge.verification.result import VerifySettings
 
 SECRET = "SECRET-ANSWER-7d1f"
+# A repository whose committed check.txt the agent then changes.
+GIT_REPO = (
+    "git init -q . && echo pristine > check.txt && git add check.txt"
+    " && git -c user.email=a@b -c user.name=a commit -qm base && echo tampered > check.txt"
+)
 USER_SITE = "$(python3 -c 'import site; print(site.getusersitepackages())')"
 # (name, what the model runs, the verify command); the honest twin writes the real answer instead.
 ATTACKS = [
@@ -47,6 +52,13 @@ ATTACKS = [
         "git_fsmonitor",  # the repository's config runs when the verify command runs git
         "git init -q . && git config core.fsmonitor 'cp \"$TESTS_DIR/expected.txt\" answer.txt; echo; false'",
         'git status --porcelain > /dev/null 2>&1; cmp -s answer.txt "$TESTS_DIR/expected.txt"',
+    ),
+    (
+        "git_drivers",  # issue 31 row 6: a textconv and a clean filter of .git/config, named by .gitattributes
+        GIT_REPO + ' && git config diff.x.textconv "sh -c \'cp \\"\\$TESTS_DIR/expected.txt\\" answer.txt; cat\' sh"'
+        ' && git config filter.y.clean "sh -c \'cp \\"\\$TESTS_DIR/expected.txt\\" answer.txt; cat\'"'
+        " && echo '* diff=x filter=y' > .gitattributes",
+        'git diff --no-ext-diff > /dev/null 2>&1; cmp -s answer.txt "$TESTS_DIR/expected.txt"',
     ),
 ]
 TESTS = {"expected.txt": f"{SECRET}\n"}  # hidden until verification: $TESTS_DIR
@@ -241,3 +253,16 @@ def test_the_reward_is_what_the_verify_command_wrote_before_it_exited(kind, tmp_
     late = verify_in(kind, tmp_path, "true", "(sleep 1; echo 1) & echo 0.25")
     waited = verify_in(kind, tmp_path, "true", "(sleep 0.2; echo 0.5) & wait")
     assert (late["reward"], late["output"], waited["reward"]) == (0.25, "0.25\n", 0.5), (late, waited)
+
+
+def test_git_diff_in_the_clean_room_shows_the_changed_bytes_whatever_the_agent_configured(tmp_path):
+    """Row 6 of issue 31: a textconv of the agent's made `git diff --no-ext-diff` print nothing for a
+    tampered file. In the clean room no driver of .git/config runs; the honest twin (no driver at all)
+    shows the same diff. (local: under bwrap with a root runner the verifier's uid cannot open the agent's
+    repository at all yet, so neither twin shows a diff there; the attack of ATTACKS fails in both.)"""
+    kind = "local"
+    hide = " && git config diff.x.textconv 'sh -c \"echo pristine\" sh' && echo '* diff=x' > .gitattributes"
+    verify = "git diff --no-ext-diff; echo 0"
+    for agent in (GIT_REPO + hide, GIT_REPO):
+        done = verify_in(kind, tmp_path, agent, verify)
+        assert "-pristine" in done["output"] and "+tampered" in done["output"], (agent, done)

@@ -41,6 +41,7 @@ WRITE_SCRIPT = f'if [ -e "$1" ]; then {NOT_SPECIAL}fi; mkdir -p -- "$(dirname --
 # Git in the agent's repository would run what its .git/config names (an fsmonitor, hooks, a pager): off.
 GIT_SAFE = {"core.fsmonitor": "false", "core.hooksPath": "/dev/null", "core.pager": "cat", "core.editor": "true"}
 GIT_SAFE |= {"core.sshCommand": "false", "diff.external": "false", "credential.helper": "", "gpg.program": "false"}
+GIT_SAFE |= {"core.attributesFile": "/dev/null", "safe.directory": "*"}  # the agent's repository, read by the verifier
 GIT_VARIABLES = " ".join(
     [f"GIT_CONFIG_COUNT={len(GIT_SAFE)}"]
     + [
@@ -51,7 +52,7 @@ GIT_VARIABLES = " ".join(
 CLEAN_SHELL = (
     "c=$(cat) && exec </dev/null && HOME=$(mktemp -d) || exit 125; "
     'export HOME TMPDIR="$HOME" AS_AGENT="${AS_AGENT:-}" PYTHONNOUSERSITE=1 PYTHONSAFEPATH=1 '
-    f'GIT_CONFIG_NOSYSTEM=1 {GIT_VARIABLES}; eval "$c"'
+    f'GIT_CONFIG_NOSYSTEM=1 GIT_ATTR_NOSYSTEM=1 GIT_NO_REPLACE_OBJECTS=1 {GIT_VARIABLES}; eval "$c"'
 )
 # Removes, under $1, what would let a verifier read something other than the agent's work: symlinks
 # resolving outside $1 (/proc/self/cmdline, /dev, /etc), FIFOs, sockets and devices; prints each removed.
@@ -63,7 +64,17 @@ for f; do
     case "$t" in "$root" | "$root"/*) continue ;; esac
   fi
   rm -f -- "$f" && printf "%s\n" "${f#"$root"/}"
-done' sh "$root" {} +"""
+done' sh "$root" {} + || exit 1
+find "$root" -name .git -type d -prune -exec sh -c "$GIT_NEUTRAL" sh {} +"""
+# In every repository of the workspace, attributes of the runner's own in $GIT_DIR/info/attributes, which
+# outranks every .gitattributes: no path has a diff, filter or merge driver, so no textconv, clean/smudge
+# filter or merge driver of the agent's .git/config runs when the verify command runs git, and `git diff`
+# shows the bytes that changed.
+GIT_NEUTRAL = """for g; do
+  if [ -L "$g/info" ] || { [ -e "$g/info" ] && [ ! -d "$g/info" ]; }; then rm -rf -- "$g/info"; fi
+  mkdir -p -- "$g/info" && rm -rf -- "$g/info/attributes" || exit 1
+  printf '* !diff !filter !merge\n' > "$g/info/attributes" || exit 1
+done"""
 NOTED = 20  # removed paths named in verification.output; the rest are counted
 
 
@@ -109,7 +120,7 @@ class CommandEnvironment(Environment):
         await self.end_agent_processes()
         self.clean = True
         await self.clean_variables()
-        scan = ["sh", "-c", ESCAPES_SCRIPT, "sh", self.scan_root]
+        scan = ["env", f"GIT_NEUTRAL={GIT_NEUTRAL}", "sh", "-c", ESCAPES_SCRIPT, "sh", self.scan_root]
         found = await self.run(scan, self.settings.command_timeout)
         removed = found.output.splitlines()
         if found.error or found.exit_code:
