@@ -6,7 +6,11 @@ plain values that pickle. The driver matches on the type: `match event: case Pro
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+
+# Whom a call tells of a failed attempt that will be tried again: (kind, message); the worker makes it an event.
+OnRetry = Callable[[str, str], None]
 
 
 class OfSample:

@@ -14,6 +14,7 @@ import httpx
 import openai
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_random_exponential
 
+from trajforge.events import OnRetry
 from trajforge.model.reply_body import UnreadableReply, decode, readable
 from trajforge.model.reply_size import ACCEPT_ENCODING, capper
 from trajforge.model.retry import (
@@ -30,7 +31,6 @@ from trajforge.model.retry import overload as load_of
 from trajforge.model.served import served_models
 from trajforge.model.settings import ModelSettings
 from trajforge.model.stream import assemble
-from trajforge.money.metered import OnRetry
 from trajforge.tls import tls_context
 
 T = TypeVar("T")

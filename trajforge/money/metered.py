@@ -16,14 +16,13 @@ from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
 from trajforge.errors import BadReply
+from trajforge.events import OnRetry
 from trajforge.money.errors import CostUnknown
 from trajforge.money.pricing import Prices
 from trajforge.money.reply_cost import reply_cost
 from trajforge.money.spending import Spending, cache_key
 from trajforge.money.store import Call
 from trajforge.safejson import dumps
-
-OnRetry = Callable[[str, str], None]  # (kind, message) of a failed attempt that will be tried again
 
 
 class Endpoint(Protocol):
