@@ -32,6 +32,16 @@ def marker() -> str:
     return f"1000.{random.randrange(10**8)}"
 
 
+def still_running(argument: str, within: float = 2.0) -> list[int]:
+    """running_with() once the processes just killed had `within` seconds to die: a SIGKILL (of a PID
+    namespace's members when its init dies) is delivered before the kill returns, the exit comes a moment
+    later, and a killed process runs no more of its own code meanwhile."""
+    deadline = time.monotonic() + within
+    while (left := running_with(argument)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return left
+
+
 def running_with(argument: str) -> list[int]:
     """Pids of live (not zombie) processes whose command line holds `argument`."""
     found = []
@@ -100,7 +110,7 @@ def test_a_command_that_closes_its_output_and_ignores_sigterm_is_killed(kind, tm
     async def in_env():
         env = await backend_for(make_settings(kind, tmp_path)).open({})
         try:
-            return await body(env), running_with(stubborn)
+            return await body(env), still_running(stubborn)
         finally:
             await env.close()
 

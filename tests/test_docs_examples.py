@@ -73,7 +73,8 @@ def example_folder(tmp_path: Path, examples: list[Block]) -> Path:
     for dataset in (ROOT / "data").glob("*.jsonl"):
         shutil.copy(dataset, folder / "data")
     for tasks in (ROOT / "data").glob("*/"):  # the folders the example tasks take their files from
-        shutil.copytree(tasks, folder / "data" / tasks.name)
+        if not (tasks / "run.json").exists() and not (tasks / "checkpoint.json").exists():  # a reader's own runs
+            shutil.copytree(tasks, folder / "data" / tasks.name)
     for block in examples:
         if "file" in block.marks:
             target = folder / block.marks["file"]
