@@ -123,32 +123,37 @@ class Sample:
 
     def journal(self) -> bytes:
         """Its line of a batch file: the version, the sample's fields, the batch file's own keys when set."""
-        line: dict[str, Any] = {
-            "version": VERSION,
-            "prompt_index": self.prompt_index,
-            "sample_index": self.sample_index,
-            "batch_num": self.batch_num,
-            "entry": self.entry,
-            "tools": self.tools,
-            "toolsets": self.toolsets,
-            "turns": [_turn_fields(turn) for turn in self.turns],
-            "api_calls": self.api_calls,
-            "exit_reason": self.exit_reason,
-            "usage": self.usage,
-            "verification": self.verification,
-            "tool_stats": self.tool_stats,
-            "model": self.model,
-            "model_reported": self.model_reported,
-            "run_name": self.run_name,
-            "duration_seconds": self.duration_seconds,
-            "timestamp": self.timestamp,
-            "token_drift": self.token_drift,
-        }
+        line: dict[str, Any] = {"version": VERSION}
+        for key in JOURNALLED:
+            line[key] = [_turn_fields(turn) for turn in self.turns] if key == "turns" else getattr(self, key)
         for key in OWN_KEYS:
             value = getattr(self, key)
             if value:
                 line[key] = value
         return dumps(line) + b"\n"  # what orjson cannot encode kept as text
+
+
+# The fields every journal line has, in the order it writes them (the batch file's own keys follow).
+JOURNALLED = (
+    "prompt_index",
+    "sample_index",
+    "batch_num",
+    "entry",
+    "tools",
+    "toolsets",
+    "turns",
+    "api_calls",
+    "exit_reason",
+    "usage",
+    "verification",
+    "tool_stats",
+    "model",
+    "model_reported",
+    "run_name",
+    "duration_seconds",
+    "timestamp",
+    "token_drift",
+)
 
 
 def now() -> str:
@@ -177,24 +182,8 @@ def from_journal(line: dict) -> Sample:
         for turn in line["turns"]
     ]
     return Sample(
-        prompt_index=line["prompt_index"],
-        sample_index=line["sample_index"],
-        batch_num=line["batch_num"],
-        entry=line["entry"],
-        tools=line["tools"],
-        toolsets=line["toolsets"],
+        **{key: line[key] for key in JOURNALLED if key != "turns"},
         turns=turns,
-        api_calls=line["api_calls"],
-        exit_reason=line["exit_reason"],
-        usage=line["usage"],
-        verification=line["verification"],
-        tool_stats=line["tool_stats"],
-        model=line["model"],
-        model_reported=line["model_reported"],
-        run_name=line["run_name"],
-        duration_seconds=line["duration_seconds"],
-        timestamp=line["timestamp"],
-        token_drift=line["token_drift"],
         discarded=line.get("discarded"),
         redactions=line.get("redactions") or {},
         nonzero_exits=line.get("nonzero_exits") or {},
