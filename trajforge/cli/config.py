@@ -7,6 +7,7 @@ environment, the names a registry holds, and the rules that tie two flags togeth
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import importlib.util
 import os
 import random
@@ -126,7 +127,10 @@ def _opened(flags: dict) -> tuple[dict, dict | None, Path]:
             raise UsageError(f"--{flag} is required (see --help)")
     run_dir = Path(str(flags["output_dir"])) / BY_NAME["run_name"].read(flags["run_name"])
     folder = RunFolder(run_dir)
-    kept = folder.load_settings() if BY_NAME["resume"].read(flags["resume"]) else None
+    resume = BY_NAME["resume"].read(flags["resume"])
+    if resume and not run_dir.is_dir():  # a mistyped name: a new run would pay for everything again
+        raise UsageError(f"--resume: there is no run folder {run_dir}{_closest_runs(run_dir)}")
+    kept = folder.load_settings() if resume else None
     fresh = kept is not None and next(iter(folder.batch_lines(lambda _: None)), None) is None
     flags = settle(flags, kept, folder.settings, fresh)
     if flags["batch_size"] is None:
@@ -138,6 +142,18 @@ def _opened(flags: dict) -> tuple[dict, dict | None, Path]:
             f"--distribution {flags['distribution']!r} does not exist; choose one of: {', '.join(DISTRIBUTIONS)}"
         )
     return flags, kept, run_dir
+
+
+def _closest_runs(run_dir: Path) -> str:
+    """What follows the message: the existing run folders closest to `run_dir`'s name, as --run_name flags."""
+    try:
+        names = [path.name for path in run_dir.parent.iterdir() if path.is_dir()]
+    except OSError:
+        names = []
+    close = difflib.get_close_matches(run_dir.name, names, n=3, cutoff=0.5)
+    if not close:
+        return f" (runs in {run_dir.parent}: {', '.join(sorted(names)[:10]) or 'none'})"
+    return "; did you mean " + " or ".join(f"--run_name={name}" for name in close) + "?"
 
 
 def _prices(values: dict) -> Prices | None:
