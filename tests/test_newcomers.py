@@ -1,8 +1,14 @@
-"""What a new user meets first: the dataset card's snippet, what the docs say of a kill -9."""
+"""What a new user meets first, and a nightly script: the dataset card's snippet, what the docs say of a
+kill -9, a mistyped run name on --resume, a run started by `cmd &`."""
 
 from __future__ import annotations
 
-from conftest import ROOT, run_cli
+import json
+import os
+import signal
+import subprocess
+
+from conftest import ROOT, run_cli, wait_for
 
 FLAGS = ["--distribution=terminal_only"]
 
@@ -38,3 +44,27 @@ def test_a_resume_of_a_mistyped_run_name_names_the_close_runs_and_sends_nothing(
     # The honest twin: the right name resumes (nothing left: a re-merge, no request).
     assert run_here([{"prompt": "ok"}], "--resume", run_name="nightly_qwen").code == 0
     assert len(server.chat_requests()) == sent
+
+
+def test_sigint_stops_a_run_started_with_sigint_ignored(run, server):
+    """`cmd &` in a script: the shell starts the runner with SIGINT ignored; it must still stop for it."""
+    server.latency = 0.3
+    folder = run.tmp_path / "out" / "run"
+    proc = subprocess.Popen(
+        run.command([{"prompt": f"slow {i}"} for i in range(12)], *FLAGS),
+        cwd=run.tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
+    )
+    try:
+        wait_for(lambda: list(folder.glob("batch_*.jsonl")) and server.requests, what="a finished prompt")
+        os.kill(proc.pid, signal.SIGINT)
+        stdout, stderr = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, stdout + stderr
+    assert "rerun with --resume" in stdout
+    assert json.loads((folder / "checkpoint.json").read_text())["completed_prompts"]

@@ -29,8 +29,12 @@ from trajforge.tools.browser.service import BrowserService
 def signal_handlers_kept() -> Iterator[None]:
     """Put back SIGINT's and SIGTERM's handlers once the run and its helpers are done. A run that stops
     early ignores both while it finishes up (the helpers' stop included); main() may be called again in
-    this process (the tests do). Only a changed one is set: signal.signal works on the main thread only."""
+    this process (the tests do). Only a changed one is set: signal.signal works on the main thread only.
+    Within it SIGINT is Ctrl-C whatever this process inherited: a shell starts a script's `cmd &` with
+    SIGINT ignored, and the run would not stop for it."""
     handlers = {number: signal.getsignal(number) for number in (signal.SIGINT, signal.SIGTERM)}
+    if handlers[signal.SIGINT] == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         yield
     finally:
