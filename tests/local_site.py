@@ -1,14 +1,17 @@
 """A web site on 127.0.0.1 for the web and browser tools: pages, redirects, a huge page, binary data, a
-404, a request that hangs, a form, and search APIs speaking SearXNG's, Tavily's and Brave's JSON."""
+404, a request that hangs, a form, search APIs speaking SearXNG's, Tavily's and Brave's JSON, pages sent
+compressed, and decompression bombs (a few KB on the wire, hundreds of MB decoded)."""
 
 from __future__ import annotations
 
+import gzip
 import json
 import threading
+import zlib
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlsplit
 
-from trajforge.mock.model import solid_png
+from trajforge.mock.model import solid_png, zeros_gzip
 
 SEARCH_KEY = "search-key-for-tests"
 HANG_SECONDS = 10  # longer than any test's fetch timeout; bounded so the server always stops
@@ -39,6 +42,14 @@ def _huge() -> bytes:
         f"<p>Paragraph {i}: the quick brown fox jumps over the lazy dog again.</p>" for i in range(60_000)
     )
     return f"<html><head><title>Huge</title></head><body>{paragraphs}</body></html>".encode()
+
+
+def _deflated(data: bytes, wbits: int) -> bytes:
+    compressor = zlib.compressobj(9, zlib.DEFLATED, wbits)
+    return compressor.compress(data) + compressor.flush()
+
+
+BOMB_MB = 512  # what a bomb decodes to
 
 
 class LocalSite:
@@ -87,6 +98,19 @@ class LocalSite:
         }
         if path in pages:
             return self.send(handler, 200, *pages[path])
+        if path.startswith("/encoded/"):  # /encoded/ENCODING/PAGE: a page sent compressed
+            _, _, encoding, page = path.split("/", 3)
+            content_type, body = pages[f"/{page}"]
+            encoded = {"Content-Encoding": encoding.split("+")[0]}
+            return self.send(handler, 200, content_type, self.encode(encoding, body), encoded)
+        if path.startswith("/bomb/"):  # /bomb/gzip, /bomb/gzip,gzip (and /bomb/gzip,gzip/search: a search API)
+            layers = path.split("/")[2].split(",")
+            body = zeros_gzip(BOMB_MB)
+            for _ in layers[1:]:
+                body = gzip.compress(body)
+            return self.send(handler, 200, "text/html", body, {"Content-Encoding": ", ".join(layers)})
+        if path == "/fake-blocked.html":  # a page that claims to be the browser guard's refusal
+            return self.send(handler, 200, "text/html", ARTICLE.encode(), {"X-Trajforge-Blocked": "1"})
         if path == "/redirect":  # ?to=URL: anywhere, e.g. another host
             return self.redirect(handler, query.get("to", "/article.html"))
         if path.startswith("/chain/"):
@@ -107,9 +131,18 @@ class LocalSite:
             return self.brave(handler, query)
         return self.send(handler, 404, "text/html", b"<h1>Not found</h1>")
 
-    def send(self, handler, status: int, content_type: str, body: bytes) -> None:
+    @staticmethod
+    def encode(encoding: str, body: bytes) -> bytes:
+        """`body` as ENCODING: gzip, deflate (zlib's format), deflate+raw (without zlib's header, as some
+        servers send it), br (not brotli really: no client here asks for it)."""
+        wbits = {"gzip": 16 + zlib.MAX_WBITS, "deflate": zlib.MAX_WBITS, "deflate+raw": -zlib.MAX_WBITS}
+        return _deflated(body, wbits[encoding]) if encoding in wbits else body
+
+    def send(self, handler, status: int, content_type: str, body: bytes, headers: dict | None = None) -> None:
         handler.send_response(status)
         handler.send_header("Content-Type", content_type)
+        for name, value in (headers or {}).items():
+            handler.send_header(name, value)
         handler.send_header("Content-Length", str(len(body)))
         handler.end_headers()
         handler.wfile.write(body)

@@ -103,6 +103,21 @@ def test_a_trusted_page_redirecting_to_another_loopback_origin_is_blocked_at_the
 
 
 @needs_chromium
+def test_a_page_sending_the_guards_header_is_read_as_a_page_not_as_a_refusal(site):
+    """The refusal's reason comes from the guard, not from the body of a response that carries its header:
+    a site can send the header too, with a body of any size, which would be read whole into the runner."""
+
+    async def scenario():
+        async with trusted_session(site) as session:
+            return [await call(session, "browser_navigate", url=f"{site.url}/{page}") for page in PAGES]
+
+    PAGES = ("fake-blocked.html", "article.html")
+    fake, honest = asyncio.run(scenario())
+    assert fake == honest | {"url": f"{site.url}/fake-blocked.html"}
+    assert (honest["title"], honest["status"]) == ("Tide pools", 200)
+
+
+@needs_chromium
 def test_what_a_trusted_page_loads_from_another_loopback_origin_fails_to_load(site, other_site):
     async def scenario():
         async with trusted_session(site) as session:

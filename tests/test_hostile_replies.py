@@ -270,6 +270,17 @@ def test_a_reply_always_over_20_mb_fails_the_prompt_as_a_bad_reply(server, strea
     assert "larger than 20 MB" in str(failed.value)
 
 
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_reply_compressed_twice_is_a_bad_reply_never_decoded(server, stream):
+    """2 KB sent as `Content-Encoding: gzip, gzip` that decode to 512 MB: refused by its header, retried."""
+    result = agent(server, "bomb [mock gzip_bomb times=1 turns=0]", stream=stream)
+    assert (result.exit_reason, result.retries) == ("completed", 1)
+    with pytest.raises(ModelCallFailed) as failed:
+        agent(server, "bomb [mock gzip_bomb]", stream=stream, max_retries=1)
+    assert (failed.value.kind, failed.value.attempts) == ("bad_reply", 2)
+    assert "reply compressed with 'gzip, gzip' although the request asked for none" in str(failed.value)
+
+
 async def _read_capped(headers: dict, pieces: list[bytes], limit: int) -> bytes:
     async def body():
         for piece in pieces:

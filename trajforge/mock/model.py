@@ -61,6 +61,7 @@ while ``times=N`` lasts):
     endless          the reply never ends: a stream sends keep-alive comments, a plain body spaces, forever
     trickle=S        the reply comes one byte every S seconds
     huge_mb=N        the reply's content is padded to N MB
+    gzip_bomb        the reply is sent with ``Content-Encoding: gzip, gzip``: 2 KB that decode to 512 MB
     args_deep=N      the first tool call's arguments nest a list N levels deep (``{"command": [[...]]}``)
     args_surrogate   the first tool call's arguments hold a lone surrogate (``{"command": "echo \\ud800"}``)
     content_surrogate  the content ends with a lone surrogate (``\ud800`` on the wire)
@@ -124,7 +125,7 @@ greet();
 FLAGS: tuple[str, ...] = ("bad_json", "unknown_tool", "flagged", "upstream_error", "empty", "snoop")
 FLAGS += ("name_list", "calls_string", "args_number", "no_ids", "dup_ids", "endless", "quote", "echo_key")
 FLAGS += ("no_model", "alternate", "no_cost", "no_token_ids")
-FLAGS += ("args_surrogate", "content_surrogate", "bad_utf8")
+FLAGS += ("args_surrogate", "content_surrogate", "bad_utf8", "gzip_bomb")
 BROKEN_USAGE: dict[str, dict | list] = {
     "empty": {},
     "huge": {"prompt_tokens": 1e300, "completion_tokens": 1e300, "total_tokens": 1e300},
@@ -166,6 +167,7 @@ class Directives:
     endless: bool = False
     trickle: float = 0.0
     huge_mb: float = 0.0
+    gzip_bomb: bool = False
     overflow: str | None = None
     stop: str | None = None
     model: str | None = None
@@ -263,6 +265,7 @@ class Reply:
     trickle: float = 0.0  # seconds between the bytes of the reply; 0: all at once
     deep: int = 0  # the reply carries a field nested this many levels (0: none)
     bad_utf8: bool = False  # the reply carries a byte that is not UTF-8
+    bomb: bool = False  # the reply is a decompression bomb (gzip_bomb)
 
 
 def prompt_text(messages: list[dict]) -> str:
@@ -498,7 +501,7 @@ def _sent(
     endless, trickle = steer.endless and faulty, steer.trickle if faulty else 0.0
     deep, bad = (steer.body_deep, steer.bad_utf8) if faulty else (0, False)
     reply = Reply(message=message, finish_reason=finish, usage=usage, endless=endless, trickle=trickle)
-    reply.deep, reply.bad_utf8 = deep, bad
+    reply.deep, reply.bad_utf8, reply.bomb = deep, bad, steer.gzip_bomb and faulty
     return reply
 
 
@@ -574,6 +577,16 @@ def image_reply(request: dict, site: str, cost=BY_TOKENS) -> dict:
     if cost is not None:
         usage["cost"] = round((tokens + 4 * 256) * 1e-7, 8) if cost == BY_TOKENS else cost
     return {"created": int(time.time()), "data": [item | {"revised_prompt": prompt}], "usage": usage}
+
+
+def zeros_gzip(megabytes: int) -> bytes:
+    """A gzip stream of `megabytes` MB of zero bytes, about 1 KB per MB, made in milliseconds: one
+    compressed MB repeated (each ends in a full flush, so none refers back into another), without the
+    trailer, which no reader that stops at a cap ever reaches."""
+    compressor = zlib.compressobj(9, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
+    header = compressor.compress(b"") + compressor.flush(zlib.Z_FULL_FLUSH)
+    megabyte = compressor.compress(bytes(2**20)) + compressor.flush(zlib.Z_FULL_FLUSH)
+    return header + megabyte * megabytes
 
 
 def solid_png(width: int, height: int, rgb: bytes) -> bytes:

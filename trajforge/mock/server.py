@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import gzip
 import itertools
 import json
 import os
@@ -209,6 +210,9 @@ class MockServer:
         if reply.endless:
             await _endless(writer, bool(request.get("stream")))
             return False
+        if reply.bomb:
+            bomb = gzip.compress(mock_model.zeros_gzip(512))
+            return await self._send_bytes(writer, 200, bomb, "application/json", {"Content-Encoding": "gzip, gzip"})
         if reply.status != 200:
             body = reply.body if reply.body is not None else _error(reply.status, reply.error)
             return await self._send(writer, reply.status, body, reply.headers)

@@ -1,6 +1,7 @@
 """One HTTP GET with the limits a tool needs: redirects followed, a deadline for the whole exchange,
-a byte cap on the body, the content type checked before the body is read, and (unless private addresses
-are allowed) only public addresses reached, at every redirect hop (netguard.py)."""
+a cap on the decoded bytes of the body, enforced as it is decoded (decoded.py), the content type checked
+before the body is read, and (unless private addresses are allowed) only public addresses reached, at
+every redirect hop (netguard.py)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import httpcore
 import httpx
 
 from trajforge.tls import tls_context
+from trajforge.tools.decoded import ACCEPTED, Undecodable, decoded
 from trajforge.tools.netguard import Blocked, Resolver, reachable_addresses, system_resolver
 
 MAX_REDIRECTS = 5
@@ -30,7 +32,7 @@ class Fetched:
     media_type: str  # "text/html", lower case, without parameters
     charset: str | None
     body: bytes
-    truncated: bool  # the body was cut at the byte cap
+    truncated: bool  # the decoded body was cut at the byte cap
 
 
 LIMITS = httpx.Limits(max_connections=100, max_keepalive_connections=20, keepalive_expiry=5.0)  # httpx's defaults
@@ -102,7 +104,7 @@ def http_client(
         transport=None if allow_private else GuardedTransport(network or GuardedNetwork(trusted=trusted)),
         follow_redirects=True,
         max_redirects=MAX_REDIRECTS,
-        headers={"User-Agent": USER_AGENT},
+        headers={"User-Agent": USER_AGENT, "Accept-Encoding": ACCEPTED},
         timeout=30.0,
         verify=tls_context(),
     )
@@ -118,9 +120,10 @@ def _sniff(first: bytes) -> str:
 async def fetch(
     client: httpx.AsyncClient, url: str, *, max_bytes: int, timeout: float, accept: Callable[[str], bool]
 ) -> Fetched:
-    """GET `url`; raises FetchError for a bad scheme, a blocked address (the message starts with
-    "blocked:"), an HTTP error status, too many redirects, the deadline, a network failure, or a media
-    type that `accept` refuses."""
+    """GET `url`, its body decoded and cut at `max_bytes`; raises FetchError for a bad scheme, a blocked
+    address (the message starts with "blocked:"), an HTTP error status, too many redirects, the deadline,
+    a network failure, a media type that `accept` refuses, or a body encoded more than once, in an
+    encoding not asked for, or not valid in its encoding."""
     if urlsplit(url).scheme not in ("http", "https"):
         raise FetchError(f"only http and https URLs can be fetched, not {url!r}")
     try:
@@ -128,7 +131,7 @@ async def fetch(
             if response.status_code >= 400:
                 raise FetchError(f"HTTP {response.status_code} {response.reason_phrase} from {response.url}")
             media_type = response.headers.get("content-type", "").split(";")[0].strip().lower()
-            chunks, first = response.aiter_bytes(), b""
+            chunks, first = decoded(response, max_bytes), b""
             if not media_type:
                 first = await anext(chunks, b"")
                 media_type = _sniff(first)
@@ -136,8 +139,6 @@ async def fetch(
                 raise FetchError(f"{response.url} is {media_type}, which this tool does not read")
             body = bytearray(first)
             async for chunk in chunks:
-                if len(body) > max_bytes:
-                    break
                 body += chunk
             truncated = len(body) > max_bytes
             return Fetched(
@@ -150,6 +151,8 @@ async def fetch(
             )
     except Blocked as exc:
         raise FetchError(str(exc)) from None
+    except Undecodable as exc:
+        raise FetchError(f"{url}: {exc}") from None
     except httpx.InvalidURL as exc:  # e.g. an octal IPv4 address, 0177.0.0.1: not an HTTPError
         raise FetchError(f"{url} is not a valid URL: {exc}") from None
     except TimeoutError:

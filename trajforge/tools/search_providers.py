@@ -1,13 +1,17 @@
 """The providers behind web_search, chosen by environment variables: a SearXNG instance (its JSON API)
-or a hosted API (Tavily, Brave). Each answers a list of {title, url, snippet}."""
+or a hosted API (Tavily, Brave). Each answers a list of {title, url, snippet}; an answer is read decoded
+up to a cap (decoded.py)."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 
 import httpx
+
+from trajforge.tools.decoded import Undecodable, read_decoded
 
 TAVILY_ENDPOINT = "https://api.tavily.com/search"
 BRAVE_ENDPOINT = "https://api.search.brave.com/res/v1/web/search"
@@ -37,44 +41,57 @@ def search_provider(environ: Mapping[str, str]) -> SearchProvider | None:
     return None
 
 
-def _json(response: httpx.Response, provider: SearchProvider):
+async def _answer(http: httpx.AsyncClient, provider: SearchProvider, limit: int, method: str, **request):
+    """The provider's JSON answer to one request, its body read decoded up to `limit` bytes."""
+    try:
+        async with http.stream(method, provider.endpoint, **request) as response:
+            body, more = await read_decoded(response, limit)
+    except Undecodable as exc:
+        raise SearchError(f"{provider.name}: {exc}") from None
+    if more:
+        raise SearchError(f"{provider.name} answered more than {limit} bytes: not read")
+    text = body.decode("utf-8", errors="replace")
     if response.status_code >= 400:
         hint = ""
         if provider.name == "searxng" and response.status_code == 403:
             hint = "; enable the json format in its settings.yml (search: formats: [html, json])"
-        raise SearchError(f"{provider.name} answered HTTP {response.status_code}: {response.text[:200]}{hint}")
+        raise SearchError(f"{provider.name} answered HTTP {response.status_code}: {text[:200]}{hint}")
     try:
-        return response.json()
+        return json.loads(body)
     except ValueError:
-        raise SearchError(f"{provider.name} did not answer JSON: {response.text[:200]}") from None
+        raise SearchError(f"{provider.name} did not answer JSON: {text[:200]}") from None
 
 
 def _result(title, url, snippet) -> dict:
     return {"title": title or "", "url": url or "", "snippet": snippet or ""}
 
 
-async def _searxng(http: httpx.AsyncClient, provider: SearchProvider, query: str, limit: int) -> list[dict]:
-    data = _json(await http.get(provider.endpoint, params={"q": query, "format": "json"}), provider)
+async def _searxng(http: httpx.AsyncClient, provider: SearchProvider, query: str, limit: int, size: int) -> list[dict]:
+    data = await _answer(http, provider, size, "GET", params={"q": query, "format": "json"})
     return [_result(r.get("title"), r.get("url"), r.get("content")) for r in data.get("results") or []]
 
 
-async def _tavily(http: httpx.AsyncClient, provider: SearchProvider, query: str, limit: int) -> list[dict]:
-    response = await http.post(
-        provider.endpoint,
+async def _tavily(http: httpx.AsyncClient, provider: SearchProvider, query: str, limit: int, size: int) -> list[dict]:
+    data = await _answer(
+        http,
+        provider,
+        size,
+        "POST",
         json={"query": query, "max_results": limit},
         headers={"Authorization": f"Bearer {provider.api_key}"},
     )
-    data = _json(response, provider)
     return [_result(r.get("title"), r.get("url"), r.get("content")) for r in data.get("results") or []]
 
 
-async def _brave(http: httpx.AsyncClient, provider: SearchProvider, query: str, limit: int) -> list[dict]:
-    response = await http.get(
-        provider.endpoint,
+async def _brave(http: httpx.AsyncClient, provider: SearchProvider, query: str, limit: int, size: int) -> list[dict]:
+    data = await _answer(
+        http,
+        provider,
+        size,
+        "GET",
         params={"q": query, "count": limit},
         headers={"X-Subscription-Token": provider.api_key or "", "Accept": "application/json"},
     )
-    data = _json(response, provider)
     return [
         _result(r.get("title"), r.get("url"), r.get("description"))
         for r in (data.get("web") or {}).get("results") or []
@@ -85,12 +102,13 @@ SEARCHES: dict[str, Callable[..., Awaitable[list[dict]]]] = {"searxng": _searxng
 
 
 async def search(
-    http: httpx.AsyncClient, provider: SearchProvider, query: str, limit: int, timeout: float
+    http: httpx.AsyncClient, provider: SearchProvider, query: str, limit: int, timeout: float, max_bytes: int
 ) -> list[dict]:
-    """Up to `limit` results; every failure is a SearchError that says what went wrong."""
+    """Up to `limit` results from an answer of at most `max_bytes` decoded bytes; every failure is a
+    SearchError that says what went wrong."""
     try:
         async with asyncio.timeout(timeout):
-            results = await SEARCHES[provider.name](http, provider, query, limit)
+            results = await SEARCHES[provider.name](http, provider, query, limit, max_bytes)
     except TimeoutError:
         raise SearchError(f"no answer from {provider.name} within {timeout:g}s") from None
     except httpx.HTTPError as exc:

@@ -20,7 +20,7 @@ class ToolSettings:
     browser_executable: str | None = None  # None: the browser toolset is not offered
     browser_endpoint: str | None = None  # the run's browser service (a Unix socket), else each worker launches its own
     fetch_timeout: float = 20.0  # seconds for one whole page or search request, redirects included
-    fetch_max_bytes: int = 2_000_000  # bytes of a page read; text extraction of more gets slow
+    fetch_max_bytes: int = 2_000_000  # decoded bytes of a page or search answer read; extracting more gets slow
     allow_private_urls: bool = False  # URLs a model chooses may reach loopback, private, link-local... addresses
     trusted_origins: frozenset[str] = frozenset()  # host:port reachable all the same: the mock model's server
 

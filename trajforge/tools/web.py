@@ -102,5 +102,8 @@ async def web_search(session: ToolSession, query: str, limit: int = 5) -> dict:
     if provider is None:
         return {"error": f"web search is not configured: {HOW_TO_CONFIGURE}"}
     limit = min(max(int(limit), 1), 10)
-    results = await search(services.search_http, provider, query, limit, services.settings.fetch_timeout)
+    settings = services.settings
+    results = await search(
+        services.search_http, provider, query, limit, settings.fetch_timeout, settings.fetch_max_bytes
+    )
     return {"query": query, "provider": provider.name, "results": results}

@@ -100,8 +100,13 @@ async def browser_navigate(session: ToolSession, url: str) -> dict:
         raise
     finally:
         page.remove_listener("requestfailed", note)
-    if response is not None and response.headers.get(BLOCKED_HEADER.lower()):  # a plain http hop refused
-        return {"error": await response.text()}
+    guard = _launcher(session).guard
+    if guard is not None and response is not None and response.headers.get(BLOCKED_HEADER.lower()):
+        # A plain http hop refused: the guard's own word, never the body, since a site can send the header
+        # too, with a body of any size.
+        reason = guard.refusal(response.url)
+        if reason:
+            return {"error": reason}
     return await _where(page) | {"status": response.status if response else None}
 
 
