@@ -15,7 +15,7 @@ from rich.console import Console
 
 from toolset_distributions import DISTRIBUTIONS, distributions_table
 from trajforge.cli.config import build_config, settle, tool_settings
-from trajforge.cli.flagtext import given, help_text, signature
+from trajforge.cli.flagtext import given, help_text, program_name, signature
 from trajforge.cli.unknown_flags import unknown_argument
 from trajforge.errors import SetupError, UsageError
 from trajforge.flags import BY_NAME
@@ -71,7 +71,11 @@ main.__signature__ = signature()  # type: ignore[attr-defined]  # what Fire bind
 
 def cli() -> None:
     if {"-h", "--help", "--version"} & set(sys.argv[1:]):  # ours, not Fire's page (no pager, no type noise)
-        print(f"batch_runner {version()}" if "--version" in sys.argv[1:] else help_text(version()).rstrip("\n"))
+        print(
+            f"batch_runner {version()}"
+            if "--version" in sys.argv[1:]
+            else help_text(version(), program_name(sys.argv[0])).rstrip("\n")
+        )
         sys.exit(0)
     problem = unknown_argument(sys.argv[1:], BY_NAME)
     if problem:  # Fire would leave it unused and the run would go ahead without it

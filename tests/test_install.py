@@ -95,3 +95,9 @@ def test_the_installed_wheel_holds_three_modules_and_one_package_and_its_command
     assert result.returncode == 0, result.stdout + result.stderr
     written = (elsewhere / "data" / "installed" / "trajectories.jsonl").read_text().splitlines()
     assert sorted(source_of(json.loads(line))["prompt"] for line in written) == ["list files", "say hi"]
+    shown = subprocess.run(
+        [venv / "bin" / "batch-runner", "--help"], capture_output=True, text=True, cwd=elsewhere, env=env
+    )
+    assert shown.returncode == 0 and "usage: batch-runner --dataset_file=FILE" in shown.stdout, (
+        shown.stdout + shown.stderr
+    )

@@ -7,8 +7,9 @@ import json
 import os
 import signal
 import subprocess
+import sys
 
-from conftest import ROOT, run_cli, wait_for
+from conftest import ROOT, InProcessRunner, run_cli, wait_for
 
 FLAGS = ["--distribution=terminal_only"]
 
@@ -68,3 +69,35 @@ def test_sigint_stops_a_run_started_with_sigint_ignored(run, server):
     assert proc.returncode == 130, stdout + stderr
     assert "rerun with --resume" in stdout
     assert json.loads((folder / "checkpoint.json").read_text())["completed_prompts"]
+
+
+def test_run_json_of_a_mock_run_names_mock_and_keeps_its_numbers_as_numbers(run_here):
+    mock = InProcessRunner(run_here.tmp_path, None)  # --model=mock, no --base_url: the scripted model's own server
+    assert mock([{"prompt": "ok"}], "--model=mock", *FLAGS).code == 0
+    settings = json.loads((run_here.tmp_path / "out" / "run" / "run.json").read_text())
+    assert settings["base_url"] == "mock"  # not the public endpoint it never reached
+    assert settings["setup_timeout"] == 600.0 and settings["verify_timeout"] == 300.0
+    resumed = mock([{"prompt": "ok"}, {"prompt": "more"}], "--resume")
+    assert resumed.code == 0 and len(resumed.trajectories) == 2, resumed.stdout + resumed.stderr
+
+
+def _help(*command: str, cwd) -> str:
+    shown = subprocess.run([*command, "--help"], capture_output=True, text=True, cwd=cwd, timeout=60)
+    assert shown.returncode == 0, shown.stderr
+    return shown.stdout
+
+
+def test_help_shows_examples_and_exit_statuses_under_the_name_it_was_started_by(tmp_path):
+    checkout = _help(sys.executable, str(ROOT / "batch_runner.py"), cwd=tmp_path)
+    assert "usage: python batch_runner.py --dataset_file=FILE" in checkout
+    assert "python batch_runner.py --dataset_file=data/example_prompts.jsonl --batch_size=4" in checkout
+    for status in ("0 done", "2 bad flags", "3 the budget", "4 done", "130 interrupted"):
+        assert status in checkout
+    # What pip writes for the installed command (project.scripts): `batch-runner` is its name.
+    script = tmp_path / "batch-runner"
+    path = f"import sys\nsys.path.insert(0, {str(ROOT)!r})\n"  # this checkout's code, as the editable install has it
+    script.write_text(f"#!{sys.executable}\n{path}from batch_runner import cli\nsys.exit(cli())\n")
+    script.chmod(0o755)
+    installed = _help(str(script), cwd=tmp_path)
+    assert "usage: batch-runner --dataset_file=FILE" in installed and "python batch_runner.py" not in installed
+    assert "  batch-runner --dataset_file=data/example_prompts.jsonl" in installed

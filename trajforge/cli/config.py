@@ -21,7 +21,7 @@ from trajforge.environments.settings import EnvironmentSettings
 from trajforge.errors import UsageError
 from trajforge.export import FORMATS
 from trajforge.failures import RETRYABLE
-from trajforge.flags import BY_NAME, FLAGS, MAY_CHANGE, OPENROUTER
+from trajforge.flags import BY_NAME, FLAGS, MAY_CHANGE, MOCK, OPENROUTER
 from trajforge.flags.values import FlagError, choice, load_prefill
 from trajforge.model.settings import NO_KEY, ModelSettings
 from trajforge.money.pricing import Prices
@@ -45,8 +45,12 @@ def settle(flags: dict, kept: dict | None = None, where: Path | None = None, fre
         rows = tuple(
             dataclasses.replace(row, resume=MAY_CHANGE) if row.name in UNTIL_FIRST_PROMPT else row for row in rows
         )
-        if kept.get("vision_model") == kept.get("model"):  # it was the main model: it follows a new --model
-            kept = {name: value for name, value in kept.items() if name != "vision_model"}
+        # What followed the main model (its vision model, mock's endpoint) follows a new --model.
+        followed = {"vision_model": kept.get("model"), "base_url": MOCK}
+        kept = {name: value for name, value in kept.items() if followed.get(name, ...) != value}
+    model = flags["model"] if flags["model"] is not None else (kept or {}).get("model", BY_NAME["model"].default)
+    if model == MOCK:  # run.json names the endpoint the run had, not the public one it never reached
+        rows = tuple(dataclasses.replace(row, default=MOCK) if row.name == "base_url" else row for row in rows)
     flags = settle_flags(rows, flags, kept, where)
     if flags["vision_model"] is None:
         flags["vision_model"] = flags["model"]
@@ -89,7 +93,7 @@ def _api_key(values: dict) -> str:
     key = os.environ.get("OPENROUTER_API_KEY") or os.environ.get("OPENAI_API_KEY")
     if key:
         return key
-    if values["model"] == "mock" or values["check_tasks"]:  # a task check calls no model, so it needs no key
+    if values["model"] == MOCK or values["check_tasks"]:  # a task check calls no model, so it needs no key
         return "mock"
     if values["base_url"].rstrip("/") == OPENROUTER:
         raise UsageError("no API key: pass --api_key or set OPENROUTER_API_KEY (or OPENAI_API_KEY)")
@@ -240,7 +244,7 @@ def _built(flags: dict) -> RunConfig:
         prefill=load_prefill(values["prefill_messages_file"]),
         # Without reasoning from the model, the no-reasoning filter would drop every sample.
         require_reasoning=not values["reasoning_disabled"] if require is None else require,
-        mock=model.model == "mock",
+        mock=model.model == MOCK,
         executor=_executor(values["executor"]),
         settings=(kept or {}) | remembered(RUN_SETTINGS, flags),  # what run.json lacks is kept from now on
         verify=_verify(values),

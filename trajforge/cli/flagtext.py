@@ -4,6 +4,7 @@ docs/flags.md (`python -m trajforge.cli.flagtext > docs/flags.md`)."""
 from __future__ import annotations
 
 import inspect
+import os
 
 from trajforge.flags import FLAGS, GROUPS, MAY_CHANGE, PER_INVOCATION, REMEMBERED, Flag
 
@@ -33,13 +34,33 @@ def _placeholder(flag: Flag) -> str:
     return "" if flag.type is bool else "=" + {int: "N", float: "X"}.get(flag.type, "TEXT")
 
 
-def help_text(version: str) -> str:
-    """--help: the flags by group, one line each with its default."""
+EXIT_STATUSES = """\
+exit status: 0 done; 1 some prompts failed (a --resume sends them again) or the endpoint refused the key;
+  2 bad flags or dataset, or an endpoint that cannot be reached (nothing was sent); 3 the budget (--max_cost)
+  was reached and work remains; 4 done, but with prompts no --resume sends again (out of --max_attempts, or
+  refused for good by the endpoint); 130 interrupted (checkpoint saved: --resume goes on)"""
+
+
+def program_name(argv0: str) -> str:
+    """How the user started us: `python batch_runner.py` from a checkout, else the installed command."""
+    return "python batch_runner.py" if argv0.endswith(".py") else os.path.basename(argv0)
+
+
+def help_text(version: str, program: str = "python batch_runner.py") -> str:
+    """--help: usage, examples and exit statuses, then the flags by group, one line each with its default."""
     lines = [
         f"batch_runner {version}: run a tool-using agent over every prompt of a JSONL dataset",
-        "usage: python batch_runner.py --dataset_file=FILE --batch_size=N --run_name=NAME [--flag=value ...]",
-        "       python batch_runner.py --help | --version | --list_distributions",
+        f"usage: {program} --dataset_file=FILE --batch_size=N --run_name=NAME [--flag=value ...]",
+        f"       {program} --help | --version | --list_distributions",
         "Booleans: --flag or --noflag. [kept]: run.json keeps it for --resume (docs/flags.md: resume rules).",
+        "",
+        "examples: offline on the scripted model; a local server; continue a stopped run with its own settings",
+        f"  {program} --dataset_file=data/example_prompts.jsonl --batch_size=4 --run_name=demo --model=mock",
+        f"  {program} --dataset_file=prompts.jsonl --batch_size=10 --run_name=qwen --model=Qwen/Qwen3-8B \\",
+        "      --base_url=http://127.0.0.1:8000/v1 --num_workers=2 --concurrency=8",
+        f"  {program} --dataset_file=prompts.jsonl --run_name=qwen --resume",
+        "",
+        EXIT_STATUSES,
     ]
     for group in GROUPS:
         lines += ["", f"{group}:"]

@@ -23,6 +23,7 @@ PER_INVOCATION = "per invocation"  # never kept: each invocation's own flag or d
 
 GROUPS = ("required", "model and endpoint", "run", "sandbox", "samples and verification", "money", "output")
 OPENROUTER = "https://openrouter.ai/api/v1"
+MOCK = "mock"  # --model=mock: the scripted model, and --base_url's default with it (its server's port is each run's)
 PROVIDER_SORTS = ("price", "throughput", "latency")
 REASONING_EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh")
 EXECUTORS = ("pool", "ray")
@@ -108,7 +109,15 @@ FLAGS: tuple[Flag, ...] = (
     Flag(
         "model", str, "anthropic/claude-sonnet-4.6", "the model to call (mock: the scripted one, started here)", MOD, _R
     ),
-    Flag("base_url", str, OPENROUTER, "the OpenAI-compatible endpoint", MOD, _R, keep=v.url),
+    Flag(
+        "base_url",
+        str,
+        OPENROUTER,
+        "the OpenAI-compatible endpoint (with --model=mock: mock, the scripted model's server started here)",
+        MOD,
+        _R,
+        keep=v.url,
+    ),
     Flag("api_key", str, None, "the endpoint's key (never saved)", MOD, shown="$OPENROUTER_API_KEY or $OPENAI_API_KEY"),
     Flag("max_tokens", int, None, "completion tokens per model call", MOD, _R, shown="the server's", parse=v.whole(1)),
     Flag("providers_allowed", str, None, "OpenRouter: only these providers (comma separated)", MOD, _R, parse=v.names),
