@@ -8,6 +8,7 @@ python batch_runner.py --list_distributions
 from __future__ import annotations
 
 import gc
+import json
 import sys
 
 import fire
@@ -35,7 +36,8 @@ def main(**flags) -> None:
     None when not given: its default, or with --resume the run's own value, applies then.
     """
     flags = given(flags)
-    console = Console(highlight=False, soft_wrap=True)
+    as_json = _summary_json(flags)
+    console = Console(highlight=False, soft_wrap=True, stderr=as_json)  # stdout holds the JSON summary alone
     try:
         if flags["list_distributions"]:
             from trajforge.tools import registry
@@ -62,8 +64,17 @@ def main(**flags) -> None:
             code = BatchRunner(config, console, started).run()
     except (UsageError, SetupError, FlagError) as exc:
         print(f"error: {exc}", file=sys.stderr)
+        if as_json:
+            print(json.dumps({"exit_status": 2, "error": str(exc)}, ensure_ascii=False))
         sys.exit(2)
     sys.exit(code)
+
+
+def _summary_json(flags: dict) -> bool:
+    try:
+        return bool(BY_NAME["summary_json"].read(flags["summary_json"]))
+    except FlagError:  # refused with the other flags, by build_config
+        return False
 
 
 main.__signature__ = signature()  # type: ignore[attr-defined]  # what Fire binds: keyword-only flags, from the table

@@ -101,3 +101,18 @@ def test_help_shows_examples_and_exit_statuses_under_the_name_it_was_started_by(
     installed = _help(str(script), cwd=tmp_path)
     assert "usage: batch-runner --dataset_file=FILE" in installed and "python batch_runner.py" not in installed
     assert "  batch-runner --dataset_file=data/example_prompts.jsonl" in installed
+
+
+def test_summary_json_is_the_one_thing_on_stdout(run_here):
+    entries = [{"prompt": "ok"}, {"prompt": "[mock fail=500 times=9] down"}]
+    result = run_here(entries, *FLAGS, "--max_retries=0", "--summary_json")
+    summary = json.loads(result.stdout)  # one JSON object, nothing else
+    assert result.code == summary["exit_status"] == 1 and summary["exit_cause"] == "remaining"
+    assert summary["trajectories"] == 1 and summary["failed"] == 1 and summary["run_name"] == "run"
+    assert summary["continue_command"].endswith("--resume") and "--summary_json" in summary["continue_command"]
+    assert summary["files"]["trajectories"].endswith("trajectories.jsonl")
+    assert "Run run" in result.stderr and "--resume" in result.stderr  # the human summary, on stderr
+    refused = run_here(entries, *FLAGS, "--summary_json")  # the same run name again, without --resume
+    assert refused.code == 2 and json.loads(refused.stdout)["exit_status"] == 2
+    plain = run_here(entries, *FLAGS, "--resume", "--max_retries=0")  # the honest twin: the summary on stdout
+    assert plain.code == 1 and "Run run" in plain.stdout

@@ -52,6 +52,7 @@ class RunConfig:
     exports: tuple[str, ...] = ()  # --export: formats written under export/ at every merge
     report: bool = default("report")  # report.html at every merge
     report_max_trajectories: int = default("report_max_trajectories")  # trajectories the report's browser embeds
+    summary_json: bool = False  # the final summary also as one JSON object on stdout, the console on stderr
     money: MoneySettings = field(default_factory=MoneySettings)  # cache, budget, per-prompt and rate limits
     setup_timeout: float = default(
         "setup_timeout"

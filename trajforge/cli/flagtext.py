@@ -88,7 +88,8 @@ dataset's non-blank lines). Only the dataset check, which points into the file, 
 counted from 1 as editors do (`line 51`).
 
 **Output.** Results (the summary, output paths, the command that continues a run) go to stdout;
-warnings and the progress line go to stderr, so `| head` and `> file` keep only results.
+warnings and the progress line go to stderr, so `| head` and `> file` keep only results. With
+`--summary_json`, stdout holds the final summary alone, as one JSON object, and the rest goes to stderr.
 
 **Resume rules.** With `--resume`, each setting follows its rule:
 

@@ -350,6 +350,13 @@ FLAGS: tuple[Flag, ...] = (
     Flag("export", str, None, "also write these formats under export/ (comma separated)", OUT, parse=v.names),
     Flag("report", bool, True, "write report.html", OUT),
     Flag("report_max_trajectories", int, 2000, "trajectories report.html embeds", OUT),
+    Flag(
+        "summary_json",
+        bool,
+        False,
+        "also print the final summary as one JSON object on stdout (for jq); the human summary goes to stderr",
+        OUT,
+    ),
 )
 BY_NAME = {flag.name: flag for flag in FLAGS}
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -183,6 +184,14 @@ def progress_line(tally: Tally, elapsed: float, money: str = "", limit: str = ""
         + (f", {money}" if money else "")
         + (f", {limit}" if limit else "")
     )
+
+
+def summary_json(stats: dict, code: int, why: str, command: str, paths: dict) -> str:
+    """--summary_json: the summary as one line of JSON: statistics.json's fields, the exit status and
+    why ("" when 0), the command that goes on ("" when none) and the files written."""
+    files = {label.lower().replace(" ", "_"): str(path) for label, path in paths.items()}
+    ending = {"exit_status": code, "exit_cause": why, "continue_command": command, "files": files}
+    return json.dumps(stats | ending, ensure_ascii=False)
 
 
 def print_summary(console: Console, stats: dict, tally: Tally, paths: dict) -> None:

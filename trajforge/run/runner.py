@@ -45,7 +45,7 @@ from trajforge.run.advice import Advice
 from trajforge.run.continuation import continue_command
 from trajforge.run.dataset import Entry, load_dataset
 from trajforge.run.helper_processes import Helpers
-from trajforge.run.progress import ProgressView, Tally, print_budget_stop, print_summary
+from trajforge.run.progress import ProgressView, Tally, print_budget_stop, print_summary, summary_json
 from trajforge.run.samples import Plan, plan_samples
 from trajforge.runconfig import RunConfig
 from trajforge.runfolder.attempts import EXHAUSTED, AttemptLog, History, new_invocation, unit_id
@@ -202,7 +202,10 @@ class BatchRunner:
         paths.update(publish(self.folder, stats, config, collected, settled, exported))
         tally.seconds = time.monotonic() - started
         print_summary(self.console, stats, tally, paths)
-        return self.ending(state, interrupted, stats, prepared.spent_before, tally, final)
+        code, why, command = self.ending(state, interrupted, stats, prepared.spent_before, tally, final)
+        if config.summary_json:  # for a script's jq; the console above went to stderr
+            print(summary_json(stats, code, why, command, paths), flush=True)
+        return code
 
     def start(self, batches: list[Batch], prepared: Prepared, tools: tuple) -> bool:
         """Check the endpoint and run the batches (see execute); `tools`: (weights, toolsets, tool names)."""
@@ -236,13 +239,14 @@ class BatchRunner:
 
     def ending(
         self, state: RunState, interrupted: bool, stats: dict, spent_before: float, tally: Tally, final: Plan
-    ) -> int:
-        """The exit status, and for an exit that can be continued, what happened and the one command
-        that goes on (no placeholders: a secret given as a flag is left out, with a note to pass it)."""
+    ) -> tuple[int, str, str]:
+        """(the exit status, why, the command that goes on); for an exit that can be continued, prints
+        what happened and that command (no placeholders: a secret given as a flag is left out, with a
+        note to pass it)."""
         retryable = len({entry.index for entry, _ in final.pending})
         code, why = exit_code(interrupted, state.stopped, state.halted, stats["remaining"], retryable)
         if not code:
-            return 0
+            return 0, why, ""
         changes: dict[str, str] = {}
         if why == "budget":
             budget = print_budget_stop(self.console, stats, self.money.totals(), spent_before, tally)
@@ -255,7 +259,7 @@ class BatchRunner:
         self.console.print(command, markup=False, highlight=False)
         for note in notes:
             self.console.print(f"(a secret is never saved: {note})", markup=False, highlight=False)
-        return code
+        return code, why, command
 
     def execute(self, setup: WorkerSetup, batches: list[Batch], state: RunState, tally: Tally) -> bool:
         """Run the batches on the executor and follow its events, counting them in `tally`; returns True
