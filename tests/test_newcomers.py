@@ -116,3 +116,32 @@ def test_summary_json_is_the_one_thing_on_stdout(run_here):
     assert refused.code == 2 and json.loads(refused.stdout)["exit_status"] == 2
     plain = run_here(entries, *FLAGS, "--resume", "--max_retries=0")  # the honest twin: the summary on stdout
     assert plain.code == 1 and "Run run" in plain.stdout
+
+
+def test_dry_run_checks_everything_and_prints_the_bounds_without_a_chat_request(run_here, server):
+    server.models = ["test-model"]
+    entries = [{"prompt": f"task {i}"} for i in range(3)]
+    priced = ("--price_input=1", "--price_output=2", "--max_tokens=100", "--max_turns=4", "--n_samples=2")
+    result = run_here(entries, *FLAGS, *priced, "--dry_run")
+    assert result.code == 0, result.stdout + result.stderr
+    said = " ".join(result.stdout.split())
+    assert "Samples to run: 6 (3 dataset entries)" in said
+    assert "Chat requests: at most 24 (--max_turns=4 x 6 samples)" in said
+    assert "at most 2,400 (--max_tokens=100 per request), at most $0.0048 at --price_output" in said
+    assert server.chat_requests() == [] and not result.run_dir.exists()
+    unpriced = run_here(entries, *FLAGS, "--dry_run")
+    assert unpriced.code == 0 and "no bound known (pass --price_input" in unpriced.stdout
+    # Each check a run makes before its first request refuses here too, with nothing sent.
+    server.models = ["another-model"]
+    assert run_here(entries, *FLAGS, "--dry_run").code == 2  # the endpoint does not serve --model
+    server.models = ["test-model"]
+    missing = run_here([{"prompt": "fix it", "workspace": "no_such_folder"}], *FLAGS, "--dry_run")
+    assert missing.code == 2 and "no_such_folder" in missing.stderr  # a task's path
+    assert run_here(entries, *FLAGS, "--dry_run", "--max_turns=0").code == 2  # a flag
+    assert server.chat_requests() == []
+    # The honest twin: the same run without --dry_run sends its requests, and a dry run of its resume has nothing left.
+    assert run_here(entries, *FLAGS).code == 0 and server.chat_requests()
+    resumed = run_here(entries, *FLAGS, "--resume", "--dry_run")
+    assert resumed.code == 0 and "Samples to run: 0 (0 dataset entries, 3 already done)" in " ".join(
+        resumed.stdout.split()
+    )

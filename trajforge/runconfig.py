@@ -32,6 +32,7 @@ class RunConfig:
     num_workers: int = default("num_workers")
     concurrency: int = default("concurrency")
     resume: bool = False
+    dry_run: bool = False  # the run's checks, then what it would do; no chat request (run/dry_run.py)
     verbose: bool = False
     max_samples: int | None = None
     log_prefix_chars: int = default("log_prefix_chars")

@@ -183,6 +183,14 @@ FLAGS: tuple[Flag, ...] = (
     ),
     Flag("resume", bool, False, "go on with the run in <output_dir>/<run_name>", RUN),
     Flag(
+        "dry_run",
+        bool,
+        False,
+        "check the flags, dataset, tasks' files and endpoint (GET /models), print the samples and the most "
+        "requests and cost they can take; send no chat request",
+        RUN,
+    ),
+    Flag(
         "max_attempts",
         int,
         3,

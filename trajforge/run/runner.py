@@ -44,6 +44,7 @@ from trajforge.money.store import SpendingTotals, Store
 from trajforge.run.advice import Advice
 from trajforge.run.continuation import continue_command
 from trajforge.run.dataset import Entry, load_dataset
+from trajforge.run.dry_run import dry_run
 from trajforge.run.helper_processes import Helpers
 from trajforge.run.progress import ProgressView, Tally, print_budget_stop, print_summary, summary_json
 from trajforge.run.samples import Plan, plan_samples
@@ -128,6 +129,10 @@ class BatchRunner:
                 f"--distribution {config.distribution}: none of its toolsets is available here "
                 f"({', '.join(DISTRIBUTIONS[config.distribution])}); try --distribution=terminal_only"
             )
+        if config.dry_run:  # the checks a run makes before its first request, then what it would do
+            plan = self.plan(entries)
+            check_endpoint(self.helpers.ready(config, "browser" in weights))
+            return dry_run(self.console, config, plan)
         with self.folder.locked():
             try:
                 return self._run_locked(entries, weights, toolsets, started)
