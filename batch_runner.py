@@ -14,18 +14,19 @@ import sys
 import fire
 from rich.console import Console
 
-from toolset_distributions import DISTRIBUTIONS, distributions_table
-from trajforge.cli.config import build_config, settle, tool_settings
+from toolset_distributions import distributions_table, names, weights
+from trajforge.cli.config import build_config, load_plugins, settle, tool_settings
 from trajforge.cli.flagtext import given, help_text, program_name, signature
 from trajforge.cli.unknown_flags import unknown_argument
 from trajforge.errors import SetupError, UsageError
 from trajforge.flags import BY_NAME
 from trajforge.flags.values import FlagError
+from trajforge.registry import RegistryError
 from trajforge.run.helper_processes import Helpers, signal_handlers_kept
 from trajforge.secrets import conceal
 from trajforge.version import version
 
-# The runner itself (trajforge.run.runner, trajforge.tools.registry) is imported once the run's helpers are
+# The runner itself (trajforge.run.runner, trajforge.tools.toolsets) is imported once the run's helpers are
 # starting: its imports take about 2 s, most of them the openai package, and the helpers start meanwhile.
 
 
@@ -40,10 +41,12 @@ def main(**flags) -> None:
     console = Console(highlight=False, soft_wrap=True, stderr=as_json)  # stdout holds the JSON summary alone
     try:
         if flags["list_distributions"]:
-            from trajforge.tools import registry
+            from trajforge.tools.toolsets import available_toolsets
 
-            every_toolset = [name for weights in DISTRIBUTIONS.values() for name in weights]
-            _, missing = registry.available_toolsets(tool_settings(settle(flags)), every_toolset)
+            load_plugins(flags)
+            flags = settle(flags)
+            every_toolset = [toolset for name in names() for toolset in weights(name)]
+            _, missing = available_toolsets(tool_settings(flags), every_toolset)
             console.print(distributions_table(missing))
             return
         config = build_config(flags)
@@ -62,7 +65,7 @@ def main(**flags) -> None:
             if not gc.get_freeze_count():
                 gc.freeze()
             code = BatchRunner(config, console, started).run()
-    except (UsageError, SetupError, FlagError) as exc:
+    except (UsageError, SetupError, FlagError, RegistryError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         if as_json:
             print(json.dumps({"exit_status": 2, "error": str(exc)}, ensure_ascii=False))

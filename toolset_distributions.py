@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import random
 
+from trajforge import registry
+
 ALL_SIX = ("web", "vision", "image_gen", "terminal", "file", "browser")
 
 DISTRIBUTIONS: dict[str, dict[str, int]] = {
@@ -32,9 +34,18 @@ DISTRIBUTIONS: dict[str, dict[str, int]] = {
 }
 
 
+def names() -> tuple[str, ...]:
+    """What --distribution accepts: these, and any a plugin registers (trajforge/registry.py)."""
+    return registry.DISTRIBUTIONS.names()
+
+
+def weights(distribution: str) -> dict[str, int]:
+    return registry.DISTRIBUTIONS[distribution]
+
+
 def usable(distribution: str, available: set[str]) -> dict[str, int]:
     """The distribution restricted to the toolsets this run can offer."""
-    return {name: pct for name, pct in DISTRIBUTIONS[distribution].items() if name in available}
+    return {name: pct for name, pct in weights(distribution).items() if name in available}
 
 
 def sample_toolsets(weights: dict[str, int], rng: random.Random) -> list[str]:
@@ -63,9 +74,9 @@ def distributions_table(unavailable: list):
     table = Table(title="Toolset distributions (each toolset switched on independently)")
     table.add_column("distribution", style="bold")
     table.add_column("toolsets (probability)")
-    for name, weights in DISTRIBUTIONS.items():
+    for name in names():
         parts = []
-        for toolset, pct in weights.items():
+        for toolset, pct in weights(name).items():
             if toolset in whole:
                 parts.append(f"[dim strike]{toolset} {pct}%[/][dim] (unavailable)[/]")
             else:

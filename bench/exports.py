@@ -27,14 +27,15 @@ import orjson
 
 from batch_runner import main
 from trajectory import ToolCall, Turn, discard_reason, record_usage, tool_stats
+from trajforge import plugins, registry
 from trajforge.cli.config import build_config
-from trajforge.export import FORMATS, card
+from trajforge.export import card
 from trajforge.export.publish import Exports
 from trajforge.export.report import ReportData, write_report
 from trajforge.journal.sample import Sample, now
 from trajforge.runfolder.folder import RunFolder
 from trajforge.runfolder.merge import merge
-from trajforge.tools import registry
+from trajforge.tools.toolsets import every_tool
 from trajforge.verification.result import unverified
 from trajforge.version import git_commit
 
@@ -60,8 +61,8 @@ def call(rng: random.Random, turn: int, index: int) -> ToolCall:
 def synthesise(folder: RunFolder, count: int, seed: int = 0) -> None:
     rng = random.Random(seed)
     folder.path.mkdir(parents=True)
-    functions = [registry.TOOLS[name].schema["function"] for name in sorted(registry.TOOLS)]
-    names = sorted(registry.TOOLS)
+    functions = [every_tool()[name].schema["function"] for name in sorted(every_tool())]
+    names = sorted(every_tool())
     errors = []
     for start in range(0, count, BATCH):
         lines = []
@@ -134,12 +135,13 @@ def main_bench() -> None:
     parser.add_argument("--trajectories", type=int, default=10_000)
     parser.add_argument("--load", action="store_true", help="also load each export with datasets")
     args = parser.parse_args()
+    plugins.load()  # the built-in tools and formats, as a run registers them
     with tempfile.TemporaryDirectory() as tmp:
         folder = RunFolder(Path(tmp, "bench"))
         synthesise(folder, args.trajectories)
         batches = sum(path.stat().st_size for _, path in folder.batch_files())
         print(f"run folder: {args.trajectories} prompts, batch files {batches / 2**20:.1f} MB")
-        tools = sorted(registry.TOOLS)
+        tools = sorted(every_tool())
         timed("merge alone", lambda: merge(folder, True, tools, print))
         collected = ReportData(2000)
         totals = timed(
@@ -156,7 +158,7 @@ def main_bench() -> None:
         }
         timed("report page", lambda: write_report(folder, stats, collected, Counter(totals.finished)))
         print(f"{'report.html':<38} {size(folder.path / 'report.html')} ({len(collected.trajectories())} embedded)")
-        for name in FORMATS:
+        for name in registry.EXPORTS.names():
             exports = Exports(folder, (name,), "bench")
             timed(
                 f"merge + export {name}",

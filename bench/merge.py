@@ -38,7 +38,14 @@ BATCH = 1000
 PHASE = """
 import resource, sys, time
 from pathlib import Path
-from trajforge.tools import registry
+try:  # the registry (main since the plugins), else the table it replaced (an older --baseline tree)
+    from trajforge import plugins
+    from trajforge.tools.toolsets import every_tool
+    plugins.load()
+    tool_names = sorted(every_tool())
+except ImportError:
+    from trajforge.tools import registry
+    tool_names = sorted(registry.TOOLS)
 from trajforge.run.samples import plan_samples
 from collections import Counter
 from trajforge.run.dataset import load_dataset
@@ -52,7 +59,7 @@ if {phase!r} == "scan":
     plan = plan_samples(entries, finished, Counter())
     assert not plan.pending and len(plan.done) == len(entries)
 else:
-    totals = merge(folder, True, sorted(registry.TOOLS), print)
+    totals = merge(folder, True, tool_names, print)
     assert totals.trajectories == {count}
 peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 print(time.process_time() - cpu, time.perf_counter() - started, peak)

@@ -10,9 +10,9 @@ from tool_session import tool_session
 from trajforge.agent.loop import AgentResult, run_agent
 from trajforge.model.chat import ChatModel
 from trajforge.model.settings import ModelSettings
-from trajforge.tools.registry import BY_TOOLSET
+from trajforge.tools.toolsets import by_toolset
 
-OFFERED = {t.name: t for toolset in ("terminal", "file") for t in BY_TOOLSET[toolset]}
+OFFERED = {t.name: t for toolset in ("terminal", "file") for t in by_toolset()[toolset]}
 
 
 def agent(

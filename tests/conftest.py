@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from trajectory import record_usage, tool_stats
-from trajforge import journal
+from trajforge import journal, plugins
 from trajforge.errors import UsageError
 from trajforge.journal.sample import OWN_KEYS, Sample, now
 from trajforge.mock.server import MockServer
@@ -29,6 +29,8 @@ from trajforge.model.usage import empty_usage
 from trajforge.runfolder.folder import RunFolder
 
 ROOT = Path(__file__).resolve().parents[1]
+
+plugins.load()  # the built-ins, registered as a run registers them, for tests that use tools or exports directly
 
 API_KEY = "sk-test-SECRET-0123456789"
 

@@ -17,9 +17,9 @@ from tool_session import call, tool_session
 from trajforge.tools.browser.runtime import launch_problem
 from trajforge.tools.browser.service import browser_service
 from trajforge.tools.browser.snapshot import SNAPSHOT_LIMIT
-from trajforge.tools.registry import available_toolsets
 from trajforge.tools.session import ToolSession
 from trajforge.tools.settings import ToolSettings, find_browser
+from trajforge.tools.toolsets import available_toolsets
 
 CHROMIUM = find_browser(os.environ)
 PROBLEM = launch_problem(CHROMIUM)

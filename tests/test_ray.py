@@ -186,3 +186,25 @@ def test_on_a_cluster_the_budget_holds_and_a_kill_9_of_the_driver_pays_for_nothi
     assert_no_step_answered_twice(server)
     assert answered_calls(server) == len(ledger(last.run_dir)) == 8 * 3
     assert last.statistics["budget"]["spent"] == pytest.approx(sum(ledger(last.run_dir)))
+
+
+def test_a_plugin_file_reaches_the_cluster_s_workers_with_the_run(run, server, cluster, tmp_path):
+    """Its text travels in the run's settings: each Ray task loads it (docs/ray.md), the file need not be on
+    the workers' nodes; its tool runs there and is counted like a built-in one."""
+    plugin = tmp_path / "greeter.py"
+    plugin.write_text(
+        "import os\n\n\nasync def greet(session, name: str) -> dict:\n"
+        '    """Greet someone.\n\n    Args:\n        name: who\n    """\n'
+        '    return {"greeting": f"hello {name}", "pid": os.getpid()}\n\n\n'
+        "def register(registry):\n"
+        '    registry.toolset("greeter", [greet])\n'
+        '    registry.distribution("greeting", {"greeter": 100})\n'
+    )
+    entries = [{"prompt": f"[mock call=greet:%7B%22name%22%3A%22n{i}%22%7D] greet {i}"} for i in range(4)]
+    flags = [f"--plugins={plugin}", "--distribution=greeting", "--environment=local", "--executor=ray"]
+    result = run(entries, *flags, f"--ray_address={cluster.address}", batch_size=2, timeout=RAY_RUN_TIMEOUT)
+    assert result.code == 0, result.stdout + result.stderr
+    assert len(result.trajectories) == 4
+    for row in result.trajectories:
+        assert row["tool_stats"]["greet"] == {"count": 1, "success": 1, "failure": 0}
+        assert "hello n" in row["conversations"][3]["value"]

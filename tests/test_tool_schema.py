@@ -8,9 +8,10 @@ from typing import Optional
 
 import pytest
 
+from trajforge import registry
 from trajforge.tools import Tool, call_tool
-from trajforge.tools.registry import BY_TOOLSET, TOOLS, TOOLSETS
 from trajforge.tools.schema import json_type, tool_schema
+from trajforge.tools.toolsets import by_toolset, every_tool
 
 
 async def sample(
@@ -86,9 +87,9 @@ def test_json_type(annotation, expected):
 
 
 def test_the_registry_table_is_every_tool_once_each_with_a_session_first():
-    names = [function.__name__ for functions in TOOLSETS.values() for function in functions]
-    assert len(names) == len(set(names)) == len(TOOLS)
-    for toolset, tools in BY_TOOLSET.items():
+    names = [function.__name__ for toolset in registry.TOOLSETS.names() for function in registry.TOOLSETS[toolset]]
+    assert len(names) == len(set(names)) == len(every_tool())
+    for toolset, tools in by_toolset().items():
         for tool in tools:
             assert tool.toolset == toolset and next(iter(tool.signature.parameters)) == "session"
             assert tool.schema["function"]["name"] == tool.name

@@ -15,8 +15,8 @@ from toolset_distributions import ALL_SIX
 from trajforge.mock import model as mock_model
 from trajforge.model.usage import add_usage, empty_usage
 from trajforge.tools.browser.runtime import launch_problem
-from trajforge.tools.registry import BY_TOOLSET, TOOLS
 from trajforge.tools.settings import find_browser
+from trajforge.tools.toolsets import by_toolset, every_tool
 
 BROWSER_PROBLEM = launch_problem(find_browser(os.environ))
 MODELS = ["--vision_model=vision-test", "--image_model=image-test"]
@@ -58,11 +58,11 @@ def test_default_distribution_offers_and_exercises_every_toolset(run_here, serve
     assert result.code == 0, result.stdout + result.stderr
     assert "warning" not in result.stderr  # every toolset is available
 
-    every_tool = {t.name for toolset in ALL_SIX for t in BY_TOOLSET[toolset]}
-    exercised = every_tool - {"patch", "search_files"}  # the mock model edits no file in place
+    offered = {t.name for toolset in ALL_SIX for t in by_toolset()[toolset]}
+    exercised = offered - {"patch", "search_files"}  # the mock model edits no file in place
     for record in result.trajectories:
-        assert record["toolsets_used"] == sorted(ALL_SIX) and offered_tools(record) == every_tool
-        assert set(record["tool_stats"]) == set(TOOLS)  # every registered tool, execute_code included
+        assert record["toolsets_used"] == sorted(ALL_SIX) and offered_tools(record) == offered
+        assert set(record["tool_stats"]) == set(every_tool())  # every registered tool, execute_code included
         for name in exercised:
             assert record["tool_stats"][name]["success"] >= 1, (name, record["tool_stats"][name])
         assert sum(stats["failure"] for stats in record["tool_stats"].values()) == 0
@@ -151,7 +151,7 @@ def test_list_distributions_says_what_is_unavailable_and_why(tmp_path, monkeypat
 
 
 def first_turn_calls(prompt: str, toolsets: list[str]) -> set[str]:
-    tools = [tool.schema for toolset in toolsets for tool in BY_TOOLSET[toolset]]
+    tools = [tool.schema for toolset in toolsets for tool in by_toolset()[toolset]]
     request = {"model": "mock", "messages": [{"role": "user", "content": prompt}], "tools": tools}
     message = mock_model.reply(request, 0)[0].message
     return {call["function"]["name"] for call in message["tool_calls"]}

@@ -17,7 +17,7 @@ from conftest import wait_for
 from test_environments import _available
 from test_sandbox import bwrap, settings  # noqa: F401  (the fixture)
 
-from trajforge.environments import backend_for, tmpfs, userns
+from trajforge.environments import backend_class, backend_for, tmpfs, userns
 from trajforge.environments.limits import Limits, host_user, unenforced
 
 HOST_MARK = "3.14159"  # a sleep no other test runs: how the host finds the sandboxed command
@@ -108,8 +108,9 @@ async def _limited(env_settings, commands: list[str]) -> list:
 
 def limited_kind(request) -> str:
     kind = _available(request)
-    if kind != "docker" and unenforced(SMALL, kind):
-        pytest.skip(unenforced(SMALL, kind))
+    warning = unenforced(SMALL, kind, backend_class(kind).LIMITS)
+    if kind != "docker" and warning:
+        pytest.skip(warning)
     return kind
 
 

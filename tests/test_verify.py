@@ -17,7 +17,8 @@ from trajforge.environments import EnvironmentSettings, backend_for
 from trajforge.errors import UsageError
 from trajforge.flags.values import FlagError, verifier_spec
 from trajforge.run.dataset import load_dataset
-from trajforge.verification.checks import check_failures, command_reward, spec_problem, verify_sample
+from trajforge.verification.checks import verify_sample
+from trajforge.verification.kinds import CheckContext, check_object, command_reward, spec_problem
 from trajforge.verification.python_verifier import load_verifier, reading
 from trajforge.verification.result import KEYS, OUTPUT_CAP, VerifySettings, unverified
 
@@ -80,15 +81,23 @@ def turns(final: str, *called: str) -> list[Turn]:
     return [Turn("", "thinking", calls), Turn(final, "done")]
 
 
+def object_check(spec: dict, conversation: list[Turn]) -> dict:
+    """The object's gates need no environment."""
+    return asyncio.run(check_object(spec, CheckContext({}, conversation, None, VerifySettings()), time.monotonic()))  # type: ignore[arg-type]
+
+
 def test_object_checks_look_at_the_last_answer_and_the_tools_called():
     spec = {"final_contains": ["42", "Answer"], "final_excludes": ["sorry"], "tools_called": ["terminal", "patch"]}
-    assert check_failures(spec, turns("Answer: 42", "terminal", "patch")) == []  # a failed call was still made
-    assert check_failures(spec, turns("answer: 42; sorry", "terminal")) == [
+    held = object_check(spec, turns("Answer: 42", "terminal", "patch"))  # a failed call was still made
+    assert (held["passed"], held["reward"], held["output"]) == (True, 1.0, "every check holds")
+    failed = object_check(spec, turns("answer: 42; sorry", "terminal"))
+    assert (failed["passed"], failed["reward"]) == (False, 0.0)
+    assert failed["output"].splitlines() == [
         "final answer lacks 'Answer'",  # case-sensitive
         "final answer contains 'sorry'",
         "tool 'patch' was not called",
     ]
-    assert check_failures({"final_contains": ["x"]}, []) == ["final answer lacks 'x'"]
+    assert object_check({"final_contains": ["x"]}, [])["output"] == "final answer lacks 'x'"
 
 
 @pytest.mark.parametrize(

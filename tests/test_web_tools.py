@@ -10,9 +10,9 @@ import time
 from local_site import SEARCH_KEY
 from tool_session import call, tool_session
 
-from trajforge.tools.registry import available_toolsets
 from trajforge.tools.search_providers import TAVILY_ENDPOINT, SearchProvider, search_provider
 from trajforge.tools.settings import ToolSettings
+from trajforge.tools.toolsets import available_toolsets
 from trajforge.tools.web import TEXT_LIMIT
 
 

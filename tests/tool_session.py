@@ -9,10 +9,10 @@ import json
 from trajforge.environments import EnvironmentSettings, backend_for
 from trajforge.model.settings import ModelSettings
 from trajforge.tools import call_tool
-from trajforge.tools.registry import TOOLS
 from trajforge.tools.services import ToolServices
 from trajforge.tools.session import ToolSession
 from trajforge.tools.settings import ToolSettings
+from trajforge.tools.toolsets import every_tool
 
 NO_MODEL = "http://127.0.0.1:9/v1"  # for tests that make no model call
 
@@ -34,4 +34,4 @@ async def tool_session(model_url: str = NO_MODEL, environment: EnvironmentSettin
 
 
 async def call(session: ToolSession, name: str, **arguments) -> dict:
-    return await call_tool(session, name, json.dumps(arguments), TOOLS)
+    return await call_tool(session, name, json.dumps(arguments), every_tool())

@@ -10,6 +10,7 @@ from trajforge.environments.settings import EnvironmentSettings
 from trajforge.flags import default
 from trajforge.model.settings import NO_KEY, ModelSettings
 from trajforge.money.spending import MoneySettings
+from trajforge.plugins import Plugin
 from trajforge.secrets import Secrets
 from trajforge.tools.settings import ToolSettings
 from trajforge.verification.result import VerifySettings
@@ -62,6 +63,7 @@ class RunConfig:
     changes: tuple[str, ...] = ()  # may-change settings this resume changed: "--max_cost: 1.00 -> 2.00"
     max_attempts: int = default("max_attempts")  # tries of a sample over every invocation (runfolder/attempts.py)
     retry_failed: tuple[str, ...] = ()  # failure classes a resume sends again although it would not (failures.py)
+    plugins: tuple[Plugin, ...] = ()  # --plugins, loaded: a Ray worker loads them again (plugins.py)
 
     @property
     def preamble(self) -> list[dict]:

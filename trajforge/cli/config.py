@@ -14,12 +14,12 @@ import random
 from pathlib import Path
 from typing import Any, TypeVar
 
-from toolset_distributions import DISTRIBUTIONS
+from toolset_distributions import names as distributions
+from trajforge import plugins, registry
 from trajforge.cli.remembered import changes, remembered, settle_flags
 from trajforge.environments.limits import Limits
 from trajforge.environments.settings import EnvironmentSettings
 from trajforge.errors import UsageError
-from trajforge.export import FORMATS
 from trajforge.failures import RETRYABLE
 from trajforge.flags import BY_NAME, FLAGS, MAY_CHANGE, MOCK, OPENROUTER
 from trajforge.flags.values import FlagError, choice, load_prefill
@@ -101,10 +101,24 @@ def _api_key(values: dict) -> str:
 
 
 def export_formats(names: list[str] | None) -> tuple[str, ...]:
-    unknown = [name for name in names or () if name not in FORMATS]
+    known = registry.EXPORTS.names()
+    unknown = [name for name in names or () if name not in known]
     if unknown:
-        raise UsageError(f"--export: unknown format {unknown[0]!r}; choose from {', '.join(FORMATS)} (comma separated)")
+        raise UsageError(f"--export: unknown format {unknown[0]!r}; choose from {', '.join(known)} (comma separated)")
     return tuple(dict.fromkeys(names or ()))
+
+
+def load_plugins(flags: dict, kept: dict | None = None, where: Path | None = None) -> tuple[plugins.Plugin, ...]:
+    """--plugins (settled first, against run.json's on --resume), loaded with the built-ins and the entry
+    points before any other flag is read: --distribution, --environment, --export and the dataset's checks
+    accept what they register."""
+    given = settle_flags((BY_NAME["plugins"],), flags, kept, where)["plugins"]
+    found = plugins.read(BY_NAME["plugins"].read(given) or ())
+    try:
+        plugins.load(found)
+    except registry.RegistryError as exc:
+        raise UsageError(f"--plugins: {exc}") from None
+    return found
 
 
 def tool_settings(flags: dict) -> ToolSettings:
@@ -123,9 +137,10 @@ def _executor(executor: str) -> str:
     return executor
 
 
-def _opened(flags: dict) -> tuple[dict, dict | None, Path]:
-    """The flags settled against the run folder's run.json (on --resume), what run.json held, and
-    the run folder; UsageError for a missing required flag or a run name that is no folder name."""
+def _opened(flags: dict) -> tuple[dict, dict | None, Path, tuple[plugins.Plugin, ...]]:
+    """The flags settled against the run folder's run.json (on --resume), what run.json held, the run
+    folder and the plugins, loaded; UsageError for a missing required flag or a run name that is no folder
+    name."""
     for flag in ("dataset_file", "run_name"):
         if flags[flag] is None:
             raise UsageError(f"--{flag} is required (see --help)")
@@ -136,16 +151,17 @@ def _opened(flags: dict) -> tuple[dict, dict | None, Path]:
         raise UsageError(f"--resume: there is no run folder {run_dir}{_closest_runs(run_dir)}")
     kept = folder.load_settings() if resume else None
     fresh = kept is not None and next(iter(folder.batch_lines(lambda _: None)), None) is None
+    loaded = load_plugins(flags, kept, folder.settings)
     flags = settle(flags, kept, folder.settings, fresh)
     if flags["batch_size"] is None:
         raise UsageError("--batch_size is required (see --help)")
     if flags["seed"] is None:  # the run seed: drawn once, then kept in run.json like a given one
         flags["seed"] = random.SystemRandom().randrange(2**31)
-    if str(flags["distribution"]) not in DISTRIBUTIONS:
+    if str(flags["distribution"]) not in distributions():
         raise UsageError(
-            f"--distribution {flags['distribution']!r} does not exist; choose one of: {', '.join(DISTRIBUTIONS)}"
+            f"--distribution {flags['distribution']!r} does not exist; choose one of: {', '.join(distributions())}"
         )
-    return flags, kept, run_dir
+    return flags, kept, run_dir, loaded
 
 
 def _closest_runs(run_dir: Path) -> str:
@@ -220,7 +236,7 @@ def build_config(flags: dict) -> RunConfig:
 
 
 def _built(flags: dict) -> RunConfig:
-    flags, kept, run_dir = _opened(flags)
+    flags, kept, run_dir, loaded = _opened(flags)
     values = read(flags)
     model = from_flags(
         ModelSettings, values, api_key=_api_key(values), extra_body=_extra_body(values), prices=_prices(values)
@@ -252,4 +268,5 @@ def _built(flags: dict) -> RunConfig:
         money=_money(values, run_dir),
         changes=tuple(changes(RUN_SETTINGS, flags, kept)),
         retry_failed=tuple(choice(name, "retry_failed", RETRYABLE) for name in values["retry_failed"] or ()),
+        plugins=loaded,
     )

@@ -1,17 +1,18 @@
 """Where a prompt's commands and files live. One environment per prompt, closed after it.
 
 The contract (contract.py): an Environment has start, exec -> ExecResult, read_file, write_file and
-close; a Backend (one per worker process) opens them: local (a temporary workspace), bwrap (the same
-under bubblewrap), docker (a container per prompt), singularity (an instance per prompt) and modal (a
-Sandbox per prompt); the last three use the entry's `image` or `docker_image`.
+close; a Backend (one per worker process) opens them. The backends are the registry's (trajforge/registry.py):
+built in, local (a temporary workspace), bwrap (the same under bubblewrap), docker (a container per prompt),
+singularity (an instance per prompt) and modal (a Sandbox per prompt); the last three use the entry's
+`image` or `docker_image`.
 """
 
 from __future__ import annotations
 
-import importlib
 import posixpath
 from dataclasses import replace
 
+from trajforge import registry
 from trajforge.environments.contract import Backend, Environment, ExecResult
 from trajforge.environments.settings import EnvironmentSettings
 from trajforge.errors import SetupError
@@ -57,15 +58,14 @@ class CappedOutput:
         return self.head.decode(errors="replace") + marker + self.tail.decode(errors="replace")
 
 
-BACKENDS = {
-    "local": "trajforge.environments.local:LocalBackend",
-    "bwrap": "trajforge.environments.bwrap:BwrapBackend",
-    "docker": "trajforge.environments.docker:DockerBackend",
-    "singularity": "trajforge.environments.singularity:SingularityBackend",
-    "modal": "trajforge.environments.modal:ModalBackend",
-}
 AUTO = "auto"  # bwrap when it works on this machine, else local with a warning
-KINDS = (AUTO, *BACKENDS)
+
+
+def kinds() -> tuple[str, ...]:
+    """What --environment accepts: auto and every registered backend (trajforge/registry.py)."""
+    return (AUTO, *registry.BACKENDS.names())
+
+
 UNSANDBOXED = (
     "no sandbox: bwrap cannot work here ({reason}), so --environment=auto runs commands with "
     "--environment=local, with your own rights: they can read your files and this runner's memory, arguments "
@@ -75,9 +75,7 @@ UNSANDBOXED = (
 
 
 def backend_class(kind: str) -> type[Backend]:
-    # Imported on demand: the docker and modal SDKs load only when chosen.
-    module, _, name = BACKENDS[kind].partition(":")
-    return getattr(importlib.import_module(module), name)
+    return registry.BACKENDS[kind]  # imported on first use: the docker and modal SDKs load only when chosen
 
 
 def choose(settings: EnvironmentSettings) -> tuple[EnvironmentSettings, str | None]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
 if TYPE_CHECKING:
     from trajforge.environments.settings import EnvironmentSettings
@@ -101,6 +101,11 @@ class Backend(ABC):
     - open(entry): per prompt, in a worker: a started environment
     - remove_leftovers(settings): what a killed run of the same folder left behind
     """
+
+    # Who enforces --max_processes, --max_memory_mb and --max_file_size_mb (limits.unenforced says what is
+    # not, once at start): RUNNER, each command's exec chain (a cgroup where one can be made, RLIMIT_FSIZE);
+    # OWN, the backend itself (a container's limits); NONE, nobody.
+    LIMITS: ClassVar[str] = "none"
 
     def __init__(self, settings: EnvironmentSettings):
         self.settings = settings

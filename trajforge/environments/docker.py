@@ -26,7 +26,7 @@ from trajforge.environments import (
     seccomp,
 )
 from trajforge.environments.contract import timeout_result
-from trajforge.environments.limits import MB, Limits
+from trajforge.environments.limits import MB, OWN, Limits
 from trajforge.environments.local import COMMAND_VARIABLES
 from trajforge.environments.shell import KEEP_ALIVE, KILL_ALL, CommandEnvironment, tar_archive
 from trajforge.errors import SetupError
@@ -191,6 +191,8 @@ class DockerEnvironment(CommandEnvironment):
 
 
 class DockerBackend(Backend):
+    LIMITS = OWN
+
     def __init__(self, settings: EnvironmentSettings):
         super().__init__(settings)
         self.pool = ThreadPoolExecutor(4, thread_name_prefix="docker-images")

@@ -30,8 +30,7 @@ from trajforge.flags import default
 
 MB = 1024 * 1024
 V2 = "/sys/fs/cgroup"
-RLIMITS = ("local", "bwrap")  # where the runner starts each command's process itself
-OWN_LIMITS = ("docker",)  # where the container enforces them
+RUNNER, OWN, NONE = "runner", "own", "none"  # who enforces a backend's limits (its Backend.LIMITS)
 NOBODY = 65534
 # Printed by a command whose process could not join the sample's cgroup (removed by hand meanwhile).
 JOIN_FAILED = "{ echo 'cannot join the sample cgroup: the command does not run' >&2; exit 125; }"
@@ -78,18 +77,19 @@ def _v1_parents() -> dict[str, str] | None:
     return parents if all(os.path.isdir(p) and os.access(p, os.W_OK) for p in parents.values()) else None
 
 
-def unenforced(limits: Limits, kind: str) -> str | None:
-    """The warning to print once when a limit cannot be enforced by the `kind` of environment here."""
+def unenforced(limits: Limits, kind: str, enforcer: str) -> str | None:
+    """The warning to print once when a limit cannot be enforced by the `kind` of environment here, whose
+    limits `enforcer` enforces (its Backend.LIMITS)."""
     asked = [f"--{item.name}" for item in fields(limits) if getattr(limits, item.name)]
-    if kind in OWN_LIMITS:  # the container's own limits
+    if enforcer == OWN:  # the container's own limits
         return None
-    if kind not in RLIMITS:
+    if enforcer != RUNNER:
         wanted = asked
     elif _v2_parent() or _v1_parents():
         wanted = []
     else:
         wanted = [name for name in asked if name != "--max_file_size_mb"]  # an rlimit: it holds
-    how = "no cgroup can be made here (run as root, or in a delegated cgroup v2 subtree)" if kind in RLIMITS else ""
+    how = "no cgroup can be made here (run as root, or in a delegated cgroup v2 subtree)" if enforcer == RUNNER else ""
     said = [f"{' and '.join(wanted)} not enforced by --environment={kind}" + (f": {how}" if how else "")]
     # bwrap's /tmp is a tmpfs of --max_file_size_mb only where the host's root mounts it (tmpfs.py).
     if kind == "bwrap" and limits.max_file_size_mb and host_user() is None:

@@ -18,7 +18,7 @@ import time
 
 from trajforge.environments import OUTPUT_LIMIT, Backend, CappedOutput, EnvironmentSettings, ExecResult, tmpfs
 from trajforge.environments.contract import timeout_result
-from trajforge.environments.limits import SampleCgroup, confined, host_user
+from trajforge.environments.limits import RUNNER, SampleCgroup, confined, host_user
 from trajforge.environments.orphans import (
     PROMPT_MARKER,
     become_subreaper,
@@ -358,6 +358,8 @@ class LocalEnvironment(CommandEnvironment):
 
 
 class LocalBackend(Backend):
+    LIMITS = RUNNER
+
     def __init__(self, settings: EnvironmentSettings):
         super().__init__(settings)
         become_subreaper()  # this worker process adopts its prompts' orphans (orphans.py)

@@ -20,7 +20,7 @@ import time
 from collections import deque
 
 from trajectory import verification_passed
-from trajforge import journal
+from trajforge import journal, plugins
 from trajforge.events import Claimed, Event, PromptDone
 from trajforge.executors.passes import PassCounts
 from trajforge.executors.worker import Batch, WorkerSetup, serve
@@ -96,6 +96,7 @@ def run_batch(setup: WorkerSetup, batch: Batch, sink, shared_fs: bool, money) ->
     task started, plus the task's own."""
     import ray
 
+    plugins.load(setup.config.plugins)  # this process may be new: the registry as the driver's
     owner = owner_of(batch)
     ray.get(money.forget.remote(owner))  # an earlier attempt's worker died: what it held is free again
     done = set(ray.get(sink.finished_in.remote(batch.num)))

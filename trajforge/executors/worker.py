@@ -48,8 +48,8 @@ from trajforge.pipeline.sample import Finished, SamplePipeline
 from trajforge.runconfig import RunConfig
 from trajforge.runfolder.attempts import AttemptLog, unit_id
 from trajforge.runfolder.folder import BatchFiles, RunFolder, entry_key
-from trajforge.tools import Tool
 from trajforge.tools.services import ToolServices
+from trajforge.tools.toolsets import every_tool
 from trajforge.verification.tasks import SetupFailed
 
 
@@ -63,7 +63,7 @@ class Batch:
 class WorkerSetup:
     config: RunConfig
     weights: dict[str, int]  # the distribution, restricted to available toolsets
-    toolsets: dict[str, list[Tool]]
+    toolsets: dict[str, list[str]]  # toolset -> the names of its tools this run offers (the registry has them)
     tool_names: list[str]  # every registered tool: the keys of tool_stats
     passes_before: dict[int, int] = field(default_factory=dict)  # prompt index -> samples passed before this run
     copies: dict[int, int] = field(default_factory=dict)  # prompt index -> its copy number (samples.Plan)
@@ -103,6 +103,7 @@ class Worker:
             self.services,
         )
         self.attempts = AttemptLog(files.folder) if files else None
+        self.tools = every_tool()  # the registry's, plugins' included (a Ray worker has loaded them again)
 
     def _logger(self, index: int):
         if not self.config.verbose:
@@ -161,7 +162,7 @@ class Worker:
         never the worker's."""
         key = entry_key(entry)
         toolsets = sample_toolsets(self.setup.weights, sample_rng(self.config.seed, key, sample))
-        tools = {t.name: t for name in toolsets for t in self.setup.toolsets[name]}
+        tools = {name: self.tools[name] for toolset in toolsets for name in self.setup.toolsets[toolset]}
         scope = sample_scope(key, self.setup.copies.get(index, 0), sample)
         try:
             if await self.spending.stopped():  # the budget is spent: start nothing

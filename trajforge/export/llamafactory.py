@@ -19,12 +19,11 @@ when the model's were not one).
 from __future__ import annotations
 
 from trajectory import Turn
-from trajforge.export import FILES
 from trajforge.export.openai import arguments_object
 from trajforge.journal.sample import Sample
 from trajforge.safejson import dumps
 
-FILE = FILES["llamafactory"]
+FILE = "llamafactory.json"  # its name in export/ (trajforge/builtin.py registers it so)
 INFO_FILE = "dataset_info.json"
 RESULT_JOIN = "\n</tool_response>\n<tool_response>\n"
 

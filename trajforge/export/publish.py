@@ -6,11 +6,11 @@ with trajectories.jsonl. Nothing here writes to trajectories.jsonl or statistics
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
-from trajforge.export import FILES, FORMATS, atif, card, llamafactory, openai, report, rl
-from trajforge.export.files import JsonArray, JsonLines
+from trajforge import registry
+from trajforge.export import card, report
+from trajforge.export.formats import ExportRun
 from trajforge.export.report import ReportData, write_report
 from trajforge.journal.sample import Sample
 from trajforge.runconfig import RunConfig
@@ -20,29 +20,15 @@ from trajforge.version import git_commit, project_version
 EXPORT_DIR = "export"
 
 
-def _writer(name: str, path: Path, formats: list[str]):
-    if name == "rl":  # from the token ids each sample was journalled with
-        return rl.RlFile(path, parquet="parquet" in formats)
-    if name == "parquet":
-        from trajforge.export.parquet import ParquetFile  # pyarrow only when asked: a second to import
-
-        return ParquetFile(path)
-    return (JsonArray if name == "llamafactory" else JsonLines)(path)
-
-
-def _row(name: str, sample: Sample, version: str):
-    """What the writer of format `name` takes for one sample."""
-    if name in ("parquet", "rl"):
-        return sample  # its writer maps the sample onto its schema
-    if name == "atif":
-        return atif.row(sample, version)
-    return (openai if name == "openai" else llamafactory).row(sample)
+def file_of(name: str) -> str:
+    return registry.EXPORTS.entry(name).info["file"]
 
 
 def formats_to_write(folder: RunFolder, asked: tuple[str, ...]) -> list[str]:
-    """The formats asked now and those exported before (their file is there), in FORMATS order."""
-    there = {name for name in FORMATS if (folder.path / EXPORT_DIR / FILES[name]).exists()}
-    return [name for name in FORMATS if name in asked or name in there]
+    """The formats asked now and those exported before (their file is there), in the registry's order."""
+    every = registry.EXPORTS.names()
+    there = {name for name in every if (folder.path / EXPORT_DIR / file_of(name)).exists()}
+    return [name for name in every if name in asked or name in there]
 
 
 class Exports:
@@ -50,16 +36,18 @@ class Exports:
     `commit` (or `abort`, and every file keeps what the last merge wrote)."""
 
     def __init__(self, folder: RunFolder, asked: tuple[str, ...], run_name: str):
-        self.folder, self.run_name, self.version = folder, run_name, project_version()
+        self.folder = folder
         self.formats = formats_to_write(folder, asked)
+        self.run = ExportRun(self.formats, run_name, project_version())
         directory = folder.path / EXPORT_DIR
         if self.formats:
             directory.mkdir(exist_ok=True)
-        self.writers = {name: _writer(name, directory / FILES[name], self.formats) for name in self.formats}
+        self.kinds = {name: registry.EXPORTS[name] for name in self.formats}
+        self.writers = {name: kind.writer(directory / file_of(name), self.run) for name, kind in self.kinds.items()}
 
     def write(self, sample: Sample) -> None:
         for name, writer in self.writers.items():
-            writer.write(_row(name, sample, self.version))
+            writer.write(self.kinds[name].row(sample, self.run))
 
     def abort(self) -> None:
         for writer in self.writers.values():
@@ -69,11 +57,7 @@ class Exports:
         """Returns {format: path in the run folder}."""
         for writer in self.writers.values():
             writer.commit()
-        if "llamafactory" in self.formats:
-            info = json.dumps(llamafactory.dataset_info(self.run_name), indent=2).encode()
-            directory = self.folder.path / EXPORT_DIR
-            write_atomic(directory / llamafactory.INFO_FILE, lambda handle: handle.write(info + b"\n"))
-        return {name: f"{EXPORT_DIR}/{FILES[name]}" for name in self.formats}
+        return {name: f"{EXPORT_DIR}/{file_of(name)}" for name in self.formats}
 
 
 def publish(

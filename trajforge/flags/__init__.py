@@ -166,9 +166,18 @@ FLAGS: tuple[Flag, ...] = (
         "the toolset distribution (--list_distributions)",
         RUN,
         _R,
-        parse=v.registered("toolset_distributions", "DISTRIBUTIONS"),
+        parse=v.registered("toolset_distributions", "names"),
     ),
     Flag("list_distributions", bool, False, "print the toolset distributions and exit", RUN),
+    Flag(
+        "plugins",
+        str,
+        None,
+        "modules or .py files registering toolsets, distributions, backends, exports, verify checks (comma separated)",
+        RUN,
+        _R,
+        parse=v.names,
+    ),
     Flag("max_turns", int, 10, "model calls per session; then the sample is partial", RUN, _R, parse=v.whole(1)),
     Flag("max_tool_calls_per_turn", int, 32, "tool calls of one reply that run", RUN, _R, parse=v.whole(1)),
     Flag("prompt_timeout", float, 3600.0, "seconds for a whole session; then partial", RUN, parse=v.seconds),
@@ -243,7 +252,7 @@ FLAGS: tuple[Flag, ...] = (
         "where tools run: auto, bwrap, docker, local, ...",
         BOX,
         _R,
-        parse=v.registered("trajforge.environments", "KINDS"),
+        parse=v.registered("trajforge.environments", "kinds"),
     ),
     Flag(
         "default_image", str, "python:3.11-slim", "the container image of entries without one", BOX, _R, parse=v.image

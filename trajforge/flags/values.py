@@ -110,12 +110,12 @@ def one_of(allowed: Iterable[str]) -> Parser:
     return parse
 
 
-def registered(module: str, table: str) -> Parser:
-    """One of the names a table elsewhere holds (backends, distributions), looked up when a value is read:
-    the flag table imports nothing, and whatever registers more names has done so by then."""
+def registered(module: str, names: str) -> Parser:
+    """One of the names a registry holds (backends, distributions), looked up when a value is read: the flag
+    table imports nothing, and the plugins have registered theirs by then. `names`: a function of `module`."""
 
     def parse(value: Any, flag: str) -> str:
-        return choice(value, flag, getattr(importlib.import_module(module), table))
+        return choice(value, flag, getattr(importlib.import_module(module), names)())
 
     return parse
 

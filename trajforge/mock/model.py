@@ -22,6 +22,9 @@ test pass without testing anything):
     empty            answer 200 without any choice; streamed, only ``[DONE]`` (``times=N`` as above)
     snoop            the first terminal command prints its parent's command line (where keys hide)
     command=TEXT     the first terminal command is TEXT, percent-decoded (``%20`` for a space)
+    call=NAME:ARGS,… one turn per item, each calling the tool NAME (any tool offered, a plugin's too) with ARGS,
+                     a JSON object percent-decoded (``%7B%22key%22%3A%22a%22%7D``; optional: ``{}``), in
+                     place of the plan; a comma separates turns (write one inside ARGS as ``%2C``)
     alternate        sessions of this prompt alternate (the server counts them from 0): in the odd ones
                      the first terminal command only echoes, so a task the ``command`` solves is solved by
                      every other sample
@@ -184,6 +187,22 @@ class Directives:
     body_deep: int = 0
     bad_utf8: bool = False
     usage: str | None = None
+    call: str | None = None
+
+    @property
+    def planned(self) -> list[list[tuple[str, dict]]] | None:
+        """The turns of ``call=``, or None: the plan from the tools on offer."""
+        if self.call is None:
+            return None
+        turns = []
+        for item in self.call.split(","):
+            name, _, arguments = item.partition(":")
+            try:
+                parsed = json.loads(unquote(arguments)) if arguments else {}
+            except ValueError:
+                raise DirectiveError(f"mock directive call={item}: its arguments are not JSON") from None
+            turns.append([(name, parsed)])
+        return turns
 
     @classmethod
     def parse(cls, prompt: str) -> Directives:
@@ -214,7 +233,7 @@ CHOICES = {
     "ids": ("vllm", "llamacpp"),
     "usage": tuple(BROKEN_USAGE),
 }
-TEXTS = ("model", "command")
+TEXTS = ("model", "command", "call")
 KNOWN = sorted((*FLAGS, *NUMBERS, *CHOICES, *TEXTS))
 
 
@@ -412,7 +431,7 @@ def reply(
 
     offered = {tool["function"]["name"] for tool in request.get("tools") or []}
     since_prompt = messages[max(i for i, m in enumerate(messages) if m.get("role") == "user") :] if prompt else []
-    plan = _plan(offered, prompt, site, _results_by_tool(since_prompt))
+    plan = steer.planned or _plan(offered, prompt, site, _results_by_tool(since_prompt))
     turns = next((n for n in (steer.turns, turns) if n is not None), len(plan))
     turn = turn_of(messages) if prompt else 0
     if turn < turns and offered:

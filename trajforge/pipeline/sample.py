@@ -110,7 +110,7 @@ class SamplePipeline:
     async def verified(self, session: ToolSession, entry: dict, result: AgentResult, view: Callable[[], dict]) -> dict:
         """The clean room, then the verification, in the sample's still open environment; its commands stay
         out of the conversation and tool_stats."""
-        verification = await verify_sample(self.verify, entry, view, result.turns, session.env, self.task_base)
+        verification = await verify_sample(self.verify, entry, view, result.turns, session.env, self.task_base, session)
         for name in ("output", "error"):  # a Python verifier's info and prints may quote a secret too
             verification[name] = session.redact(verification[name])
         return verification

@@ -11,7 +11,7 @@ import orjson
 
 from trajforge import safejson
 from trajforge.errors import UsageError
-from trajforge.verification.checks import spec_problem
+from trajforge.verification.kinds import spec_problem
 from trajforge.verification.tasks import path_problem, task_problem
 
 MAX_LISTED = 20

@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from dataclasses import replace
 from urllib.parse import urlsplit
 
-from toolset_distributions import DISTRIBUTIONS
+from toolset_distributions import weights
 from trajforge.errors import SetupError
 from trajforge.runconfig import RunConfig
 from trajforge.tools.browser.runtime import BrowserUnavailable, launch_problem
@@ -58,7 +58,7 @@ class Helpers:
             )
         # Ray tasks may run on other machines: each launches a browser of its own.
         executable = config.tools.browser_executable  # None: no browser toolset is offered
-        if config.executor == "pool" and DISTRIBUTIONS[config.distribution].get("browser") and executable:
+        if config.executor == "pool" and weights(config.distribution).get("browser") and executable:
             try:
                 self.browser = BrowserService(executable)
             except BaseException:  # no `with` holds us yet: the mock server must not outlive this

@@ -13,8 +13,8 @@ from datetime import UTC, datetime
 from rich.console import Console
 from rich.markup import escape
 
-from toolset_distributions import DISTRIBUTIONS, usable
-from trajforge.environments import choose, prepare_run, remove_leftovers, userns
+import toolset_distributions
+from trajforge.environments import backend_class, choose, prepare_run, remove_leftovers, userns
 from trajforge.environments.limits import unenforced
 from trajforge.errors import SetupError, UsageError
 from trajforge.events import (
@@ -53,7 +53,7 @@ from trajforge.runfolder.attempts import EXHAUSTED, AttemptLog, History, new_inv
 from trajforge.runfolder.folder import RunFolder, entry_key, passed, sample_key, write_json_atomic
 from trajforge.runfolder.merge import TrajectoryTotals, merge
 from trajforge.runfolder.state import RunState
-from trajforge.tools import registry
+from trajforge.tools.toolsets import available_toolsets, every_tool
 
 UNPRICED = (
     "Set --price_input and --price_output (USD per million tokens) on this command (the paid replies are "
@@ -114,20 +114,23 @@ class BatchRunner:
         started = time.monotonic()
         environment, unsandboxed = choose(self.config.environment)  # what workers use and statistics record
         self.config = config = replace(self.config, environment=environment)
-        for warning in (unsandboxed, unenforced(environment.limits, environment.kind)):
+        for warning in (
+            unsandboxed,
+            unenforced(environment.limits, environment.kind, backend_class(environment.kind).LIMITS),
+        ):
             if warning:
                 self.warn(warning)
         entries = load_dataset(config.dataset_file, config.max_samples)
         if any("tests" in entry.data for entry in entries) and not userns.has_two_uids(environment.kind):
             self.warn(userns.one_uid_warning(environment.kind))
-        toolsets, missing = registry.available_toolsets(config.tools, DISTRIBUTIONS[config.distribution])
+        toolsets, missing = available_toolsets(config.tools, toolset_distributions.weights(config.distribution))
         for item in missing:
             self.warn(f"{item.tool or item.toolset} is not available here, so it is not offered: {item.reason}")
-        weights = usable(config.distribution, set(toolsets))
+        weights = toolset_distributions.usable(config.distribution, set(toolsets))
         if not weights:
             raise UsageError(
                 f"--distribution {config.distribution}: none of its toolsets is available here "
-                f"({', '.join(DISTRIBUTIONS[config.distribution])}); try --distribution=terminal_only"
+                f"({', '.join(toolset_distributions.weights(config.distribution))}); try --distribution=terminal_only"
             )
         if config.dry_run:  # the checks a run makes before its first request, then what it would do
             plan = self.plan(entries)
@@ -141,7 +144,8 @@ class BatchRunner:
 
     def _run_locked(self, entries: list[Entry], weights: dict, toolsets: dict, started: float) -> int:
         prepared = self.prepare(entries, started)
-        tools = (weights, toolsets, prepared.tool_names)
+        offered = {name: [tool.name for tool in tools] for name, tools in toolsets.items()}
+        tools = (weights, offered, prepared.tool_names)
         interrupted = bool(prepared.batches) and self.start(prepared.batches, prepared, tools)
         self.helpers.release()
         return self.finish(entries, prepared, interrupted, started)
@@ -169,7 +173,7 @@ class BatchRunner:
         self.money.begin()
         spent_before = self.money.totals().spent
         self.money.close()  # no connection of ours may cross the fork into the workers
-        return Prepared(plan, batches, state, tally, spent_before, sorted(registry.TOOLS), new_invocation())
+        return Prepared(plan, batches, state, tally, spent_before, sorted(every_tool()), new_invocation())
 
     def finish(self, entries: list[Entry], prepared: Prepared, interrupted: bool, started: float) -> int:
         """After the workers: merge, statistics.json, exports and report, the summary; the exit status."""
