@@ -65,7 +65,7 @@ def sample_rng(seed: int, entry_key: str, sample_index: int) -> random.Random:
 
 def distributions_table(unavailable: list):
     """The --list_distributions view: every distribution with its toolsets and their probabilities, then
-    what this machine cannot offer and why (`unavailable`: tools.registry.Unavailable items)."""
+    what this machine cannot offer and why (`unavailable`: tools.toolsets.Unavailable items)."""
     from rich.console import Group
     from rich.table import Table
 

@@ -50,8 +50,8 @@ def test_every_spelling_fire_accepts_passes(argv):
         (["-x"], "unknown flag -x; see --help for the flags"),
         (
             ["-s", "3"],
-            "-s could be any of --stream, --seed, --sandbox_network, --setup_timeout, --stop_after_passes; "
-            "spell the flag out",
+            "-s could be any of --stream, --seed, --sandbox_network, --setup_timeout, --stop_after_passes, "
+            "--summary_json; spell the flag out",
         ),
         (
             ["data/prompts.jsonl"],
