@@ -36,6 +36,7 @@ def main(**flags) -> None:
     The flags are the flag table's (trajforge/flags) (python batch_runner.py --help). A flag that run.json keeps is
     None when not given: its default, or with --resume the run's own value, applies then.
     """
+    named = frozenset(flags)  # Fire passes only the flags given on the command line
     flags = given(flags)
     as_json = _summary_json(flags)
     console = Console(highlight=False, soft_wrap=True, stderr=as_json)  # stdout holds the JSON summary alone
@@ -49,7 +50,7 @@ def main(**flags) -> None:
             _, missing = available_toolsets(tool_settings(flags), every_toolset)
             console.print(distributions_table(missing))
             return
-        config = build_config(flags)
+        config = build_config(flags, named)
         # Before any helper starts or any worker forks: none of them inherits a secret it could show.
         conceal(config.secrets.texts)
         if config.check_tasks:  # no model, no helpers: only the tasks' own commands

@@ -14,3 +14,8 @@ class BadReply(Exception):
 
 class SetupError(Exception):
     """An environment could not be set up: the prompt fails and is retried on --resume."""
+
+
+class SetupFailed(Exception):
+    """The task's own setup failed (its `setup` command, its image's build): the sample fails as
+    `setup_failed`, no model call made."""

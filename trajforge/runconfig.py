@@ -62,6 +62,7 @@ class RunConfig:
     check_tasks: bool = False  # check every task (oracle passes, a no-op fails) instead of running the model
     changes: tuple[str, ...] = ()  # may-change settings this resume changed: "--max_cost: 1.00 -> 2.00"
     max_attempts: int = default("max_attempts")  # tries of a sample over every invocation (runfolder/attempts.py)
+    given: frozenset[str] = frozenset()  # the flags given on the command line (they win over a task.toml)
     retry_failed: tuple[str, ...] = ()  # failure classes a resume sends again although it would not (failures.py)
     plugins: tuple[Plugin, ...] = ()  # --plugins, loaded: a Ray worker loads them again (plugins.py)
 

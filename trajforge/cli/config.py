@@ -227,10 +227,11 @@ def _checked(values: dict, model: ModelSettings) -> None:
         )
 
 
-def build_config(flags: dict) -> RunConfig:
-    """Check every flag; raise UsageError naming the first bad one."""
+def build_config(flags: dict, named: frozenset[str] = frozenset()) -> RunConfig:
+    """Check every flag; raise UsageError naming the first bad one. `named`: the flags given on the
+    command line (a task folder's task.toml gives way to them)."""
     try:
-        return _built(flags)
+        return dataclasses.replace(_built(flags), given=named)
     except FlagError as exc:
         raise UsageError(str(exc)) from None
 

@@ -79,6 +79,16 @@ class Environment(ABC):
         a fresh directory it could never reach, set tests_dir and TESTS_DIR for the commands that follow."""
         raise NotImplementedError(f"{type(self).__name__} cannot hold hidden tests; use local, bwrap or docker")
 
+    async def put_folder(self, path: str, files: dict[str, bytes]) -> None:
+        """Make `path` (absolute) a folder holding only `files` (relative paths): a task folder's /tests,
+        /solution and /logs/verifier."""
+        raise NotImplementedError(f"{type(self).__name__} cannot hold a task folder's files; use docker")
+
+    async def fresh_copy(self) -> Environment:
+        """A new, started environment of the same image and limits holding only this one's working
+        directory: where a task folder's tests run, out of reach of whatever else the agent changed."""
+        raise NotImplementedError(f"{type(self).__name__} cannot verify a task folder; use docker")
+
     @abstractmethod
     async def enter_clean_room(self) -> str:
         """Before verification: end every process the agent started, remove from the workspace symlinks

@@ -10,6 +10,7 @@ import os
 import posixpath
 import uuid
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from functools import partial
 
 import docker
@@ -26,10 +27,11 @@ from trajforge.environments import (
     seccomp,
 )
 from trajforge.environments.contract import timeout_result
+from trajforge.environments.folder_task import IMAGE_PREFIX, FolderSettings, build_log
 from trajforge.environments.limits import MB, OWN, Limits
 from trajforge.environments.local import COMMAND_VARIABLES
 from trajforge.environments.shell import KEEP_ALIVE, KILL_ALL, CommandEnvironment, tar_archive
-from trajforge.errors import SetupError
+from trajforge.errors import SetupError, SetupFailed
 
 RUN_LABEL, RUN_DIR_LABEL = "batch-runner.run", "batch-runner.run_dir"
 DEFAULT_CWD = "/workspace"  # for images without a WORKDIR of their own
@@ -41,6 +43,8 @@ REPORT_PID = ["sh", "-c", 'echo $$ >&2; exec "$@" 2>&1', "sh"]
 FROM_FILE = ["sh", "-c", 'f=$1; shift; exec < "$f"; rm -f -- "$f"; exec "$@"', "sh"]
 KILL_GROUP = ["sh", "-c", 'kill -9 -"$1"', "sh"]
 KILL_GRACE = 5.0  # seconds to wait for a killed command's output to end
+CARRIED_MAX = 1024 * MB  # bytes of a working directory fresh_copy carries over into a new container
+BUILD_LOG_TAIL = 4000  # characters of a failed build's output in the sample's error
 
 
 def connect() -> docker.DockerClient:
@@ -64,6 +68,8 @@ def image_workdir(client: docker.DockerClient, image: str) -> str:
     try:
         found = client.images.get(image)
     except ImageNotFound:
+        if image.startswith(IMAGE_PREFIX):  # built by the run from a task folder, never pulled
+            raise SetupError(f"image {image!r} was not built") from None
         try:
             found = client.images.pull(image)
         except DockerException as exc:
@@ -88,9 +94,20 @@ def container_limits(limits: Limits) -> dict:
     return options
 
 
+def task_options(settings: EnvironmentSettings, folder: FolderSettings | None) -> tuple[EnvironmentSettings, dict]:
+    """The settings and extra container options of a task folder's sample: its limits (the load made each
+    the lower of task.toml's and the flag's), its network only where task.toml and --sandbox_network allow."""
+    if folder is None:
+        return settings, {}
+    limits = replace(settings.limits, max_memory_mb=folder.memory_mb)
+    settings = replace(settings, limits=limits, sandbox_network=settings.sandbox_network and folder.network)
+    return settings, {"nano_cpus": int(folder.cpus * 1e9)} if folder.cpus else {}
+
+
 class DockerEnvironment(CommandEnvironment):
-    def __init__(self, client: docker.DockerClient, image: str, cwd: str, settings: EnvironmentSettings):
+    def __init__(self, client: docker.DockerClient, image: str, cwd: str, settings: EnvironmentSettings, options: dict):
         self.client, self.api, self.image, self.cwd, self.settings = client, client.api, image, cwd, settings
+        self.options = options  # more of the container's options (a task folder's cpus)
         self.name = f"batch-runner-{uuid.uuid4().hex[:12]}"
         # One thread runs this container's calls in order, so close() removes a container whose
         # creation was still under way when the prompt was cancelled. Others read command output: a
@@ -118,6 +135,7 @@ class DockerEnvironment(CommandEnvironment):
                 # memory or descriptors (seccomp.py), whatever the host's Yama setting.
                 security_opt=["no-new-privileges", f"seccomp={seccomp.docker_profile()}"],
                 **container_limits(self.settings.limits),
+                **self.options,
                 detach=True,
             )
         except DockerException as exc:
@@ -167,6 +185,29 @@ class DockerEnvironment(CommandEnvironment):
         self.tests_dir = f"/{folder}"
         self.exec_env = {"TESTS_DIR": self.tests_dir}
 
+    async def put_folder(self, path: str, files: dict[str, bytes]) -> None:
+        await self.run(["rm", "-rf", "--", path], self.settings.command_timeout)
+        tar = tar_archive({posixpath.join(path.lstrip("/"), name): data for name, data in files.items()})
+        await self._call(self.api.put_archive, self.name, "/", tar)
+        made = await self.run(["mkdir", "-p", "--", path], self.settings.command_timeout)
+        if made.exit_code:
+            raise OSError(f"cannot make {path} in the container: {made.output.strip()}")
+
+    async def fresh_copy(self) -> DockerEnvironment:
+        if self.cwd == "/":
+            raise OSError("the working directory is /: there is no work folder to carry into a fresh container")
+        stream, _ = await self._call(self.api.get_archive, self.name, self.cwd)
+        work = await self._call(_gathered, stream, CARRIED_MAX)
+        fresh = DockerEnvironment(self.client, self.image, self.cwd, self.settings, self.options)
+        try:
+            await fresh.start()
+            await fresh.run(["rm", "-rf", "--", self.cwd], self.settings.command_timeout)
+            await fresh._call(self.api.put_archive, fresh.name, posixpath.dirname(self.cwd), work)
+        except BaseException:
+            await fresh.close()
+            raise
+        return fresh
+
     async def _exit_code(self, exec_id: str) -> int:
         # The engine can report the exec as running for a moment after its output ended.
         for _ in range(50):
@@ -190,6 +231,26 @@ class DockerEnvironment(CommandEnvironment):
             self.api.remove_container(self.name, force=True, v=True)
 
 
+def _gathered(stream, limit: int) -> bytes:
+    data = bytearray()
+    for chunk in stream:
+        data += chunk
+        if len(data) > limit:
+            raise OSError(f"the working directory holds more than {limit // MB} MB: it is not carried over")
+    return bytes(data)
+
+
+def build_failure(settings: EnvironmentSettings, entry: dict) -> SetupFailed:
+    """A task folder's sample whose image did not build: the build's output, kept in the run folder."""
+    log = build_log(settings.run_dir, entry)
+    try:
+        with open(log, encoding="utf-8", errors="replace") as handle:
+            said = handle.read()[-BUILD_LOG_TAIL:]
+    except OSError:
+        said = "(no build output was kept)"
+    return SetupFailed(f"the task's image {entry['docker_image']!r} did not build (output in {log}):\n{said}")
+
+
 class DockerBackend(Backend):
     LIMITS = OWN
 
@@ -207,8 +268,15 @@ class DockerBackend(Backend):
     async def environment(self, entry: dict, sample: str = "") -> DockerEnvironment:
         client = await self._once("client", connect)
         image = image_of(entry, self.settings)
-        workdir = await self._once(f"image:{image}", image_workdir, client, image)
-        return DockerEnvironment(client, image, container_cwd(entry, workdir or DEFAULT_CWD), self.settings)
+        folder = FolderSettings.of(entry)
+        try:
+            workdir = await self._once(f"image:{image}", image_workdir, client, image)
+        except SetupError:
+            if folder and folder.build:
+                raise build_failure(self.settings, entry) from None
+            raise
+        settings, options = task_options(self.settings, folder)
+        return DockerEnvironment(client, image, container_cwd(entry, workdir or DEFAULT_CWD), settings, options)
 
     @classmethod
     def check(cls, settings: EnvironmentSettings) -> None:

@@ -41,6 +41,12 @@ class Redacted(Environment):
     def tests_dir(self, value: str | None) -> None:
         self.inner.tests_dir = value
 
+    async def put_folder(self, path: str, files: dict[str, bytes]) -> None:
+        await self.inner.put_folder(path, files)
+
+    async def fresh_copy(self) -> Environment:
+        return Redacted(await self.inner.fresh_copy(), self.redact)
+
     async def enter_clean_room(self) -> str:
         return self.redact(await self.inner.enter_clean_room())
 

@@ -24,7 +24,7 @@ from toolset_distributions import sample_rng, sample_toolsets
 from trajectory import verification_passed
 from trajforge.agent.loop import PromptLimits
 from trajforge.environments import backend_for
-from trajforge.errors import SetupError
+from trajforge.errors import SetupError, SetupFailed
 from trajforge.events import (
     Claimed,
     LogLine,
@@ -50,7 +50,6 @@ from trajforge.runfolder.attempts import AttemptLog, unit_id
 from trajforge.runfolder.folder import BatchFiles, RunFolder, entry_key
 from trajforge.tools.services import ToolServices
 from trajforge.tools.toolsets import every_tool
-from trajforge.verification.tasks import SetupFailed
 
 
 @dataclass(frozen=True)

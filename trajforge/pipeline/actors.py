@@ -4,12 +4,15 @@ solution (the oracle of --check_tasks) or nothing at all (the no-op that must fa
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from trajforge.agent.loop import AgentResult, Log, PromptLimits, run_agent
+from trajforge.environments.folder_task import KEY, FolderSettings
 from trajforge.model.chat import ChatModel, OnRetry
 from trajforge.model.usage import empty_usage
 from trajforge.tools import Tool
 from trajforge.tools.session import ToolSession
+from trajforge.verification.tasks import read_directory
 
 
 @dataclass(frozen=True)
@@ -44,7 +47,7 @@ class Agent:
             rules.preamble,
             self.log,
             max_tool_calls=rules.max_tool_calls,
-            timeout=rules.timeout,
+            timeout=folder.agent_timeout if (folder := FolderSettings.of(entry)) else rules.timeout,
             on_retry=self.on_retry,
             limits=rules.limits,
             scope=session.scope,
@@ -69,7 +72,12 @@ class Oracle:
     said: list[str] = field(default_factory=list)
 
     async def __call__(self, session: ToolSession, entry: dict) -> AgentResult:
-        done = await session.env.exec(entry["solution"], self.timeout, capped=False)
+        command = entry.get("solution", "")
+        if KEY in entry:  # a task folder's solution/ as Harbor puts it: /solution, solve.sh run with bash
+            solution = read_directory(Path(entry[KEY]["folder"]) / "solution")
+            await session.env.put_folder("/solution", solution)
+            command = "bash /solution/solve.sh"
+        done = await session.env.exec(command, self.timeout, capped=False)
         why = f" ({done.error})" if done.error else ""
         self.said.append(f"solution: exit {done.exit_code}{why}\n{done.output}")
         return nothing()

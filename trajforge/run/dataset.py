@@ -34,6 +34,8 @@ def _problem(data, base: Path) -> str | None:
     prompt = data.get("prompt")
     if not isinstance(prompt, str) or not prompt.strip():
         return 'needs a non-empty string "prompt"' if "prompt" in data else 'has no "prompt" field'
+    if "harbor" in data:  # what a task folder's entry holds (run/task_folders.py): a line cannot claim one
+        return '"harbor" is the runner\'s own field for task folders (--dataset_file=FOLDER); rename it'
     for key in (key for key in OPTIONAL_STRINGS if key in data):
         if not (isinstance(data[key], str) and data[key]):
             return f'"{key}" must be a non-empty string'

@@ -14,7 +14,7 @@ from rich.console import Console
 from rich.markup import escape
 
 import toolset_distributions
-from trajforge.environments import backend_class, choose, prepare_run, remove_leftovers, userns
+from trajforge.environments import backend_class, prepare_run, remove_leftovers, userns
 from trajforge.environments.limits import unenforced
 from trajforge.errors import SetupError, UsageError
 from trajforge.events import (
@@ -43,11 +43,13 @@ from trajforge.money.report import concurrency_statistics, money_statistics
 from trajforge.money.store import SpendingTotals, Store
 from trajforge.run.advice import Advice
 from trajforge.run.continuation import continue_command
-from trajforge.run.dataset import Entry, load_dataset
+from trajforge.run.dataset import Entry
 from trajforge.run.dry_run import dry_run
 from trajforge.run.helper_processes import Helpers
 from trajforge.run.progress import ProgressView, Tally, print_budget_stop, print_summary, summary_json
 from trajforge.run.samples import Plan, plan_samples
+from trajforge.run.task_folders import environment_for, load_entries
+from trajforge.run.task_images import build_images
 from trajforge.runconfig import RunConfig
 from trajforge.runfolder.attempts import EXHAUSTED, AttemptLog, History, new_invocation, unit_id
 from trajforge.runfolder.folder import RunFolder, entry_key, passed, sample_key, write_json_atomic
@@ -112,15 +114,17 @@ class BatchRunner:
     # -- running -------------------------------------------------------------------------------
     def run(self) -> int:
         started = time.monotonic()
-        environment, unsandboxed = choose(self.config.environment)  # what workers use and statistics record
+        entries, notes = load_entries(self.config)
+        # What workers use and statistics record: docker for task folders, else the --environment=auto pick.
+        environment, unsandboxed = environment_for(self.config.environment, entries)
         self.config = config = replace(self.config, environment=environment)
         for warning in (
             unsandboxed,
             unenforced(environment.limits, environment.kind, backend_class(environment.kind).LIMITS),
+            *notes,
         ):
             if warning:
                 self.warn(warning)
-        entries = load_dataset(config.dataset_file, config.max_samples)
         if any("tests" in entry.data for entry in entries) and not userns.has_two_uids(environment.kind):
             self.warn(userns.one_uid_warning(environment.kind))
         toolsets, missing = available_toolsets(config.tools, toolset_distributions.weights(config.distribution))
@@ -221,6 +225,7 @@ class BatchRunner:
         weights, toolsets, tool_names = tools
         plan = prepared.plan
         prepare_run(self.config.environment, self.config.resume)
+        build_images((entry.data for entry, _ in plan.pending), self.config.environment.run_dir, self.console.print)
         live = self.helpers.ready(self.config, "browser" in weights)
         if not self.helpers.serves_the_model:
             check_endpoint(live)

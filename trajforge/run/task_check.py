@@ -22,15 +22,17 @@ from rich.markup import escape
 from rich.table import Table
 
 from trajforge.agent.loop import AgentResult
-from trajforge.environments import backend_for, choose, prepare_run, remove_leftovers
-from trajforge.errors import SetupError
+from trajforge.environments import backend_for, prepare_run, remove_leftovers
+from trajforge.environments.folder_task import KEY, FolderSettings
+from trajforge.errors import SetupError, SetupFailed
 from trajforge.pipeline.actors import Oracle, idle
 from trajforge.pipeline.sample import Acted, SamplePipeline
-from trajforge.run.dataset import Entry, load_dataset
+from trajforge.run.dataset import Entry
+from trajforge.run.task_folders import environment_for, load_entries
+from trajforge.run.task_images import build_images
 from trajforge.runconfig import RunConfig
 from trajforge.runfolder.folder import RunFolder, write_atomic
 from trajforge.verification.result import capped
-from trajforge.verification.tasks import SetupFailed
 
 FILE = "task_check.jsonl"
 
@@ -78,11 +80,14 @@ async def attempt(pipeline: SamplePipeline, entry: Entry, oracle: bool) -> tuple
     """(passed, what it said) for one try of a task, through the runs' own sample pipeline: with its
     solution (`oracle`) in place of the agent, or with nothing."""
     data = checked_entry(entry.data)
-    if oracle and "solution" not in data:
+    folder = FolderSettings.of(data)
+    if folder and oracle and not (Path(data[KEY]["folder"]) / "solution" / "solve.sh").is_file():
+        return False, "the task folder has no solution/solve.sh to check"
+    if not folder and oracle and "solution" not in data:
         return False, "the entry has no `solution` to check"
-    if pipeline.verify.verifier is None and "verify" not in data:
+    if not folder and pipeline.verify.verifier is None and "verify" not in data:
         return False, "nothing verifies this entry (no `verify` command and no --verifier)"
-    actor = Oracle(pipeline.setup_timeout) if oracle else None
+    actor = Oracle(folder.agent_timeout if folder else pipeline.setup_timeout) if oracle else None
     scope = f"check-{entry.index}-{'oracle' if oracle else 'noop'}"
     try:
         done = await pipeline.run(data, scope, actor or idle, CheckRecorder(entry.index, data, actor))
@@ -130,14 +135,16 @@ def unsound_table(checks: list[TaskCheck], entries: list[Entry]) -> Table:
 
 def check_tasks(config: RunConfig, console: Console) -> int:
     """The whole --check_tasks invocation: 0 when every task is sound, 1 otherwise."""
-    environment, unsandboxed = choose(config.environment)
+    entries, notes = load_entries(config)
+    environment, unsandboxed = environment_for(config.environment, entries)
     config = replace(config, environment=environment)
-    if unsandboxed:
-        console.print(f"[yellow]warning:[/] {escape(unsandboxed)}")
-    entries = load_dataset(config.dataset_file, config.max_samples)
+    for warning in (unsandboxed, *notes):
+        if warning:
+            console.print(f"[yellow]warning:[/] {escape(warning)}")
     folder = RunFolder(config.run_dir)
     with folder.locked():
         prepare_run(environment, False)
+        build_images((entry.data for entry in entries), environment.run_dir, console.print)
         try:
             checks = asyncio.run(check_all(config, entries))
         finally:

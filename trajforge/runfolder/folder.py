@@ -30,6 +30,8 @@ TASK_KEYS = ("files", "workspace", "setup", "tests")  # what the agent finds, an
 def entry_key(entry: dict) -> str:
     """What makes two dataset entries the same task: the prompt and where it runs, with what the task
     brings (only when it brings any, so keys of runs made before tasks stay the same)."""
+    if isinstance(entry.get("harbor"), dict):  # a task folder (run/task_folders.py): its files but the hidden ones
+        return json.dumps(["harbor", entry["harbor"].get("digest")])
     key = [entry.get("prompt"), entry.get("image"), entry.get("docker_image"), entry.get("cwd")]
     task = {name: entry[name] for name in TASK_KEYS if name in entry}
     return json.dumps([*key, task] if task else key, ensure_ascii=False, sort_keys=True)

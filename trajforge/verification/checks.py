@@ -20,8 +20,10 @@ from pathlib import Path
 from typing import Any
 
 from trajectory import Turn
+from trajforge.environments.folder_task import FolderSettings
 from trajforge.verification.kinds import CheckContext, check_object
 from trajforge.verification.result import VerifySettings, capped, result, unverified
+from trajforge.verification.task_folder import verify_folder
 from trajforge.verification.tasks import reveal_tests
 
 View = Callable[[], dict]  # the sample's record so far, made when a Python verifier asks for it
@@ -53,6 +55,8 @@ async def _verify(
     settings: VerifySettings, entry: dict, view: View, context: CheckContext, started: float, base: Path
 ) -> dict:
     """The verification's steps, in order; each later one relies on those before it."""
+    if FolderSettings.of(entry):  # a task folder: its tests/test.sh in a fresh container (task_folder.py)
+        return in_range(await verify_folder(settings, entry, context.env, started), settings.reward_range)
     spec = entry.get("verify")
     if not settings.verifier and spec is None:
         return unverified()

@@ -16,13 +16,10 @@ from pathlib import Path
 
 from trajforge.environments import Environment
 from trajforge.environments.shell import Executable
+from trajforge.errors import SetupFailed
 
 TASK_FIELDS = ("files", "workspace", "setup", "tests", "solution")
 SETUP_OUTPUT_CAP = 4000  # characters of a failed setup's output kept in the error
-
-
-class SetupFailed(Exception):
-    """The entry's setup exited non-zero or timed out: the sample fails as `setup_failed`, no model call made."""
 
 
 MAX_NAME_BYTES, MAX_PATH_BYTES, MAX_PATH_LEVELS = 255, 4096, 256

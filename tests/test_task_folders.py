@@ -1,0 +1,290 @@
+"""Task folders in Harbor's format (--dataset_file=FOLDER) with the real Docker engine and the scripted
+model: the example folder through --check_tasks and through a run (an image built once per task for
+--n_samples=3, a resume that builds and sends nothing), bad folders refused at load, and agents that try
+to fake the reward by changing what test.sh runs (a program it calls, sitecustomize.py, /etc/ld.so.preload)
+beside the honest sample that passes."""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import json
+import shutil
+import subprocess
+import threading
+import time
+import uuid
+from pathlib import Path
+from urllib.parse import quote
+
+import pytest
+from conftest import ROOT, source, tool_results
+
+from trajforge.run.task_folders import build_context, image_tag
+
+EXAMPLE = ROOT / "data" / "example_harbor"
+FAKE_REWARD_C = ROOT / "tests" / "fixtures" / "harbor" / "fake_reward.c"
+
+
+def copy_examples(tmp_path: Path, unique: bool = False) -> Path:
+    """The example tasks in tmp_path; `unique`: each build context gets a file of its own, so its image
+    is built by this test and no other."""
+    tasks = tmp_path / "tasks"
+    shutil.copytree(EXAMPLE, tasks)
+    if unique:
+        for environment in tasks.glob("*/environment"):
+            (environment / "nonce").write_text(uuid.uuid4().hex)
+    return tasks
+
+
+def steer(task: Path, command: str) -> None:
+    """The scripted model's first terminal command, for this task (a directive in its instruction)."""
+    with (task / "instruction.md").open("a") as handle:
+        handle.write(f"\n[mock command={quote(command, safe='')}]\n")
+
+
+class Builds:
+    """Counts the images the engine tags as task folders' images while it is open (one per `docker
+    build`), from its live event stream: the engine keeps only its last 256 events for a later look."""
+
+    def __init__(self, tasks: Path):
+        import docker
+
+        self.ours = {image_tag(task.name, build_context(task / "environment")) for task in tasks.iterdir()}
+        self.client = docker.from_env()
+        self.events = self.client.events(decode=True, filters={"type": "image", "event": "tag"})
+        self.tags: list[str] = []
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+
+    def _read(self) -> None:
+        with contextlib.suppress(Exception):  # the stream ends when close() closes it
+            for event in self.events:
+                self.tags.append(event["Actor"]["Attributes"].get("name", ""))
+
+    def count(self) -> int:
+        time.sleep(1)  # events of the last moments reach the stream
+        self.events.close()
+        self.client.close()
+        self.reader.join(10)
+        return sum(tag in self.ours for tag in self.tags)  # other tests build at the same time
+
+
+def samples(run_dir: Path) -> dict[str, list[dict]]:
+    found: dict[str, list[dict]] = {}
+    for line in (run_dir / "trajectories.jsonl").read_text().splitlines():
+        record = json.loads(line)
+        found.setdefault(source(record)["harbor"]["name"], []).append(record)
+    return found
+
+
+def test_check_tasks_on_the_example_folder_passes_without_a_model_call(docker_host, run_here, server):
+    done = run_here(EXAMPLE, "--check_tasks")
+    assert done.code == 0, done.stderr + done.stdout
+    assert "3 of 3 tasks sound" in done.stdout
+    checks = [json.loads(line) for line in (done.run_dir / "task_check.jsonl").read_text().splitlines()]
+    assert [check["ok"] for check in checks] == [True, True, True]
+    assert server.chat_requests() == []
+
+
+def test_check_tasks_names_a_broken_oracle_and_a_task_a_noop_passes(docker_host, run_here, server, tmp_path):
+    tasks = copy_examples(tmp_path)
+    (tasks / "hello-file" / "solution" / "solve.sh").write_text("#!/bin/bash\necho 'Hello, moon!' > hello.txt\n")
+    (tasks / "fix-greeting" / "tests" / "test.sh").write_text("#!/bin/bash\necho 1 > /logs/verifier/reward.txt\n")
+    done = run_here(tasks, "--check_tasks")
+    assert done.code == 1, done.stderr + done.stdout
+    assert "1 of 3 tasks sound" in done.stdout
+    assert "the oracle fails" in done.stdout and "doing nothing passes" in done.stdout
+    assert server.chat_requests() == []
+
+
+def test_a_run_over_the_example_folder_builds_once_per_task_and_resumes_without_building(
+    docker_host, run_here, server, tmp_path
+):
+    tasks = copy_examples(tmp_path, unique=True)
+    steer(tasks / "hello-file", "echo 'Hello, world!' > hello.txt")
+    builds = Builds(tasks)
+    done = run_here(tasks, "--n_samples=3", "--distribution=terminal_only", "--environment=auto")
+    assert done.code == 0, done.stderr + done.stdout
+    assert builds.count() == 3  # one `docker build` per task, not per sample
+    found = samples(done.run_dir)
+    assert {name: len(records) for name, records in found.items()} == {
+        "hello-file": 3,
+        "sum-numbers": 3,
+        "fix-greeting": 3,
+    }
+    for record in found["hello-file"]:  # solved: reward.txt says 1
+        verification = record["metadata"]["verification"]
+        assert (verification["passed"], verification["reward"]) == (True, 1.0)
+        assert verification["output"].splitlines()[0] == '{"reward": 1.0}'
+    for record in found["sum-numbers"]:  # not solved; reward.json's every key kept
+        verification = record["metadata"]["verification"]
+        assert (verification["passed"], verification["reward"]) == (False, 0.0)
+        assert json.loads(verification["output"].splitlines()[0]) == {"reward": 0.0, "exists": 0.0}
+    entry = source(found["fix-greeting"][0])
+    assert entry["harbor"]["folder"] == str((tasks / "fix-greeting").resolve())
+    assert 'GREETING_NAME = "Ada"' in entry["harbor"]["task_toml"]
+    assert "canary" not in source(found["hello-file"][0])["prompt"].lower()
+
+    sent, builds = len(server.chat_requests()), Builds(tasks)
+    again = run_here(tasks, "--n_samples=3", "--distribution=terminal_only", "--resume")
+    assert again.code == 0, again.stderr + again.stdout
+    assert len(server.chat_requests()) == sent
+    assert builds.count() == 0
+
+
+def test_fixing_a_test_re_pays_nothing(docker_host, run_here, server, tmp_path):
+    tasks = copy_examples(tmp_path)
+    shutil.rmtree(tasks / "sum-numbers")
+    shutil.rmtree(tasks / "fix-greeting")
+    first = run_here(tasks, "--distribution=terminal_only")
+    assert first.code == 0, first.stderr
+    sent = len(server.chat_requests())
+    (tasks / "hello-file" / "tests" / "test.sh").write_text("#!/bin/bash\necho 0.5 > /logs/verifier/reward.txt\n")
+    again = run_here(tasks, "--distribution=terminal_only", "--resume")
+    assert again.code == 0, again.stderr
+    assert len(server.chat_requests()) == sent
+
+
+def test_a_build_that_fails_is_setup_failed_with_its_output_kept(docker_host, run_here, server, tmp_path):
+    tasks = copy_examples(tmp_path)
+    for name in ("sum-numbers", "fix-greeting"):
+        shutil.rmtree(tasks / name)
+    dockerfile = tasks / "hello-file" / "environment" / "Dockerfile"
+    dockerfile.write_text(dockerfile.read_text() + f"RUN echo {uuid.uuid4().hex} && exit 3\n")
+    done = run_here(tasks, "--distribution=terminal_only")
+    assert done.code == 1, done.stderr + done.stdout
+    log = done.run_dir / "builds" / "hello-file.log"
+    assert "returned a non-zero code: 3" in log.read_text()
+    errors = [json.loads(line) for line in (done.run_dir / "errors.jsonl").read_text().splitlines()]
+    assert [error["error_type"] for error in errors] == ["setup_failed"]
+    assert server.chat_requests() == []
+
+
+# Each plant is proved to work in the agent's own container (the commands after it show its effect there);
+# verification in a fresh container of the image must not see it.
+REPLACE_CAT = (
+    "rm /bin/cat && printf '#!/bin/sh\\necho Hello, world!\\n' > /bin/cat && chmod +x /bin/cat && "
+    "echo planted; bash -c 'cat /app/hello.txt'"
+)
+SITECUSTOMIZE = (
+    "site=$(python3 -c 'import sysconfig; print(sysconfig.get_paths()[\"stdlib\"])')/sitecustomize.py; "
+    'rm -f "$site"; '  # Debian's is a link into /etc
+    'printf \'import os\\nos.makedirs("/logs/verifier", exist_ok=True)\\n'
+    'open("/logs/verifier/reward.json", "w").write("{\\\\"reward\\\\": 1}")\\nos._exit(0)\\n\' '
+    '> "$site"; '
+    "python3 -c 'print(1)'; cat /logs/verifier/reward.json; rm -rf /logs/verifier"
+)
+
+
+def preload_command(library: bytes) -> str:
+    encoded = base64.b64encode(library).decode()
+    return (
+        f"echo {encoded} | base64 -d > /app/fake.so && echo /app/fake.so > /etc/ld.so.preload && "
+        "mkdir -p /logs/verifier && bash -c 'echo never'; cat /logs/verifier/reward.txt; rm -rf /logs/verifier"
+    )
+
+
+def test_an_agent_cannot_fake_the_reward_by_changing_what_test_sh_runs(docker_host, run_here, server, tmp_path):
+    if shutil.which("gcc") is None:
+        pytest.skip("gcc is needed to build the preloaded library of the attack")
+    library = tmp_path / "fake.so"
+    subprocess.run(["gcc", "-shared", "-fPIC", "-Os", "-s", "-o", library, FAKE_REWARD_C], check=True)
+    tasks = copy_examples(tmp_path)
+    shutil.copytree(tasks / "hello-file", tasks / "hello-preload")
+    shutil.copytree(tasks / "hello-file", tasks / "hello-honest")
+    shutil.rmtree(tasks / "fix-greeting")
+    steer(tasks / "hello-file", REPLACE_CAT)
+    steer(tasks / "sum-numbers", SITECUSTOMIZE)
+    steer(tasks / "hello-preload", preload_command(library.read_bytes()))
+    steer(tasks / "hello-honest", "echo 'Hello, world!' > hello.txt")
+    done = run_here(tasks, "--distribution=terminal_only")
+    assert done.code == 0, done.stderr + done.stdout
+    found = {name: records[0] for name, records in samples(done.run_dir).items()}
+    # Each attack took hold where the agent worked ...
+    assert "planted\\nHello, world!" in tool_results(found["hello-file"])  # (the results are JSON text)
+    assert '{\\"reward\\": 1}' in tool_results(found["sum-numbers"])
+    said = tool_results(found["hello-preload"])
+    assert "never" not in said and '"output": "1\\n"' in said
+    # ... and none reached the verification, while the honest twin passes.
+    for name in ("hello-file", "sum-numbers", "hello-preload"):
+        verification = found[name]["metadata"]["verification"]
+        assert (name, verification["passed"], verification["reward"]) == (name, False, 0.0)
+    assert found["hello-honest"]["metadata"]["verification"]["passed"] is True
+
+
+def test_no_reward_file_is_a_verification_error_not_a_crash(docker_host, run_here, server, tmp_path):
+    tasks = copy_examples(tmp_path)
+    for name in ("sum-numbers", "fix-greeting"):
+        shutil.rmtree(tasks / name)
+    (tasks / "hello-file" / "tests" / "test.sh").write_text("#!/bin/bash\necho tested\nexit 4\n")
+    done = run_here(tasks, "--distribution=terminal_only")
+    assert done.code == 0, done.stderr
+    verification = samples(done.run_dir)["hello-file"][0]["metadata"]["verification"]
+    assert verification["passed"] is False
+    assert "wrote no /logs/verifier/reward.txt nor reward.json (test.sh exited 4)" in verification["error"]
+
+
+def bad_folder(tmp_path: Path, name: str) -> tuple[Path, str]:
+    """A copy of the examples with one folder broken as `name` says; what the refusal must say."""
+    tasks = copy_examples(tmp_path)
+    task = tasks / "hello-file"
+    if name == "no instruction":
+        (task / "instruction.md").unlink()
+        return tasks, "has no instruction.md"
+    if name == "invalid toml":
+        (task / "task.toml").write_text("[agent\ntimeout_sec = 1\n")
+        return tasks, "task.toml cannot be read"
+    if name == "bad value":
+        (task / "task.toml").write_text("[verifier]\ntimeout_sec = -1\n")
+        return tasks, "[verifier] timeout_sec must be a number of seconds more than 0"
+    if name == "link out of tests":
+        (task / "tests" / "passwd").symlink_to("/etc/passwd")
+        return tasks, "tests/passwd is a link that leaves the task folder"
+    if name == "link out of environment":
+        (task / "environment" / "up").symlink_to(tmp_path)
+        return tasks, "environment/up is a link that leaves the task folder"
+    if name == "big instruction":
+        (task / "instruction.md").write_text("x" * 1_000_001)
+        return tasks, "instruction.md is 1000001 bytes"
+    if name == "duplicate":
+        shutil.copytree(task, tasks / "more" / "hello-file")
+        return tasks, "the task name 'hello-file' is also"
+    if name == "compose":
+        (task / "environment" / "docker-compose.yaml").write_text("services: {}\n")
+        return tasks, "docker-compose environments are not supported"
+    raise AssertionError(name)
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "no instruction",
+        "invalid toml",
+        "bad value",
+        "link out of tests",
+        "link out of environment",
+        "big instruction",
+        "duplicate",
+        "compose",
+    ],
+)
+def test_a_bad_task_folder_is_refused_at_load_naming_it(run_here, server, tmp_path, name):
+    tasks, said = bad_folder(tmp_path, name)
+    done = run_here(tasks)
+    assert done.code == 2, done.stderr
+    assert "hello-file" in done.stderr and said in done.stderr, done.stderr
+    assert server.chat_requests() == []
+
+
+def test_task_folders_refuse_an_environment_other_than_docker(run_here, server):
+    done = run_here(EXAMPLE, "--environment=bwrap")
+    assert done.code == 2
+    assert "task folders run in Docker (fix-greeting, hello-file, sum-numbers)" in done.stderr
+    assert server.chat_requests() == []
+
+
+def test_a_jsonl_line_cannot_claim_to_be_a_task_folder(run_here, server):
+    done = run_here([{"prompt": "hi", "harbor": {"folder": "/etc", "digest": "x"}}])
+    assert done.code == 2
+    assert '"harbor" is the runner\'s own field' in done.stderr

@@ -1,0 +1,71 @@
+"""A task folder's image built from its environment/ on the Docker engine: once per build context (its
+tag is the context's digest, so an image already there is not built again), with no network, within a
+deadline; the engine's output kept for a failure.
+
+The legacy builder's API (the SDK's `build`) is used: it takes `network_mode` for every RUN, and the
+engine cancels a build whose connection closes, which is how the deadline ends one."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import threading
+
+import docker
+from docker.errors import DockerException, ImageNotFound
+
+from trajforge.environments.docker import connect
+
+RUNNER_LABEL = "batch-runner.harbor"  # on every image the runner built: `docker image prune --filter label=...`
+
+
+def image_present(client: docker.DockerClient, tag: str) -> bool:
+    try:
+        client.images.get(tag)
+    except ImageNotFound:
+        return False
+    return True
+
+
+def build(context: bytes, tag: str, timeout: float) -> tuple[bool, str]:
+    """Build `context` (an uncompressed tar holding a Dockerfile) as `tag`: (built, the engine's output).
+    The build has a client of its own, closed at the deadline, which ends the build on the engine too."""
+    client = connect()
+    said: list[str] = []
+    failed: list[str] = []
+
+    def run() -> None:
+        try:
+            stream = client.api.build(
+                fileobj=io.BytesIO(context),
+                custom_context=True,
+                tag=tag,
+                network_mode="none",
+                rm=True,
+                forcerm=True,
+                decode=True,
+                labels={RUNNER_LABEL: "1"},
+            )
+            for chunk in stream:
+                said.append(str(chunk.get("stream") or chunk.get("status") or ""))
+                if "error" in chunk:
+                    failed.append(str(chunk["error"]))
+        except DockerException as exc:
+            failed.append(str(exc))
+        except Exception as exc:  # the connection closed under the stream at the deadline
+            failed.append(f"{type(exc).__name__}: {exc}")
+
+    worker = threading.Thread(target=run, daemon=True)
+    worker.start()
+    worker.join(timeout)
+    if worker.is_alive():
+        with contextlib.suppress(Exception):
+            client.api.close()
+        worker.join(30)
+        return False, "".join(said) + f"\nthe build did not end within {timeout:g}s (build_timeout_sec)\n"
+    try:
+        if failed:
+            return False, "".join(said) + "\n" + "\n".join(failed) + "\n"
+        return image_present(client, tag), "".join(said)
+    finally:
+        client.close()

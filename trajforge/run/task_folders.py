@@ -1,0 +1,305 @@
+"""Task folders in Harbor's format (Terminal-Bench 2 and its adapters) as dataset entries.
+
+`--dataset_file=DIR`: DIR is a task folder (it holds task.toml) or holds task folders up to six levels
+down (hidden folders skipped; a task folder's own sub-folders are not searched). Each becomes one entry:
+
+    {"prompt": instruction.md (leading canary lines dropped), "docker_image": what the agent's container
+     runs, "harbor": {"name", "folder", "task_toml", "digest", "settings"}}
+
+`digest` is what --resume matches (runfolder/folder.py: entry_key): the folder's files without tests/ and
+solution/, so fixing a test pays for nothing again. `settings` is FolderSettings (environments/
+folder_task.py). A folder that cannot be used stops the run at load, named, before any request.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import math
+import os
+import re
+import tarfile
+import tomllib
+from dataclasses import asdict, replace
+from pathlib import Path
+
+from trajforge.environments import AUTO, EnvironmentSettings, backend_class, choose
+from trajforge.environments.folder_task import IMAGE_PREFIX, KEY, FolderSettings
+from trajforge.errors import SetupError, UsageError
+from trajforge.run.dataset import MAX_LISTED, Entry, load_dataset
+from trajforge.runconfig import RunConfig
+
+MAX_LEVELS = 6
+MAX_INSTRUCTION = 1_000_000  # bytes
+HIDDEN = ("tests", "solution")  # left out of the digest: the agent never sees them
+COMPOSE = ("docker-compose.yaml", "docker-compose.yml", "compose.yaml", "compose.yml")
+UNITS = {"": 1, "K": 1 / 1024, "M": 1, "G": 1024, "T": 1024 * 1024}
+CANARY = re.compile(r"^\s*(<!--.*canary.*-->|#.*canary.*)\s*$", re.IGNORECASE)
+
+
+def find_tasks(root: Path) -> list[Path]:
+    """Task folders under `root` (itself, when it holds task.toml), in path order."""
+    if (root / "task.toml").exists():
+        return [root]
+    found: list[Path] = []
+    for folder, dirs, _ in os.walk(root):
+        here = Path(folder)
+        level = len(here.relative_to(root).parts)
+        if level and (here / "task.toml").exists():
+            found.append(here)
+            dirs[:] = []
+            continue
+        dirs[:] = sorted(d for d in dirs if not d.startswith(".") and not (here / d).is_symlink())
+        if level >= MAX_LEVELS:
+            dirs[:] = []
+    return sorted(found)
+
+
+def prompt_of(text: str) -> str:
+    """instruction.md without its leading canary lines (an HTML comment or '#' line naming a canary)."""
+    lines = text.splitlines(keepends=True)
+    while lines and (CANARY.match(lines[0]) or (not lines[0].strip() and len(lines) > 1)):
+        lines.pop(0)
+    return "".join(lines)
+
+
+def escapes(folder: Path, sub: str) -> str | None:
+    """A symlink under folder/sub that resolves outside the task folder, named; or None."""
+    root, top = folder.resolve(), folder / sub
+    if top.is_symlink() and not _inside(top, root):
+        return sub
+    for where, dirs, names in os.walk(top):
+        for name in dirs + names:
+            path = Path(where, name)
+            if path.is_symlink() and not _inside(path, root):
+                return str(path.relative_to(folder))
+    return None
+
+
+def _inside(path: Path, root: Path) -> bool:
+    return path.resolve().is_relative_to(root)
+
+
+def _files(root: Path, skip: tuple[str, ...] = ()) -> list[tuple[str, Path]]:
+    """(relative path, path) of every file and symlink under root, sorted; top-level names in `skip` left out."""
+    found = []
+    for where, dirs, names in os.walk(root):
+        here = Path(where)
+        if here == root:
+            dirs[:] = [d for d in dirs if d not in skip]
+        links = [d for d in dirs if (here / d).is_symlink()]
+        dirs[:] = sorted(d for d in dirs if d not in links)
+        for name in sorted(names + links):
+            if here == root and name in skip:
+                continue
+            found.append((str((here / name).relative_to(root)), here / name))
+    return sorted(found)
+
+
+def folder_digest(folder: Path) -> str:
+    """What --resume matches a task by: every file of the folder but tests/ and solution/ (path, whether
+    executable or a link, content)."""
+    digest = hashlib.sha256()
+    for name, path in _files(folder, HIDDEN):
+        if path.is_symlink():
+            kind, data = b"link", os.readlink(path).encode()
+        else:
+            kind, data = (b"exec" if os.access(path, os.X_OK) else b"file"), path.read_bytes()
+        for part in (name.encode(), kind, len(data).to_bytes(8, "big"), data):
+            digest.update(part)
+    return digest.hexdigest()
+
+
+def build_context(environment: Path) -> bytes:
+    """environment/ as the tar the engine builds from: sorted, owned by root, no times, so that its digest
+    names its content."""
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT) as archive:
+        for name, path in _files(environment):
+            info = archive.gettarinfo(str(path), arcname=name)
+            info.mtime, info.uid, info.gid, info.uname, info.gname = 0, 0, 0, "", ""
+            if info.isfile():
+                with open(path, "rb") as handle:
+                    archive.addfile(info, handle)
+            elif info.issym() or info.isdir():
+                archive.addfile(info)
+    return buffer.getvalue()
+
+
+def image_tag(name: str, context: bytes) -> str:
+    safe = re.sub(r"[^a-z0-9._-]+", "-", name.lower()).strip(".-_") or "task"
+    return f"{IMAGE_PREFIX}{safe[:100]}:{hashlib.sha256(context).hexdigest()[:20]}"
+
+
+def megabytes(value, key: str) -> float:
+    """A size of task.toml in MB: a number (of MB) or a text such as "4G", "512M", "2048"."""
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        raise ValueError(f"{key} must be a number of MB or a size such as '4G'")
+    if isinstance(value, str):
+        found = re.fullmatch(r"\s*([0-9.]+)\s*([KMGT]?)(i?B)?\s*", value, re.IGNORECASE)
+        if not found:
+            raise ValueError(f"{key} = {value!r} is not a size such as '4G' or '512M'")
+        value = float(found[1]) * UNITS[found[2].upper()]
+    if not math.isfinite(value) or value <= 0:
+        raise ValueError(f"{key} must be more than 0")
+    return float(value)
+
+
+def _seconds(table: dict, section: str) -> float | None:
+    value = table.get("timeout_sec")
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value <= 0:
+        raise ValueError(f"[{section}] timeout_sec must be a number of seconds more than 0")
+    return float(value)
+
+
+def _table(toml: dict, section: str) -> dict:
+    value = toml.get(section, {})
+    if not isinstance(value, dict):
+        raise ValueError(f"[{section}] must be a table")
+    return value
+
+
+def _lower(file_value: float | None, flag_value: float) -> float:
+    """The lower of two limits, where 0 (or None) is no limit."""
+    limits = [value for value in (file_value, flag_value) if value]
+    return min(limits) if limits else 0
+
+
+def settings_of(toml: dict, config: RunConfig, notes: set[str]) -> tuple[FolderSettings, str | None]:
+    """The task's settings as this run resolves them, and its docker_image (None: built from
+    environment/). `notes` collects the flags that won over a task.toml value."""
+    agent, verifier, environment = (_table(toml, name) for name in ("agent", "verifier", "environment"))
+    build = {"timeout_sec": environment.get("build_timeout_sec")}
+    timeouts = {}
+    for field, section, table, flag, value in (
+        ("agent_timeout", "agent", agent, "prompt_timeout", config.prompt_timeout),
+        ("verify_timeout", "verifier", verifier, "verify_timeout", config.verify.timeout),
+        ("build_timeout", "environment", build, "setup_timeout", config.setup_timeout),
+    ):
+        in_file = _seconds(table, section)
+        if in_file is not None and flag in config.given:
+            notes.add(f"--{flag} (given) wins over task.toml's [{section}] timeout")
+        timeouts[field] = value if in_file is None or flag in config.given else in_file
+    env = verifier.get("env", {})
+    if not isinstance(env, dict) or not all(isinstance(v, str) for v in env.values()):
+        raise ValueError("[verifier] env must be a table of names to text")
+    image = environment.get("docker_image")
+    if image is not None and not (isinstance(image, str) and image.strip()):
+        raise ValueError("[environment] docker_image must be a non-empty image name")
+    cpus = environment.get("cpus")
+    if cpus is not None and (isinstance(cpus, bool) or not isinstance(cpus, int | float) or not cpus > 0):
+        raise ValueError("[environment] cpus must be a number more than 0")
+    memory = environment.get("memory_mb", environment.get("memory"))
+    memory_mb = megabytes(memory, "[environment] memory") if memory is not None else None
+    storage = environment.get("storage_mb", environment.get("storage"))
+    if storage is not None:
+        megabytes(storage, "[environment] storage")
+        notes.add("[environment] storage is not enforced (the engine's overlay2 storage driver has no size quota)")
+    internet = environment.get("allow_internet", False)
+    if not isinstance(internet, bool):
+        raise ValueError("[environment] allow_internet must be true or false")
+    limits = config.environment.limits
+    settings = FolderSettings(
+        **timeouts,
+        cpus=float(min(cpus, os.cpu_count() or 1)) if cpus else 0.0,
+        memory_mb=int(_lower(memory_mb, limits.max_memory_mb)),
+        network=internet and config.environment.sandbox_network,
+        verifier_env=dict(env),
+        build=image is None,
+    )
+    return settings, image
+
+
+def read_task(folder: Path, config: RunConfig, notes: set[str]) -> dict:
+    """The entry of one task folder; ValueError saying why it cannot be used."""
+    try:
+        text = (folder / "task.toml").read_text(encoding="utf-8")
+        toml = tomllib.loads(text)
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise ValueError(f"task.toml cannot be read: {exc}") from None
+    instruction = folder / "instruction.md"
+    if not instruction.is_file():
+        raise ValueError("has no instruction.md")
+    size = instruction.stat().st_size
+    if size > MAX_INSTRUCTION:
+        raise ValueError(f"instruction.md is {size} bytes, more than {MAX_INSTRUCTION}")
+    try:
+        prompt = prompt_of(instruction.read_text(encoding="utf-8"))
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"instruction.md is not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    if not prompt.strip():
+        raise ValueError("instruction.md has no instruction (only canary lines or blanks)")
+    for sub in ("environment", "tests", "solution"):
+        if left := escapes(folder, sub):
+            raise ValueError(f"{left} is a link that leaves the task folder")
+    if not (folder / "tests" / "test.sh").is_file():
+        raise ValueError("has no tests/test.sh")
+    if found := [name for name in COMPOSE if (folder / "environment" / name).exists()]:
+        raise ValueError(f"environment/{found[0]}: docker-compose environments are not supported; use one Dockerfile")
+    settings, image = settings_of(toml, config, notes)
+    if image is None:
+        if not (folder / "environment" / "Dockerfile").is_file():
+            raise ValueError("has neither environment/Dockerfile nor [environment] docker_image")
+        image = image_tag(folder.name, build_context(folder / "environment"))
+    task = {"name": folder.name, "folder": str(folder.resolve()), "task_toml": text, "digest": folder_digest(folder)}
+    return {"prompt": prompt, "docker_image": image, KEY: task | {"settings": asdict(settings)}}
+
+
+def load_folders(config: RunConfig) -> tuple[list[Entry], list[str]]:
+    """The entries of the task folders under --dataset_file (the first --max_samples), and the notes to
+    print once (a flag that won over task.toml, a limit not enforced); UsageError naming each bad folder."""
+    root = Path(config.dataset_file)
+    folders = find_tasks(root)
+    if config.max_samples is not None:
+        folders = folders[: config.max_samples]
+    if not folders:
+        raise UsageError(f"--dataset_file: {root} holds no task folder (a folder with a task.toml)")
+    entries: list[Entry] = []
+    bad: list[str] = []
+    notes: set[str] = set()
+    seen: dict[str, Path] = {}
+    for folder in folders:
+        if folder.name in seen:
+            bad.append(f"{folder}: the task name {folder.name!r} is also {seen[folder.name]}")
+            continue
+        seen[folder.name] = folder
+        try:
+            entries.append(Entry(len(entries), read_task(folder, config, notes)))
+        except (ValueError, OSError) as exc:
+            bad.append(f"{folder}: {exc}")
+    if bad:
+        shown = "\n  ".join(bad[:MAX_LISTED])
+        more = f"\n  ... and {len(bad) - MAX_LISTED} more" if len(bad) > MAX_LISTED else ""
+        raise UsageError(
+            f"--dataset_file: {len(bad)} task folder(s) cannot be used; nothing was sent:\n  {shown}{more}"
+        )
+    return entries, sorted(notes)
+
+
+def load_entries(config: RunConfig) -> tuple[list[Entry], list[str]]:
+    """--dataset_file's entries: task folders when it is a folder, else the JSONL file's lines; and the
+    notes to print once."""
+    if Path(config.dataset_file).is_dir():
+        return load_folders(config)
+    return load_dataset(config.dataset_file, config.max_samples), []
+
+
+def environment_for(settings: EnvironmentSettings, entries: list[Entry]) -> tuple[EnvironmentSettings, str | None]:
+    """The run's environment settings with --environment=auto made concrete (docker for task folders),
+    and the warning to print once; UsageError when task folders cannot run here, naming them."""
+    tasks = [entry.data[KEY]["name"] for entry in entries if KEY in entry.data]
+    if not tasks:
+        return choose(settings)
+    named = ", ".join(tasks[:MAX_LISTED]) + (f" and {len(tasks) - MAX_LISTED} more" if len(tasks) > MAX_LISTED else "")
+    if settings.kind not in (AUTO, "docker"):
+        raise UsageError(
+            f"--environment={settings.kind}: task folders run in Docker ({named}); pass --environment=docker"
+        )
+    settings = replace(settings, kind="docker")
+    try:
+        backend_class("docker").check(settings)
+    except SetupError as exc:
+        raise UsageError(f"{len(tasks)} task folder(s) need a Docker engine ({named}): {exc}") from None
+    return settings, None

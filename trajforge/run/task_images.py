@@ -1,0 +1,48 @@
+"""The images of the task folders a run is about to run, built before any worker starts: once per build
+context (an image already tagged with its digest, from an earlier run or invocation, is used as it is),
+one at a time, with no network, each within its build timeout. A failed build's output goes to
+builds/<task>.log in the run folder; the task's samples then fail as `setup_failed` (environments/docker.py
+reads the log), without a model call."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+from trajforge.environments.docker import connect
+from trajforge.environments.docker_build import build, image_present
+from trajforge.environments.folder_task import KEY, FolderSettings, build_log
+from trajforge.run.task_folders import build_context, image_tag
+
+
+def build_images(entries: Iterable[dict], run_dir: str, say: Callable[[str], None]) -> int:
+    """Build what `entries` need and is not on the engine yet; returns how many builds failed."""
+    wanted: dict[str, dict] = {}
+    for entry in entries:
+        settings = FolderSettings.of(entry)
+        if settings and settings.build:
+            wanted.setdefault(entry["docker_image"], entry)
+    if not wanted:
+        return 0
+    client = connect()
+    try:
+        missing = {tag: entry for tag, entry in wanted.items() if not image_present(client, tag)}
+    finally:
+        client.close()
+    failed = 0
+    for number, (tag, entry) in enumerate(missing.items(), 1):
+        task, log = entry[KEY], Path(build_log(run_dir, entry))
+        say(f"building the image of task {task['name']} ({number} of {len(missing)})")
+        context = build_context(Path(task["folder"]) / "environment")
+        if image_tag(task["name"], context) != tag:
+            built, output = False, "environment/ changed since the run loaded it: run again\n"
+        else:
+            built, output = build(context, tag, FolderSettings.of(entry).build_timeout)  # type: ignore[union-attr]
+        if built:
+            log.unlink(missing_ok=True)
+            continue
+        failed += 1
+        log.parent.mkdir(parents=True, exist_ok=True)
+        log.write_text(output, encoding="utf-8")
+        say(f"the image of task {task['name']} did not build; its output: {log}")
+    return failed
