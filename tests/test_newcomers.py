@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
 
 from conftest import ROOT, InProcessRunner, run_cli, wait_for
+from docs_examples import blocks
 
 FLAGS = ["--distribution=terminal_only"]
 
@@ -145,3 +147,22 @@ def test_dry_run_checks_everything_and_prints_the_bounds_without_a_chat_request(
     assert resumed.code == 0 and "Samples to run: 0 (0 dataset entries, 3 already done)" in " ".join(
         resumed.stdout.split()
     )
+
+
+def _set_up_commands() -> list[str]:
+    """The shell blocks of README's Set up section, in order."""
+    readme = (ROOT / "README.md").read_text()
+    section = readme[readme.index("## Set up") : readme.index("\n## ", readme.index("## Set up"))]
+    found = [block for block in blocks(ROOT / "README.md", ROOT) if block.shell and block.text.strip() in section]
+    return [block.text.strip() for block in found]
+
+
+def test_ci_makes_readmes_venv_and_runs_readmes_test_command_inside_it():
+    venv, main_job, tests = _set_up_commands()  # the venv first, then exactly two set-up commands
+    assert "--model=mock" in main_job and "pytest" in tests
+    ci = [line.strip() for line in (ROOT / ".ci" / "run").read_text().splitlines()]
+    assert venv in ci and tests in ci, "README's venv and test command, as written there"
+    # Every install and every test runs inside that venv: nothing before it installs into the system's Python.
+    before = ci[: ci.index(venv)]
+    assert not [line for line in before if re.search(r"\bpip\b|pytest", line)], before
+    assert ci.index(venv) < ci.index(tests) and not [line for line in ci if "python3 -m pip" in line]
