@@ -7,8 +7,10 @@ import importlib.util
 import os
 import signal
 import subprocess
+import sys
 import time
 from collections import Counter
+from pathlib import Path
 
 import psutil
 import pytest
@@ -112,6 +114,55 @@ def test_a_killed_ray_worker_is_retried_and_the_run_is_the_pool_s_without_duplic
     output, _ = proc.communicate(timeout=RAY_RUN_TIMEOUT)
     assert killed, "no Ray worker was found to kill"
     assert_same_as_the_pool(Result(proc.returncode, output, "", folder), pool)
+
+
+def ray_processes_of(runner: int) -> list[psutil.Process]:
+    """The private Ray instance of this runner: its GCS, raylet, agents and workers."""
+    names = ("gcs_server", "raylet", "ray::", "default_worker.py", "runtime_env")
+    found = psutil.Process(runner).children(recursive=True)
+    return [process for process in found if any(name in " ".join(process.cmdline()) for name in names)]
+
+
+def listening(processes: list[psutil.Process]) -> dict[int, str]:
+    """Port -> address of every TCP socket these processes listen on."""
+    found = {}
+    for process in processes:
+        with contextlib.suppress(psutil.Error):
+            for sock in process.net_connections(kind="tcp"):
+                if sock.status == psutil.CONN_LISTEN:
+                    found[sock.laddr.port] = sock.laddr.ip
+    return found
+
+
+def test_the_private_instance_listens_on_the_loopback_only_and_refuses_a_client_without_its_token(run, server):
+    """The private instance's GCS, raylets, object manager and agents listen on 127.0.0.1 only, and its
+    GCS refuses a client that has not the run's token (the run itself, which has it, finishes)."""
+    server.hold()
+    command = run.command([{"prompt": "task held"}], *TOOLS, "--executor=ray", run_name="private", batch_size=1)
+    proc = subprocess.Popen(command, cwd=run.tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        wait_for(lambda: ray_workers_of(proc.pid), RAY_RUN_TIMEOUT, "the run's batch to start on Ray")
+        processes = ray_processes_of(proc.pid)
+        ports = listening(processes)
+        gcs = next(p for p in processes if "gcs_server" in " ".join(p.cmdline()))
+        assert listening([gcs]) and len(ports) >= 4, ports  # the GCS, the raylet's two servers, the workers'
+        assert set(ports.values()) <= {"127.0.0.1", "::ffff:127.0.0.1", "::1"}, ports
+        secret = Path(gcs.environ()["RAY_AUTH_TOKEN_PATH"]).read_text()
+        assert all(secret not in " ".join(p.environ().values()) for p in processes)  # in a 0600 file only
+        env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_AUTH")}
+        join = f"import ray; ray.init(address='127.0.0.1:{min(listening([gcs]))}'); print('joined')"
+        client = subprocess.run(
+            [sys.executable, "-c", join],
+            env={**env, "RAY_AUTH_MODE": "disabled", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"},  # 127.0.0.1 as is
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert "joined" not in client.stdout and "InvalidAuthToken" in client.stderr, client.stderr[-2000:]
+    finally:
+        server.release()
+        output, _ = proc.communicate(timeout=RAY_RUN_TIMEOUT)
+    assert proc.returncode == 0, output
 
 
 def test_ray_executor_without_ray_says_how_to_install(run, server, tmp_path):

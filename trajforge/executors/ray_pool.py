@@ -14,10 +14,12 @@ from __future__ import annotations
 import asyncio
 import os
 import queue
+import secrets
 import shutil
 import tempfile
 import time
 from collections import deque
+from typing import Any
 
 from trajectory import verification_passed
 from trajforge import journal, plugins
@@ -28,6 +30,7 @@ from trajforge.money.ledger import ActorLedger, MoneyActor
 from trajforge.runfolder.folder import BatchFiles, RunFolder
 
 TASK_RETRIES = 3  # re-runs of a batch whose worker process or node died
+LOOPBACK = "127.0.0.1"
 FLUSH_EVERY = 0.05  # seconds a task's events wait to travel to the driver together
 
 
@@ -125,6 +128,19 @@ def run_batch(setup: WorkerSetup, batch: Batch, sink, shared_fs: bool, money) ->
     ray.get(sink.ping.remote())
 
 
+def private_instance(folder: str) -> dict[str, str]:
+    """The variables that make the run's own Ray instance private: every server on the loopback only
+    (Ray listens on 127.0.0.1 when that is its node's address, and takes it as one only where it is
+    told it has no cluster), and every call to it authenticated by a token made for this run, kept in
+    a file in the instance's folder (0700, the runner's) rather than in any process's environment."""
+    token = os.path.join(folder, "auth_token")
+    fd = os.open(token, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as handle:
+        handle.write(secrets.token_hex(32))
+    os.environ.pop("RAY_AUTH_TOKEN", None)  # it would win over the file
+    return {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": token, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
+
+
 def owner_of(batch: Batch) -> str:
     """What the money actor knows a batch's task by: each attempt at the batch is the same owner."""
     return f"batch {batch.num}"
@@ -132,32 +148,36 @@ def owner_of(batch: Batch) -> str:
 
 class RayPool:
     def __init__(self, setup: WorkerSetup, num_workers: int, address: str | None, shared_fs: bool):
-        import ray  # config.py has checked that it is installed
-
-        self.ray = ray
         self.setup = setup
         self.num_workers = num_workers
         self.address = address
         self.shared_fs = shared_fs
         self.files = None if shared_fs else BatchFiles(RunFolder(setup.config.run_dir))
         self.temp_dir: str | None = None
+        self.ray: Any = None  # imported by _init(), after the variables it reads at import
         self.waiting: deque[Batch] = deque()
         self.running: dict = {}  # object ref -> batch
         self.failed: list[tuple[Batch, str]] = []
 
     def _init(self) -> None:
-        ray = self.ray
         os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-        if self.address:
+        if self.address:  # the user's cluster, with the user's own authentication settings (docs/ray.md)
+            import ray  # config.py has checked that it is installed
+
+            self.ray = ray
             ray.init(address=self.address, log_to_driver=False, include_dashboard=False)
             return
-        os.environ.setdefault("RAY_AUTH_MODE", "disabled")  # a private local instance: no token prompts
         self.temp_dir = tempfile.mkdtemp(prefix="br-ray-")  # short: Ray's socket paths must fit
+        os.environ.update(private_instance(self.temp_dir))  # read when ray is imported: before it
+        import ray
+
+        self.ray = ray
         ray.init(
             num_cpus=self.num_workers,
             include_dashboard=False,
             log_to_driver=False,
             _temp_dir=self.temp_dir,
+            _node_ip_address=LOOPBACK,
         )
 
     def start(self, batches: list[Batch]) -> None:
@@ -221,6 +241,7 @@ class RayPool:
             ray.cancel(ref, force=True)
         if self.files is not None:
             self.files.close()
-        ray.shutdown()
+        if ray is not None:  # None: Ray never started
+            ray.shutdown()
         if self.temp_dir:
             shutil.rmtree(self.temp_dir, ignore_errors=True)
