@@ -8,6 +8,7 @@ import asyncio
 from tool_session import tool_session
 
 from trajforge.agent.loop import AgentResult, run_agent
+from trajforge.caller import Caller
 from trajforge.model.chat import ChatModel
 from trajforge.model.settings import ModelSettings
 from trajforge.tools.toolsets import by_toolset
@@ -37,7 +38,7 @@ def agent(
     async def go() -> AgentResult:
         client = ChatModel(settings)
         try:
-            async with tool_session() as session:
+            async with tool_session(caller=Caller(log=record if log is not None else None)) as session:
                 return await run_agent(
                     client,
                     session,
@@ -45,7 +46,6 @@ def agent(
                     OFFERED,
                     max_turns,
                     preamble or [],
-                    record if log is not None else None,
                     max_tool_calls=max_tool_calls,
                     timeout=timeout,
                 )

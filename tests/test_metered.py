@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from trajforge.caller import Caller
 from trajforge.model.chat import ChatModel
 from trajforge.model.settings import ModelSettings
 from trajforge.model.tool_model import ToolModel
@@ -58,7 +59,7 @@ def chat(server, folder: Path, prompts: list[tuple[str, str]], settings=None, he
                 try:
                     messages = [{"role": "user", "content": prompt}]
                     on_retry = (lambda kind, _: heard.append(kind)) if heard is not None else None
-                    results.append(await model.complete(messages, [], on_retry=on_retry, scope=scope))
+                    results.append(await model.complete(messages, [], Caller(scope, on_retry=on_retry)))
                 except (BudgetReached, CostUnknown) as exc:
                     results.append(exc)
                 finally:
@@ -90,8 +91,8 @@ def test_the_tools_vision_and_image_calls_go_through_the_same_cache_and_ledger(s
         try:
             for _ in range(2):
                 tools = ToolModel(model_settings(server), chat_model="vision-test", spending=spending)
-                answers.append(await tools.chat([{"role": "user", "content": "what is this?"}], scope="s"))
-                answers.append(await tools.generate_image(image, scope="s"))
+                answers.append(await tools.chat([{"role": "user", "content": "what is this?"}], Caller("s")))
+                answers.append(await tools.generate_image(image, Caller("s")))
                 await tools.close()
         finally:
             await spending.close()
@@ -165,7 +166,7 @@ def test_without_a_money_database_every_call_goes_to_the_endpoint_priced(server)
     async def go() -> list:
         model = ChatModel(model_settings(server))
         try:
-            return [await model.complete([{"role": "user", "content": "hello"}], [], scope="a") for _ in range(2)]
+            return [await model.complete([{"role": "user", "content": "hello"}], [], Caller("a")) for _ in range(2)]
         finally:
             await model.close()
 

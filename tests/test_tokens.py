@@ -14,10 +14,10 @@ from conftest import source
 
 from trajectory import Turn, split_reasoning
 from trajforge.agent.calls import read_tool_calls
-from trajforge.agent.loop import _assistant_message, exact_message
 from trajforge.export.rl import segments
 from trajforge.flags.values import token_mode
 from trajforge.mock import tokens as mock_tokens
+from trajforge.model.echo import exact_message, read_message
 from trajforge.model.stream import assemble
 from trajforge.model.tokens import drift, turn_tokens
 
@@ -121,7 +121,7 @@ def test_the_exact_echo_keeps_the_template_append_only_and_the_plain_one_does_no
     thought, content = split_reasoning(message)
     turn = Turn(content, thought, [call for call, _ in read_tool_calls(message, 1, 32)])
     tool = {"role": "tool", "tool_call_id": "c1", "content": "{}"}
-    for echo, drifts in ((exact_message, False), (_assistant_message, True)):
+    for echo, drifts in ((exact_message, False), (read_message, True)):
         following = {"messages": [*request["messages"], echo(message, turn), tool], "tools": []}
         again = mock_tokens.ids(mock_tokens.render(following["messages"], []))
         assert (again[: len(prompt) + len(completion)] != prompt + completion) is drifts, echo.__name__

@@ -6,11 +6,12 @@ plain values that pickle. The driver matches on the type: `match event: case Pro
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Literal
 
-# Whom a call tells of a failed attempt that will be tried again: (kind, message); the worker makes it an event.
-OnRetry = Callable[[str, str], None]
+# Why a run makes no more model calls: --max_cost, a cost limit without a cost, --token_ids=required
+# without ids (money/errors.py, model/tokens.py).
+StopReason = Literal["budget", "cost_unknown", "no_token_ids"]
 
 
 class OfSample:
@@ -116,7 +117,7 @@ class PromptStopped(OfSample):
 
     index: int
     batch_num: int
-    reason: str
+    reason: StopReason
     message: str = ""
     sample: int = 0
 

@@ -4,19 +4,22 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Literal
 
 from trajectory import Turn, split_reasoning
 from trajforge.agent.calls import read_tool_calls
+from trajforge.caller import Log
 from trajforge.flags import default
-from trajforge.model.chat import ChatModel, OnRetry
+from trajforge.model.chat import ChatModel
 from trajforge.model.retry import ModelCallFailed
 from trajforge.model.usage import add_usage, empty_usage, usage_total
 from trajforge.tools import Tool, call_tool
 from trajforge.tools.session import ToolSession
 
-Log = Callable[[str, str], None]
+# Why a session ended: its final answer (completed), or partial: --max_turns, --prompt_timeout, an answer
+# cut off or filtered (the server's finish_reason), --max_cost_per_prompt, --max_tokens_per_prompt.
+ExitReason = Literal["completed", "max_turns", "timeout", "length", "content_filter", "cost_limit", "token_limit"]
 
 
 @dataclass
@@ -24,7 +27,7 @@ class AgentResult:
     turns: list[Turn]
     api_calls: int
     retries: int
-    exit_reason: str  # completed, max_turns, timeout, length, content_filter, cost_limit, token_limit
+    exit_reason: ExitReason
     usage: dict
     model_reported: str = ""  # the model name the endpoint reported in its first reply that named one
     tokens: list[dict] | None = None  # with --token_ids: per model call, {prompt_token_ids, token_ids, logprobs}
@@ -33,7 +36,7 @@ class AgentResult:
 
 # A final answer that ended for one of these reasons is cut off (max_tokens) or withheld by the
 # provider's filter: the session is partial, with the reason as its exit_reason.
-CUT_OFF = ("length", "content_filter")
+CUT_OFF: dict[str, ExitReason] = {"length": "length", "content_filter": "content_filter"}
 
 
 @dataclass(frozen=True)
@@ -43,7 +46,7 @@ class PromptLimits:
     max_cost: float | None = None
     max_tokens: int | None = None
 
-    def reached(self, usage: dict) -> str | None:
+    def reached(self, usage: dict) -> ExitReason | None:
         """The exit reason for a prompt that has used `usage` (its calls and its tools'), or None."""
         if self.max_tokens is not None and usage["total_tokens"] >= self.max_tokens:
             return "token_limit"
@@ -59,24 +62,22 @@ async def run_agent(
     tools: dict[str, Tool],
     max_turns: int,
     preamble: list[dict],
-    log: Log | None = None,
     *,
     max_tool_calls: int = default("max_tool_calls_per_turn"),
     timeout: float | None = None,
-    on_retry: OnRetry | None = None,
     limits: PromptLimits = PromptLimits(),
-    scope: str = "",
 ) -> AgentResult:
     """Send messages and tools; run the tool calls (the first `max_tool_calls` of a reply) and send the
     results back; stop on a reply without tool calls (completed, or partial when the server cut it off
     with finish_reason `length` or `content_filter`), after `max_turns` model calls, after `timeout`
     seconds or before a call once the prompt's usage (its tools' included) reaches a limit (partial,
     with the turns so far: a limit is an outcome, not an error; with no turn at all, the prompt fails
-    instead). `on_retry` hears of every model-call attempt that is tried again; `scope` names the
-    sample for the response cache."""
+    instead). The model calls are made for the session's caller (its sample's scope, log and retry
+    listener)."""
     schemas = [t.schema for t in tools.values()]
     messages = [{"role": "user", "content": prompt}]
     result = AgentResult([], 0, 0, "max_turns", empty_usage())
+    log = session.caller.log
     try:
         async with asyncio.timeout(timeout) as limit:
             while result.api_calls < max_turns:
@@ -84,7 +85,7 @@ async def run_agent(
                 if reached:
                     result.exit_reason = reached
                     break
-                reply = await client.complete(preamble + messages, schemas, log, on_retry, scope)
+                reply = await client.complete(preamble + messages, schemas, session.caller)
                 message = reply.message
                 result.api_calls += 1
                 result.retries += reply.retries
@@ -101,10 +102,9 @@ async def run_agent(
                     names = ", ".join(c.name for c in turn.calls) or "none"
                     log(f"turn {result.api_calls} (tool calls: {names})", content or reasoning)
                 if not turn.calls:
-                    result.exit_reason = reply.finish_reason if reply.finish_reason in CUT_OFF else "completed"
+                    result.exit_reason = CUT_OFF.get(reply.finish_reason, "completed")
                     break
-                exact = client.settings.token_ids != "off"  # plain runs send what they always sent (cache keys)
-                messages.append(exact_message(message, turn) if exact else _assistant_message(message, turn))
+                messages.append(client.echo(message, turn))
                 messages += await _answer(session, calls, tools, log)
     except TimeoutError:
         if not limit.expired():
@@ -126,36 +126,3 @@ async def _answer(session: ToolSession, calls: list, tools: dict[str, Tool], log
             log(f"  {call.name} result", json.dumps(call.result))
         answers.append({"role": "tool", "tool_call_id": call.id, "content": json.dumps(call.result)})
     return answers
-
-
-ECHOED = ("content", "reasoning", "reasoning_content", "reasoning_details")
-
-
-def exact_message(message: dict, turn: Turn) -> dict:
-    """The reply as the model wrote it (--token_ids): its content untouched, its reasoning in the field
-    the server sent it in, each call's arguments byte for byte, so that a template that renders the
-    conversation again renders the same tokens. Only a call id the loop had to make up is ours."""
-    reply = {"role": "assistant"} | {key: message[key] for key in ECHOED if key in message}
-    sent = message.get("tool_calls")
-    if not isinstance(sent, list) or len(sent) != len(turn.calls):  # hostile: as the loop reads the calls
-        return reply | {"tool_calls": _assistant_message(message, turn)["tool_calls"]}
-    calls = []
-    for entry, call in zip(sent, turn.calls, strict=True):
-        function = entry.get("function") if isinstance(entry, dict) else None
-        if isinstance(function, dict) and all(isinstance(function.get(key), str) for key in ("name", "arguments")):
-            calls.append(entry | {"id": call.id})
-        else:
-            function = {"name": call.name, "arguments": call.arguments}
-            calls.append({"id": call.id, "type": "function", "function": function})
-    return reply | {"tool_calls": calls}
-
-
-def _assistant_message(message: dict, turn: Turn) -> dict:
-    """The reply as it goes back into the conversation: its content without reasoning, and its calls."""
-    reply: dict[str, object] = {"role": "assistant", "content": turn.content}
-    if message.get("reasoning_details"):  # echoed so providers keep their reasoning across tool use
-        reply["reasoning_details"] = message["reasoning_details"]
-    reply["tool_calls"] = [
-        {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}} for c in turn.calls
-    ]
-    return reply

@@ -23,6 +23,7 @@ from pathlib import Path
 from toolset_distributions import sample_rng, sample_toolsets
 from trajectory import verification_passed
 from trajforge.agent.loop import PromptLimits
+from trajforge.caller import Caller
 from trajforge.environments import backend_for
 from trajforge.errors import SetupError, SetupFailed
 from trajforge.events import (
@@ -104,6 +105,10 @@ class Worker:
         self.attempts = AttemptLog(files.folder) if files else None
         self.tools = every_tool()  # the registry's, plugins' included (a Ray worker has loaded them again)
 
+    def _caller(self, index: int, scope: str) -> Caller:
+        """Who the sample's model calls are made for: its scope, its --verbose lines, its retries' events."""
+        return Caller(scope, self._logger(index), self._retry_reporter(index))
+
     def _logger(self, index: int):
         if not self.config.verbose:
             return None
@@ -168,12 +173,12 @@ class Worker:
                 self.stopped = True
                 return
             self.started(unit_id(key, sample, self.setup.copies.get(index, 0)))
-            agent = Agent(self.client, self.rules, tools, self._logger(index), self._retry_reporter(index))
+            agent = Agent(self.client, self.rules, tools)
             metadata = {"batch_num": batch_num, "model": self.config.model.model, "run_name": self.config.run_name}
             recorder = TrajectoryRecorder(
                 index, entry, tools, toolsets, self.setup.tool_names, metadata | {"sample_index": sample}
             )
-            done = await self.pipeline.run(entry, scope, agent, recorder)
+            done = await self.pipeline.run(entry, self._caller(index, scope), agent, recorder)
             await self.deliver((batch_num, index, sample), done, len(tools))
         except RunStopped as exc:
             self.stopped = True

@@ -14,7 +14,7 @@ import httpx
 import openai
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_random_exponential
 
-from trajforge.events import OnRetry
+from trajforge.caller import NOBODY, Caller
 from trajforge.model.reply_body import UnreadableReply, decode, readable
 from trajforge.model.reply_size import ACCEPT_ENCODING, capper
 from trajforge.model.retry import (
@@ -77,10 +77,9 @@ class ModelClient:
     async def call(
         self,
         request: Callable[[], Awaitable[T]],
-        log=None,
-        on_retry: OnRetry | None = None,
+        caller: Caller = NOBODY,
     ) -> tuple[T, int]:
-        """(result, retries) of `request()`, any call on this endpoint, retried by our policy; `on_retry`
+        """(result, retries) of `request()`, any call on this endpoint, retried by our policy; the `caller`
         hears of each failed attempt that is tried again (a 429's pause for the other sessions is
         the money wrapper's). Raises RunStopped when the endpoint refuses us, ModelCallFailed when the
         call failed for good."""
@@ -89,11 +88,11 @@ class ModelClient:
             exc = state.outcome.exception()
             decision = classify(exc)
             kind = decision.kind
-            if on_retry:
-                on_retry(kind, failure_message(exc, kind))
-            if log:
+            if caller.on_retry:
+                caller.on_retry(kind, failure_message(exc, kind))
+            if caller.log:
                 attempt = f"{state.attempt_number}/{self.settings.max_retries}"
-                log(f"retry {attempt} in {state.upcoming_sleep:.1f}s", failure_message(exc, kind))
+                caller.log(f"retry {attempt} in {state.upcoming_sleep:.1f}s", failure_message(exc, kind))
 
         retrying = AsyncRetrying(
             stop=stop_after_attempt(self.settings.max_retries + 1),

@@ -14,7 +14,9 @@ No I/O here, and nothing that imports the `openai` package.
 from __future__ import annotations
 
 import json
+from typing import ClassVar
 
+from trajforge.events import StopReason
 from trajforge.money.errors import SpendStop
 
 REQUEST = {"return_token_ids": True, "logprobs": True}  # what every chat request adds with --token_ids
@@ -23,7 +25,7 @@ REQUEST = {"return_token_ids": True, "logprobs": True}  # what every chat reques
 class TokensMissing(SpendStop):
     """--token_ids=required and a reply came without ids: the run stops (exit 2) before another call."""
 
-    reason = "no_token_ids"
+    reason: ClassVar[StopReason] = "no_token_ids"
 
 
 def _ids(value) -> list[int] | None:

@@ -8,28 +8,29 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from trajforge.caller import NOBODY, Caller
 from trajforge.model.chat import ChatModel
 from trajforge.model.settings import ModelSettings
 from trajforge.money.pricing import priced
 from trajforge.money.reply_cost import reply_usage
-from trajforge.money.spending import Spending
+from trajforge.money.spending import UNMETERED, Spends
 
 
 class ToolModel:
-    def __init__(self, settings: ModelSettings, chat_model: str, spending: Spending | None = None):
+    def __init__(self, settings: ModelSettings, chat_model: str, spending: Spends = UNMETERED):
         # A tool's model calls are not the agent's turns: no token ids (--token_ids) for them.
         # The prices are those of --model: a different --vision_model is priced only by what the endpoint reports.
         prices = settings.prices if chat_model == settings.model else None
         own = replace(settings, model=chat_model, stream=False, prices=prices, token_ids="off")
         self._chat = ChatModel(own, spending)
 
-    async def chat(self, messages: list[dict], scope: str = "") -> tuple[dict, dict]:
+    async def chat(self, messages: list[dict], caller: Caller = NOBODY) -> tuple[dict, dict]:
         """(assistant message, usage with its cost) of the chat model's reply to `messages`, offered no
-        tools, for the sample `scope`."""
-        completion = await self._chat.complete(messages, [], scope=scope)
+        tools, for the `caller`'s sample."""
+        completion = await self._chat.complete(messages, [], caller)
         return completion.message, completion.usage
 
-    async def generate_image(self, request: dict, scope: str = "") -> tuple[dict, dict]:
+    async def generate_image(self, request: dict, caller: Caller = NOBODY) -> tuple[dict, dict]:
         """(the images API's answer to `request` (its model, prompt, size ...) as JSON, its usage with
         its cost: what the endpoint reports, else unknown)."""
         client = self._chat.client
@@ -37,7 +38,7 @@ class ToolModel:
         async def send(body: dict) -> dict:
             return await client.post_json("/images/generations", body)
 
-        answer, cost, _ = await self._chat.metered("/images/generations", request, scope, send, None)
+        answer, cost, _ = await self._chat.metered("/images/generations", request, caller, send, None)
         return answer, priced(reply_usage(answer), None) | {"cost": cost}
 
     async def close(self) -> None:

@@ -15,12 +15,12 @@ import functools
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
+from trajforge.caller import NOBODY, Caller
 from trajforge.errors import BadReply
-from trajforge.events import OnRetry
 from trajforge.money.errors import CostUnknown
 from trajforge.money.pricing import Prices
 from trajforge.money.reply_cost import reply_cost
-from trajforge.money.spending import Spending, cache_key
+from trajforge.money.spending import Spends, cache_key
 from trajforge.money.store import Call
 from trajforge.safejson import dumps
 
@@ -39,9 +39,7 @@ class Client(Protocol):
     @property
     def settings(self) -> Endpoint: ...
 
-    async def call(
-        self, request: Callable[[], Awaitable[Any]], log: Any = None, on_retry: OnRetry | None = None
-    ) -> tuple[Any, int]: ...
+    async def call(self, request: Callable[[], Awaitable[Any]], caller: Caller = NOBODY) -> tuple[Any, int]: ...
 
     @staticmethod
     def overload(exc: BaseException) -> tuple[str, float | None] | None: ...  # retry.overload
@@ -57,10 +55,10 @@ def _unchecked(data: dict) -> None:
 
 
 class Metered:
-    """The money around one endpoint's sends. `spending` None: straight to the endpoint (each reply
-    still priced), as unit tests of the loop and a Ray task on another node want."""
+    """The money around one endpoint's sends (`spending`: the run's, or Unmetered: straight to the endpoint,
+    each reply still priced, as unit tests of the loop want)."""
 
-    def __init__(self, client: Client, spending: Spending | None):
+    def __init__(self, client: Client, spending: Spends):
         self.client = client
         self.spending = spending
         settings = client.settings
@@ -71,14 +69,12 @@ class Metered:
         self,
         path: str,
         body: dict,
-        scope: str,
+        caller: Caller,
         send: Send,
         prices: Prices | None,
-        log=None,
-        on_retry: OnRetry | None = None,
         check: Check = _unchecked,
     ) -> Paid:
-        """(reply, its cost, retries) of the request `body` to `path` for the sample `scope`: from the
+        """(reply, its cost, retries) of the request `body` to `path` for the `caller`'s sample: from the
         response cache when it was paid for before (retries 0), else sent by `send`, retried by the
         client, within the budget and the rate limits. Money first: each reply's cost goes into the
         ledger as soon as it arrives, before `check` (BadReply: tried again) reads it; a good reply is
@@ -92,20 +88,11 @@ class Metered:
         def cost_of(data: dict) -> float | None:
             return reply_cost(data, prices, size(), max_tokens)
 
-        if self.spending is None:
-
-            async def checked() -> dict:
-                data = await send(body)
-                check(data)
-                return data
-
-            data, retries = await self.client.call(checked, log, on_retry)
-            return data, cost_of(data), retries
-        key = cache_key(self.endpoint, path, body, scope)
+        key = cache_key(self.endpoint, path, body, caller.scope)
         hit = await self.spending.cached(key)
         if hit is not None and (found := await self._from_cache(key, body, hit, cost_of, check)) is not None:
             return found
-        return await self._sent(key, body, Call(size(), max_tokens, prices), send, cost_of, check, log, on_retry)
+        return await self._sent(key, body, Call(size(), max_tokens, prices), send, cost_of, check, caller)
 
     async def _from_cache(
         self, key: str, body: dict, hit: tuple[dict, float | None], cost_of, check: Check
@@ -114,7 +101,7 @@ class Metered:
         if prices were given since. None for one found bad (paid, then the run was killed before it was
         forgotten): it is sent again."""
         data, cost = hit
-        spending = self._spending()
+        spending = self.spending
         try:
             check(data)
         except BadReply:
@@ -128,10 +115,10 @@ class Metered:
                 await self._cost_unknown(body)
         return data, cost, 0
 
-    async def _sent(self, key: str, body: dict, call: Call, send: Send, cost_of, check: Check, log, on_retry) -> Paid:
+    async def _sent(self, key: str, body: dict, call: Call, send: Send, cost_of, check: Check, caller: Caller) -> Paid:
         """A request not answered before: room in the budget for all its tries, then per try the rate
         limits, the send, the payment, the reading and the cache."""
-        spending = self._spending()
+        spending = self.spending
         charged = call.prompt_tokens + (call.max_tokens or 0)
         reservation = await spending.reserve(call)
 
@@ -156,20 +143,15 @@ class Metered:
             return data, cost
 
         try:
-            (data, cost), retries = await self.client.call(attempt, log, on_retry)
+            (data, cost), retries = await self.client.call(attempt, caller)
         finally:
             await spending.release(reservation)
         if cost is None:
             await self._cost_unknown(body)
         return data, cost, retries
 
-    def _spending(self) -> Spending:
-        assert self.spending is not None, "only a metered call with spending reaches here"
-        return self.spending
-
     async def _cost_unknown(self, body: dict) -> None:
         """A reply without a cost: CostUnknown (the run stops) when a cost limit needs every cost."""
-        spending = self._spending()
-        if spending.settings.needs_cost:
-            await spending.stop_unknown_cost()
+        if self.spending.settings.needs_cost:
+            await self.spending.stop_unknown_cost()
             raise CostUnknown(f"{body.get('model')} at {self.base_url} reported no cost")

@@ -14,6 +14,7 @@ import contextlib
 import hashlib
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
+from typing import Protocol
 
 import orjson
 
@@ -183,3 +184,62 @@ class Spending:
 
     async def close(self) -> None:
         await self.ledger.close()
+
+
+class Spends(Protocol):
+    """What the money wrapper (metered.py) asks around each call: Spending, or Unmetered."""
+
+    settings: MoneySettings
+
+    async def cached(self, key: str) -> tuple[dict, float | None] | None: ...
+    async def reserve(self, call: Call) -> int | None: ...
+    def slot(
+        self, endpoint: str, overload: Callable[[BaseException], Overload | None]
+    ) -> contextlib.AbstractAsyncContextManager[None]: ...
+    async def admit(self, endpoint: str, tokens: float) -> None: ...
+    async def pay(self, key: str, data: dict, cost: float | None, charged: float, endpoint: str) -> bool: ...
+    async def keep(self, key: str, data: dict, cost: float | None) -> None: ...
+    async def forget(self, key: str) -> None: ...
+    async def release(self, reservation: int | None) -> None: ...
+    async def price_later(self, key: str, cost: float) -> None: ...
+    async def stop_unknown_cost(self) -> None: ...
+
+
+class Unmetered:
+    """Spending that keeps no money: no cache, no budget, no limits, each reply still priced (the unit tests
+    of the agent loop call the endpoint straight)."""
+
+    settings = MoneySettings()
+
+    async def cached(self, key: str) -> None:
+        return None
+
+    async def reserve(self, call: Call) -> None:
+        return None
+
+    def slot(self, endpoint: str, overload: Callable[[BaseException], Overload | None]) -> contextlib.nullcontext:
+        return contextlib.nullcontext()
+
+    async def admit(self, endpoint: str, tokens: float) -> None:
+        pass
+
+    async def pay(self, key: str, data: dict, cost: float | None, charged: float, endpoint: str) -> bool:
+        return False
+
+    async def keep(self, key: str, data: dict, cost: float | None) -> None:
+        pass
+
+    async def forget(self, key: str) -> None:
+        pass
+
+    async def release(self, reservation: int | None) -> None:
+        pass
+
+    async def price_later(self, key: str, cost: float) -> None:
+        pass
+
+    async def stop_unknown_cost(self) -> None:
+        pass
+
+
+UNMETERED = Unmetered()

@@ -6,9 +6,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from trajforge.agent.loop import AgentResult, Log, PromptLimits, run_agent
+from trajforge.agent.loop import AgentResult, PromptLimits, run_agent
 from trajforge.environments.folder_task import KEY, FolderSettings
-from trajforge.model.chat import ChatModel, OnRetry
+from trajforge.model.chat import ChatModel
 from trajforge.model.usage import empty_usage
 from trajforge.tools import Tool
 from trajforge.tools.session import ToolSession
@@ -33,8 +33,6 @@ class Agent:
     client: ChatModel
     rules: AgentRules
     tools: dict[str, Tool]
-    log: Log | None = None
-    on_retry: OnRetry | None = None
 
     async def __call__(self, session: ToolSession, entry: dict) -> AgentResult:
         rules = self.rules
@@ -45,12 +43,9 @@ class Agent:
             self.tools,
             rules.max_turns,
             rules.preamble,
-            self.log,
             max_tool_calls=rules.max_tool_calls,
             timeout=folder.agent_timeout if (folder := FolderSettings.of(entry)) else rules.timeout,
-            on_retry=self.on_retry,
             limits=rules.limits,
-            scope=session.scope,
         )
 
 

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Generic, Protocol, TypeVar
 
 from trajforge.agent.loop import AgentResult
+from trajforge.caller import Caller
 from trajforge.environments import Backend
 from trajforge.model.usage import add_usage
 from trajforge.secrets import Secrets
@@ -78,11 +79,11 @@ class SamplePipeline:
     secrets: Secrets
     services: ToolServices | None = None  # None: the actor calls no tool (--check_tasks)
 
-    async def run(self, entry: dict, scope: str, act: Actor, recorder: Recorder[R]) -> Finished[R]:
+    async def run(self, entry: dict, caller: Caller, act: Actor, recorder: Recorder[R]) -> Finished[R]:
         """The sample's record; the environment is closed whatever happens. Raises what fails the sample
         (SetupError, SetupFailed, a model call that failed): the caller decides what that costs."""
         started = time.monotonic()
-        session = await self.open(entry, scope)
+        session = await self.open(entry, caller)
         try:
             result = await act(session, entry)
             seconds = time.monotonic() - started
@@ -97,9 +98,10 @@ class SamplePipeline:
         finally:
             await session.close()
 
-    async def open(self, entry: dict, scope: str) -> ToolSession:
-        """The sample's environment, with the task's files and setup in place before any model call."""
-        session = ToolSession(await self.backend.open(entry, scope), self.services, scope, self.secrets)
+    async def open(self, entry: dict, caller: Caller) -> ToolSession:
+        """The sample's environment, with the task's files and setup in place before any model call; the
+        sample's model calls are made for `caller`."""
+        session = ToolSession(await self.backend.open(entry, caller.scope), self.services, caller, self.secrets)
         try:
             await prepare_task(session.env, entry, self.task_base, self.setup_timeout)
         except BaseException:

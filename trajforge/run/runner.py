@@ -39,6 +39,7 @@ from trajforge.model.client import endpoint_problem
 from trajforge.model.served import model_problem
 from trajforge.model.tokens import TokensMissing
 from trajforge.money.concurrency import Concurrency
+from trajforge.money.errors import stop_for
 from trajforge.money.report import concurrency_statistics, money_statistics
 from trajforge.money.store import SpendingTotals, Store
 from trajforge.run.advice import Advice
@@ -331,11 +332,11 @@ class BatchRunner:
                                 ended(event)
                     money = self.money.totals()
                     if money.stopped:  # the budget is spent: no prompt starts, those in flight stop at their next call
-                        state.halt(money.stopped)
+                        state.halt(stop_for(money.stopped).reason)
                         executor.halt()
                     elif not events:
-                        for (index, sample), reason in sorted(executor.lost(outstanding).items()):
-                            ended(PromptFailed(index, None, PromptError("worker_died", reason, 1), sample))
+                        for (index, sample), why in sorted(executor.lost(outstanding).items()):
+                            ended(PromptFailed(index, None, PromptError("worker_died", why, 1), sample))
                     view.money(money, self.money.concurrency(config.model.base_url))
                     view.tick()
                     state.save_every(CHECKPOINT_EVERY)

@@ -22,6 +22,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from trajforge.agent.loop import AgentResult
+from trajforge.caller import Caller
 from trajforge.environments import backend_for, prepare_run, remove_leftovers
 from trajforge.environments.folder_task import KEY, FolderSettings
 from trajforge.errors import SetupError, SetupFailed
@@ -90,7 +91,7 @@ async def attempt(pipeline: SamplePipeline, entry: Entry, oracle: bool) -> tuple
     actor = Oracle(folder.agent_timeout if folder else pipeline.setup_timeout) if oracle else None
     scope = f"check-{entry.index}-{'oracle' if oracle else 'noop'}"
     try:
-        done = await pipeline.run(data, scope, actor or idle, CheckRecorder(entry.index, data, actor))
+        done = await pipeline.run(data, Caller(scope), actor or idle, CheckRecorder(entry.index, data, actor))
     except SetupError as exc:
         return False, f"environment: {exc}"
     except SetupFailed as exc:

@@ -15,6 +15,7 @@ from trajforge.events import (
     PromptStopped,
     RunRefused,
     SampleSkipped,
+    StopReason,
 )
 from trajforge.failures import failure_class
 from trajforge.runfolder.folder import RunFolder, write_json_atomic
@@ -46,7 +47,7 @@ class RunState:
         plausible = isinstance(earlier, (int, float)) and not isinstance(earlier, bool) and 0 <= earlier < math.inf
         self.earlier = float(earlier) if plausible and isinstance(earlier, (int, float)) else 0.0
         self.stopped: str | None = None
-        self.halted: str | None = None  # no more model calls: "budget" or "cost_unknown" (money/errors.py)
+        self.halted: StopReason | None = None  # no more model calls, and why
         self.halt_message = ""
         self.saved_at = 0.0
         self.dirty = True
@@ -95,7 +96,7 @@ class RunState:
             }
         )
 
-    def halt(self, reason: str, message: str = "") -> None:
+    def halt(self, reason: StopReason, message: str = "") -> None:
         """The run makes no more model calls; the first reason and the first message that says why stay."""
         self.halted = self.halted or reason
         self.halt_message = self.halt_message or message

@@ -44,7 +44,7 @@ async def image_generate(session: ToolSession, prompt: str, size: str = "1024x10
         return {"error": f"size must look like 1024x1024, got {size!r}"}
     services = session.services
     request = {"model": services.settings.image_model, "prompt": prompt, "size": size, "n": 1}
-    response, usage = await services.model.generate_image(request, session.scope)
+    response, usage = await services.model.generate_image(request, session.caller)
     session.count_usage(usage)  # gpt-image models report tokens (and OpenRouter a cost): the prompt's usage
     images = response.get("data") or []
     image = images[0] if images and isinstance(images[0], dict) else {}

@@ -10,7 +10,7 @@ import httpx
 
 from trajforge.model.settings import ModelSettings
 from trajforge.model.tool_model import ToolModel
-from trajforge.money.spending import Spending
+from trajforge.money.spending import UNMETERED, Spends
 from trajforge.secrets import Secrets
 from trajforge.tools.browser.client import BrowserClient
 from trajforge.tools.browser.guard import GuardProxy
@@ -27,7 +27,7 @@ class ToolServices:
         settings: ToolSettings,
         model: ModelSettings,
         secrets: Secrets | None = None,
-        spending: Spending | None = None,
+        spending: Spends = UNMETERED,
     ):
         self.settings = settings
         # Text that must never reach a trajectory or a log, e.g. the API key a command finds with `ps` or

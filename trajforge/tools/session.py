@@ -14,6 +14,7 @@ from collections import Counter
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
+from trajforge.caller import NOBODY, Caller
 from trajforge.environments import Environment
 from trajforge.environments.redacted import Redacted
 from trajforge.model.usage import add_usage, empty_usage
@@ -51,16 +52,22 @@ class Resources:
 
 class ToolSession(Resources):
     def __init__(
-        self, env: Environment, services: ToolServices | None, scope: str = "", secrets: Secrets | None = None
+        self, env: Environment, services: ToolServices | None, caller: Caller = NOBODY, secrets: Secrets | None = None
     ):
-        """`services` None: a sample that calls no tool (--check_tasks); `secrets` defaults to the services'."""
+        """`services` None: a sample that calls no tool (--check_tasks); `secrets` defaults to the services';
+        `caller`: who the sample's model calls (its agent's, its tools', its judge's) are made for."""
         super().__init__()
         self._services = services
         self.secrets = secrets or (services.secrets if services else Secrets())
-        self.scope = scope  # the sample the tools' model calls belong to (the response cache's key)
+        self.caller = caller
         self.redactions: Counter = Counter()  # secrets masked in what this prompt saves, by kind
         self.env: Environment = Redacted(env, self.redact)
         self.usage = empty_usage()
+
+    @property
+    def scope(self) -> str:
+        """The sample the model calls belong to (the response cache's key)."""
+        return self.caller.scope
 
     @property
     def services(self) -> ToolServices:

@@ -40,7 +40,7 @@ async def vision_analyze(
             return {"error": str(exc)}
     url = image_url if remote else await _data_url(session, image_url)
     content = [{"type": "text", "text": question}, {"type": "image_url", "image_url": {"url": url}}]
-    message, usage = await session.services.model.chat([{"role": "user", "content": content}], session.scope)
+    message, usage = await session.services.model.chat([{"role": "user", "content": content}], session.caller)
     session.count_usage(usage)
     _, answer = split_reasoning(message)
     if not answer:
