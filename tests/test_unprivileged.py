@@ -10,6 +10,7 @@ import os
 import resource
 import shutil
 import subprocess
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -17,7 +18,7 @@ from conftest import wait_for
 from test_environments import _available
 from test_sandbox import bwrap, settings  # noqa: F401  (the fixture)
 
-from trajforge.environments import backend_class, backend_for, tmpfs, userns
+from trajforge.environments import backend_class, backend_for, disk, prepare_run, tmpfs, userns
 from trajforge.environments.limits import Limits, host_user, unenforced
 
 HOST_MARK = "3.14159"  # a sleep no other test runs: how the host finds the sandboxed command
@@ -253,3 +254,93 @@ def test_no_sandboxed_command_takes_a_process_s_memory_or_descriptors(kind, take
     outcome = "ok" if kind == "local" else "EPERM"
     for output in asyncio.run(body()):
         assert output.splitlines() == [f"{name} {outcome}" for name in TAKERS], output
+
+
+# -- disk -----------------------------------------------------------------------------------------
+DISK = Limits(max_disk_mb=16)  # and 1,024 inodes
+FILL = "head -c 40000000 /dev/zero > {where}/big; wc -c < {where}/big"
+MANY_FILES = (
+    "mkdir many && i=0; while [ $i -lt 3000 ]; do true 2>/dev/null >many/f$i || break; i=$((i+1)); done; echo $i"
+)
+
+
+@pytest.fixture(params=["local", "bwrap"])
+def disk_kind(request) -> str:
+    kind = _available(request)
+    warning = disk.unenforced(DISK.max_disk_mb, kind, backend_class(kind).LIMITS)
+    if warning:
+        pytest.skip(warning)
+    return kind
+
+
+async def _disk_samples(env_settings) -> tuple[list, list, list]:
+    """Two samples of one worker, one after the other (the second on the disk the first gave back)."""
+    backend = backend_for(env_settings)
+    env = await backend.open({})
+    try:
+        size = os.statvfs(env.workspace)
+        agent = [await env.exec(command) for command in ("echo secret > left.txt", FILL.format(where="."))]
+        agent.append(await env.exec("rm big; " + MANY_FILES + "; rm -r many"))
+        await env.enter_clean_room()
+        verification = [await env.exec("head -c 9000000 /dev/zero > half; echo done")]
+        verification.append(await env.exec(FILL.format(where="$TMPDIR")))  # the other half of the same disk
+    finally:
+        await env.close()
+    second = await backend.open({})
+    try:
+        after = [await second.exec("ls -A; df -P . | tail -1"), await second.exec(MANY_FILES)]
+    finally:
+        await second.close()
+    return [size.f_blocks * size.f_frsize], agent + verification, after
+
+
+def test_a_sample_s_disk_and_inodes_are_bounded_together_and_the_next_sample_starts_empty(disk_kind, tmp_path):
+    (size,), outputs, after = asyncio.run(_disk_samples(settings(disk_kind, tmp_path, limits=DISK)))
+    _, fill, many, half, other_half = outputs
+    assert size <= DISK.max_disk_mb * 1024 * 1024  # the workspace is on a disk of its own
+    assert "No space left on device" in fill.output and int(fill.output.split()[-1]) < 16 * 2**20, fill
+    assert 900 < int(many.output.split()[-1]) < 1024, many  # the inodes ran out, not the loop
+    assert half.output == "done\n" and half.exit_code == 0  # the verification writes as any command
+    assert "No space left on device" in other_half.output and int(other_half.output.split()[-1]) < 7_500_000
+    listing, honest = after
+    assert "left.txt" not in listing.output and "half" not in listing.output  # nothing of the first sample
+    assert honest.output == "3000\n" or int(honest.output) > 900, honest  # a fresh disk's inodes again
+
+
+def test_a_sample_within_its_disk_works_and_keep_workspaces_keeps_its_files(disk_kind, tmp_path):
+    async def scenario():
+        env = await backend_for(settings(disk_kind, tmp_path, limits=DISK, keep_workspaces=True)).open({})
+        try:
+            done = await env.exec("head -c 5000000 /dev/zero > five; mkdir d && echo hi > d/x; wc -c < five")
+        finally:
+            await env.close()
+        return env.workspace, done
+
+    workspace, done = asyncio.run(scenario())
+    assert done.output == "5000000\n"
+    try:
+        assert (Path(workspace) / "d" / "x").read_text() == "hi\n" and (
+            Path(workspace) / "five"
+        ).stat().st_size == 5000000
+        assert not os.path.ismount(workspace)  # a plain folder now, the disk given back
+    finally:
+        shutil.rmtree(workspace, ignore_errors=True)
+
+
+def test_where_the_disk_bound_cannot_hold_the_run_says_so():
+    assert disk.unenforced(0, "docker", backend_class("docker").LIMITS) is None
+    assert disk.unenforced(10240, "docker", backend_class("docker").LIMITS) == (
+        "--max_disk_mb not enforced by --environment=docker: a sample's files are bounded by its own storage"
+    )
+
+
+def test_a_killed_sample_s_kept_workspace_keeps_its_files_on_resume(disk_kind, tmp_path):
+    env_settings = settings(disk_kind, tmp_path, limits=DISK, keep_workspaces=True)
+    killed = asyncio.run(backend_for(env_settings).open({}))  # never closed, as when its worker is killed
+    asyncio.run(killed.exec("mkdir d && echo kept > d/x"))
+    prepare_run(env_settings, resume=True)
+    try:
+        assert not os.path.ismount(killed.workspace)
+        assert (Path(killed.workspace) / "d" / "x").read_text() == "kept\n"
+    finally:
+        prepare_run(replace(env_settings, keep_workspaces=False), resume=True)

@@ -95,6 +95,11 @@ class BwrapEnvironment(LocalEnvironment):
 
     def _prepare(self) -> None:
         super()._prepare()
+        inside = os.path.relpath(self.workspace, SANDBOX_TMP)
+        if self.disk_verify and not inside.startswith(".."):
+            # bwrap makes the workspace's mount point in the clean room's /tmp: made now, before the agent
+            # could fill the disk it shares with the workspace.
+            os.makedirs(os.path.join(self.disk_verify, inside))
         if self.host_uid is not None:
             _give(self.host_uid, self.workspace, self.tmp)
 
@@ -136,7 +141,7 @@ class BwrapEnvironment(LocalEnvironment):
         """A fresh folder for the sandbox's /tmp (TMPDIR stays /tmp), where the clean room's HOME is made."""
         if self.verify_tmp:  # a sample's verifications share it (each makes its own HOME there)
             return
-        self.verify_tmp = await asyncio.to_thread(make_workspace, self.settings, "verify-")
+        self.verify_tmp = await asyncio.to_thread(self._verify_folder)
         if self.userns is not None:  # a /tmp for both uids (sticky); the verifier's HOME in it is its own
             await asyncio.to_thread(_give, userns.VERIFIER_HOST_UID, self.verify_tmp)
             await asyncio.to_thread(os.chmod, self.verify_tmp, 0o1777)

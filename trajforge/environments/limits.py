@@ -45,6 +45,7 @@ class Limits:  # 0 for none
     max_processes: int = default("max_processes")
     max_memory_mb: int = default("max_memory_mb")
     max_file_size_mb: int = default("max_file_size_mb")
+    max_disk_mb: int = default("max_disk_mb")  # enforced by disk.py, not here
 
 
 def _own_cgroup(controller: str) -> str:
@@ -79,8 +80,8 @@ def _v1_parents() -> dict[str, str] | None:
 
 def unenforced(limits: Limits, kind: str, enforcer: str) -> str | None:
     """The warning to print once when a limit cannot be enforced by the `kind` of environment here, whose
-    limits `enforcer` enforces (its Backend.LIMITS)."""
-    asked = [f"--{item.name}" for item in fields(limits) if getattr(limits, item.name)]
+    limits `enforcer` enforces (its Backend.LIMITS); --max_disk_mb's: disk.unenforced."""
+    asked = [f"--{item.name}" for item in fields(limits) if getattr(limits, item.name) and item.name != "max_disk_mb"]
     if enforcer == OWN:  # the container's own limits
         return None
     if enforcer != RUNNER:

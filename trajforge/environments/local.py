@@ -16,7 +16,7 @@ import tempfile
 import termios
 import time
 
-from trajforge.environments import OUTPUT_LIMIT, Backend, CappedOutput, EnvironmentSettings, ExecResult, tmpfs
+from trajforge.environments import OUTPUT_LIMIT, Backend, CappedOutput, EnvironmentSettings, ExecResult, disk, tmpfs
 from trajforge.environments.contract import timeout_result
 from trajforge.environments.limits import RUNNER, SampleCgroup, confined, host_user
 from trajforge.environments.orphans import (
@@ -276,12 +276,20 @@ class LocalEnvironment(CommandEnvironment):
         # The sample's processes and memory, where cgroups work; also how its processes are found at its end.
         self.cgroup = SampleCgroup(settings.limits, workspace_prefix(settings))
         self.started = 0  # commands started since the sample's processes were last ended
+        self.disk: disk.Disk | None = None  # where the workspace and the clean room's /tmp lie (--max_disk_mb)
+        self.disk_workspace = ""  # the workspace's folder on it, bound on self.workspace
+        self.disk_verify = ""  # the clean room's /tmp on it, made before the agent could fill the disk
 
     async def start(self) -> None:
         await asyncio.to_thread(self._prepare)  # one hop off the loop for all of it
 
     def _prepare(self) -> None:
         self.workspace = make_workspace(self.settings, "", self.sample)
+        if self.settings.limits.max_disk_mb and disk.possible():
+            self.disk = disk.take(self.settings, workspace_prefix(self.settings))
+            self.disk_workspace = self.disk.make_folder("workspace")
+            self.disk_verify = self.disk.make_folder("verify")
+            self.disk.attach(self.disk_workspace, self.workspace)
         self.cwd = workspace_cwd(self.workspace, self.asked_cwd, self.absolute_cwd)
         os.makedirs(self.cwd, exist_ok=True)
         self.env = {**command_env(self.workspace, self._tmpdir()), PROMPT_MARKER: self.token}
@@ -332,7 +340,7 @@ class LocalEnvironment(CommandEnvironment):
     async def clean_variables(self) -> None:
         # The clean room's HOME is made below TMPDIR: here a fresh folder outside the workspace.
         if not self.verify_tmp:  # each verification's HOME is a fresh folder in it (shell.CLEAN_SHELL)
-            self.verify_tmp = await asyncio.to_thread(make_workspace, self.settings, "verify-")
+            self.verify_tmp = await asyncio.to_thread(self._verify_folder)
         self.env = {**self.env, "TMPDIR": self.verify_tmp}
 
     async def add_tests(self, files: dict[str, bytes]) -> None:
@@ -341,6 +349,11 @@ class LocalEnvironment(CommandEnvironment):
         self.tests_host = await asyncio.to_thread(write_tests, self.settings, files)
         self.tests_dir = self._tests_path()
         self.env["TESTS_DIR"] = self.tests_dir
+
+    def _verify_folder(self) -> str:
+        """The clean room's /tmp: on the sample's disk where it has one, bounded together with the workspace
+        (what the verification writes there must fit in what the agent left)."""
+        return self.disk_verify or make_workspace(self.settings, "verify-")
 
     def _tests_path(self) -> str:
         return self.tests_host
@@ -353,8 +366,19 @@ class LocalEnvironment(CommandEnvironment):
             self._end_processes()
         self.cgroup.remove()
         folders = [self.verify_tmp] + ([] if self.settings.keep_workspaces else [self.workspace, self.tests_host])
+        if self.disk is not None:
+            self._leave_disk()
         for folder in filter(None, folders):
             shutil.rmtree(folder, ignore_errors=True)
+
+    def _leave_disk(self) -> None:
+        """The workspace's path unbound (with --keep_workspaces, the files copied there), the disk given back."""
+        assert self.disk is not None
+        tmpfs.unmount(self.workspace)
+        if self.settings.keep_workspaces and os.path.isdir(self.disk_workspace):  # not after remove_leftovers
+            shutil.copytree(self.disk_workspace, self.workspace, symlinks=True, dirs_exist_ok=True)
+        disk.give_back(self.disk, self.settings)
+        self.disk = None
 
 
 class LocalBackend(Backend):
@@ -374,7 +398,10 @@ class LocalBackend(Backend):
     @classmethod
     def remove_leftovers(cls, settings: EnvironmentSettings) -> None:
         SampleCgroup.remove_leftovers(workspace_prefix(settings))
-        tmpfs.unmount_below(os.path.join(tempfile.gettempdir(), workspace_prefix(settings)))  # bwrap's /tmp
+        mounted = os.path.join(tempfile.gettempdir(), workspace_prefix(settings))
+        if settings.keep_workspaces:
+            disk.keep_workspaces_below(mounted)
+        tmpfs.unmount_below(mounted)  # bwrap's /tmp, the samples' disks
         if not settings.keep_workspaces:
             for path in glob.glob(os.path.join(tempfile.gettempdir(), glob.escape(workspace_prefix(settings)) + "*")):
                 shutil.rmtree(path, ignore_errors=True)

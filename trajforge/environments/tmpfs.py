@@ -31,10 +31,15 @@ def unmount(path: str) -> None:
     _libc.umount2(os.fsencode(path), MNT_DETACH)  # lazily: a process still in it keeps it until it ends
 
 
-def unmount_below(prefix: str) -> None:
-    """What a killed run left mounted under `prefix` (its folders' common start), before they are removed."""
+def mounted_below(prefix: str) -> list[tuple[str, str]]:
+    """(mount point, file system type) of what is mounted under `prefix` (its folders' common start)."""
     with open("/proc/self/mounts") as mounts:
-        points = [line.split()[1].encode().decode("unicode_escape") for line in mounts]
-    for point in points:
-        if point.startswith(prefix):
-            unmount(point)
+        found = [(fields[1].encode().decode("unicode_escape"), fields[2]) for fields in map(str.split, mounts)]
+    return [(point, kind) for point, kind in found if point.startswith(prefix)]
+
+
+def unmount_below(prefix: str) -> None:
+    """What a killed run left mounted under `prefix`, before its folders are removed (bwrap's /tmp, the
+    samples' disks and the workspaces bound on them)."""
+    for point, _ in mounted_below(prefix):
+        unmount(point)

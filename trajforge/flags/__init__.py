@@ -269,6 +269,13 @@ FLAGS: tuple[Flag, ...] = (
         "size of any one file a command writes, and of bwrap's /dev/shm and /tmp (0: none)",
         BOX,
     ),
+    Flag(
+        "max_disk_mb",
+        int,
+        10240,
+        "disk of one sample in MB, its workspace and clean room together, with an inode per 16 KB (0: no limit)",
+        BOX,
+    ),
     Flag("allow_private_urls", bool, False, "let web tools fetch loopback and private addresses", BOX, _R),
     Flag(
         "n_samples",

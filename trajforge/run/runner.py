@@ -14,7 +14,7 @@ from rich.console import Console
 from rich.markup import escape
 
 import toolset_distributions
-from trajforge.environments import backend_class, prepare_run, remove_leftovers, userns
+from trajforge.environments import backend_class, disk, prepare_run, remove_leftovers, userns
 from trajforge.environments.limits import unenforced
 from trajforge.errors import SetupError, UsageError
 from trajforge.events import (
@@ -119,9 +119,11 @@ class BatchRunner:
         # What workers use and statistics record: docker for task folders, else the --environment=auto pick.
         environment, unsandboxed = environment_for(self.config.environment, entries)
         self.config = config = replace(self.config, environment=environment)
+        limits, kind, enforcer = environment.limits, environment.kind, backend_class(environment.kind).LIMITS
         for warning in (
             unsandboxed,
-            unenforced(environment.limits, environment.kind, backend_class(environment.kind).LIMITS),
+            unenforced(limits, kind, enforcer),
+            disk.unenforced(limits.max_disk_mb, kind, enforcer),
             *notes,
         ):
             if warning:

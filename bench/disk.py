@@ -1,0 +1,82 @@
+"""What the disk bound (--max_disk_mb) costs per sample, in each backend that enforces it.
+
+    python bench/disk.py --repeats 20
+
+For local and bwrap, samples are opened and closed one after another in one worker (a backend), with
+the bound (10240 MB, the default) and without it (0): once empty, and once after a command that writes
+what a small task does (200 files and 20 MB). The first sample of a worker slot makes its image (mkfs,
+mount): timed apart. Each figure is a median in ms, and the bound's extra cost per sample is given as a
+ratio to one plain command (`true`) in the same environment. Needs the host's root (the images are
+mounted), as the bound itself does.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import tempfile
+import time
+
+from trajforge.environments import EnvironmentSettings, backend_for, disk
+from trajforge.environments.limits import RUNNER, Limits
+
+WORK = "mkdir d && i=0; while [ $i -lt 200 ]; do echo $i > d/f$i; i=$((i+1)); done; head -c 20000000 /dev/zero > big"
+
+
+def settings(kind: str, size_mb: int) -> EnvironmentSettings:
+    return EnvironmentSettings(kind=kind, run_dir=tempfile.mkdtemp(), limits=Limits(max_disk_mb=size_mb))
+
+
+async def samples(kind: str, size_mb: int, repeats: int, work: str | None) -> tuple[list[float], float]:
+    """(the time of each sample's open+close after the first, the first's)."""
+    backend = backend_for(settings(kind, size_mb))
+    times = []
+    for _ in range(repeats + 1):
+        started = time.perf_counter()
+        env = await backend.open({})
+        opened = time.perf_counter() - started
+        if work:
+            assert (await env.exec(work)).exit_code == 0
+        started = time.perf_counter()
+        await env.close()
+        times.append(opened + time.perf_counter() - started)
+    return times[1:], times[0]
+
+
+async def plain(kind: str, repeats: int) -> float:
+    env = await backend_for(settings(kind, 0)).open({})
+    try:
+        times = []
+        for _ in range(repeats):
+            started = time.perf_counter()
+            await env.exec("true")
+            times.append(time.perf_counter() - started)
+        return statistics.median(times)
+    finally:
+        await env.close()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--repeats", type=int, default=20)
+    args = parser.parse_args()
+    warning = disk.unenforced(10240, "bwrap", RUNNER)
+    if warning:
+        raise SystemExit(warning)
+    for kind in ("local", "bwrap"):
+        command = asyncio.run(plain(kind, args.repeats))
+        print(f"{kind}: a plain command {1000 * command:.1f} ms")
+        for label, work in (("empty sample", None), ("sample writing 200 files + 20 MB", WORK)):
+            without, _ = asyncio.run(samples(kind, 0, args.repeats, work))
+            bounded, first = asyncio.run(samples(kind, 10240, args.repeats, work))
+            extra = statistics.median(bounded) - statistics.median(without)
+            print(
+                f"  {label:34} open+close {1000 * statistics.median(without):6.1f} ms unbounded, "
+                f"{1000 * statistics.median(bounded):6.1f} ms bounded: {extra / command:+5.1f}x a plain command "
+                f"(the slot's first, making its image: {1000 * first:.0f} ms)"
+            )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,155 @@
+"""A sample's disk bounded (--max_disk_mb): its workspace and its clean room's /tmp lie together on a
+file system of their own, an ext4 image of that size on a loop device, with one inode per INODE_BYTES
+of it. A write past either bound fails inside the sample (ENOSPC), and the host's disk gives at most
+the image's size to each sample in flight (the image is sparse and mounted with `discard`: what a
+sample deletes goes back to the host).
+
+Making an image (mkfs, mount) costs about a tenth of a second, so a worker makes one per slot when it
+first needs it and keeps it: a sample takes a free image, its workspace is a folder of it bind-mounted
+on the workspace's usual path (the same path on every run, as the response cache needs), and at its end
+the folder is emptied and the image given back. An image that cannot be emptied is dropped. Mounting
+needs root in the host's mount namespace, mkfs.ext4 and loop devices; elsewhere the run says at start
+that the bound is not enforced (limits.unenforced)."""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import ctypes
+import ctypes.util
+import functools
+import os
+import shutil
+import subprocess
+import tempfile
+import uuid
+from dataclasses import dataclass
+
+from trajforge.environments import tmpfs
+from trajforge.environments.limits import MB, RUNNER
+from trajforge.environments.settings import EnvironmentSettings
+from trajforge.errors import SetupError
+
+INODE_BYTES = 16 * 1024  # ext4's own default ratio: 655,360 inodes in 10 GB
+SYSTEM = "/usr/sbin:/sbin:/usr/bin:/bin"  # searched too: a runner's PATH may lack the sbin folders
+MKFS, MOUNT = (shutil.which(name, path=f"{os.environ.get('PATH', '')}:{SYSTEM}") for name in ("mkfs.ext4", "mount"))
+# No journal (a sample's files need no crash safety), inode tables neither zeroed now nor later (a
+# sparse image reads as zeros): an image costs milliseconds and no host disk until it is written.
+MKFS_OPTIONS = ["-q", "-F", "-m", "0", "-O", "^has_journal,^resize_inode", "-E", "lazy_itable_init=1,nodiscard"]
+MOUNT_OPTIONS = "loop,nosuid,nodev,noinit_itable,discard"
+MS_BIND = 4096
+_libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+
+
+@functools.cache
+def possible() -> bool:
+    """Root of the host, mkfs.ext4 and loop devices."""
+    return tmpfs.possible() and MKFS is not None and MOUNT is not None and os.path.exists("/dev/loop-control")
+
+
+@dataclass
+class Disk:
+    """One image, mounted at `root`; `folder` is where it lies with its image (a run's temporary folder)."""
+
+    folder: str
+    root: str
+
+    def make_folder(self, name: str) -> str:
+        path = os.path.join(self.root, f"{name}-{uuid.uuid4().hex[:12]}")
+        os.mkdir(path, 0o700)
+        return path
+
+    def attach(self, folder: str, mount_point: str) -> None:
+        """`folder` of this disk seen at `mount_point` (an empty folder of the host)."""
+        if _libc.mount(os.fsencode(folder), os.fsencode(mount_point), None, MS_BIND, None) != 0:
+            raise SetupError(f"--max_disk_mb: cannot bind the sample's disk: {os.strerror(ctypes.get_errno())}")
+
+    def emptied(self) -> bool:
+        """Everything the sample left removed; whether the disk is empty now (else it is not used again)."""
+        for entry in os.listdir(self.root):
+            if entry != "lost+found":
+                shutil.rmtree(os.path.join(self.root, entry), ignore_errors=True)
+        return set(os.listdir(self.root)) <= {"lost+found"}
+
+    def drop(self) -> None:
+        tmpfs.unmount(self.root)
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+
+_free: dict[tuple[str, int], list[Disk]] = {}  # this worker's images not in use, by (run, size in MB)
+
+
+@atexit.register
+def _drop_free() -> None:
+    """At this process's end, its images go (a killed worker's: the run's remove_leftovers)."""
+    for disks in _free.values():
+        while disks:
+            disks.pop().drop()
+
+
+def unenforced(size_mb: int, kind: str, enforcer: str) -> str | None:
+    """The warning to print once when --max_disk_mb cannot be enforced by the `kind` of environment here,
+    whose limits `enforcer` enforces (its Backend.LIMITS: the runner's are local's and bwrap's)."""
+    if not size_mb:
+        return None
+    if enforcer == RUNNER and not possible():
+        return (
+            f"--max_disk_mb not enforced by --environment={kind}: its disk image needs the host's root, "
+            "mkfs.ext4 (e2fsprogs) and loop devices"
+        )
+    if enforcer != RUNNER:
+        return f"--max_disk_mb not enforced by --environment={kind}: a sample's files are bounded by its own storage"
+    return None
+
+
+def take(settings: EnvironmentSettings, prefix: str) -> Disk:
+    """A free disk of this worker, else a new one, made in a temporary folder named from `prefix` (the
+    run's, so that remove_leftovers finds it). SetupError when it cannot be made: the sample fails
+    rather than run unbounded."""
+    size = settings.limits.max_disk_mb
+    free = _free.setdefault((settings.run_tag, size), [])
+    if free:
+        return free.pop()
+    folder = tempfile.mkdtemp(prefix=prefix + "disk-")
+    disk = Disk(folder, os.path.join(folder, "fs"))
+    image = os.path.join(folder, "image")
+    try:
+        os.mkdir(disk.root)
+        with open(image, "wb") as handle:
+            handle.truncate(size * MB)
+        inodes = str(max(size * MB // INODE_BYTES, 64))
+        for argv in (
+            [str(MKFS), *MKFS_OPTIONS, "-N", inodes, image],
+            [str(MOUNT), "-o", MOUNT_OPTIONS, image, disk.root],
+        ):
+            done = subprocess.run(argv, capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+            if done.returncode:
+                raise OSError(done.stderr.strip() or f"{argv[0]} exited with {done.returncode}")
+        for path in (folder, disk.root):  # passed through, not listed, by the sandbox's uid on its way to its folders
+            os.chmod(path, 0o711)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        disk.drop()
+        raise SetupError(f"--max_disk_mb: cannot make the sample's disk of {size} MB: {exc}") from None
+    return disk
+
+
+def keep_workspaces_below(prefix: str) -> None:
+    """Before a killed run's disks are unmounted (--keep_workspaces): each workspace bound on one becomes
+    a plain folder holding its files."""
+    for point, kind in tmpfs.mounted_below(prefix):
+        if kind == "ext4" and os.path.basename(point) != "fs":  # a workspace, not a disk itself
+            copy = tempfile.mkdtemp(prefix=point + "-kept-")
+            shutil.copytree(point, copy, symlinks=True, dirs_exist_ok=True)
+            tmpfs.unmount(point)
+            for entry in os.listdir(copy):
+                os.rename(os.path.join(copy, entry), os.path.join(point, entry))
+            os.rmdir(copy)
+
+
+def give_back(disk: Disk, settings: EnvironmentSettings) -> None:
+    """At the sample's end (its processes gone, its folders unmounted): emptied, and kept for the next."""
+    with contextlib.suppress(OSError):
+        if disk.emptied():
+            _free.setdefault((settings.run_tag, settings.limits.max_disk_mb), []).append(disk)
+            return
+    disk.drop()
