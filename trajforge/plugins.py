@@ -1,7 +1,8 @@
 """What extends a run, loaded before any flag is checked: the built-ins (trajforge/builtin.py), then every
 installed package's entry point in the group `batch_runner.plugins`, then `--plugins` (module names or
-.py files), in that order. Each is a module with `register(registry)` (an entry point may name the function
-itself); a load starts from empty tables, so a process that runs twice holds only its second run's.
+.py files), then `--tools`, in that order. Each plugin is a module with `register(registry)` (an entry point
+may name the function itself); each `--tools` module is a toolset of its public functions (own_tools.py).
+A load starts from empty tables, so a process that runs twice holds only its second run's.
 
 A file's text is read once, here: Ray workers load that text (the file need not be on their node); a
 module name must be importable on every node. A plugin that cannot be loaded is a UsageError (exit 2)
@@ -21,7 +22,7 @@ from importlib.metadata import entry_points
 from pathlib import Path
 from types import ModuleType
 
-from trajforge import builtin, registry
+from trajforge import builtin, own_tools, registry
 from trajforge.errors import UsageError
 
 GROUP = "batch_runner.plugins"
@@ -31,6 +32,12 @@ GROUP = "batch_runner.plugins"
 class Plugin:
     spec: str  # as given: a module name, or a path ending in .py
     text: str | None = None  # a file's source
+    flag: str = "plugins"  # the flag that gave it: plugins (register(registry)) or tools (its functions)
+
+    @property
+    def toolset(self) -> str:
+        """A --tools file's or module's toolset: named after it."""
+        return Path(self.spec).stem if self.text is not None else self.spec
 
     @property
     def module_name(self) -> str:
@@ -41,17 +48,17 @@ class Plugin:
         return f"batch_runner_plugin_{Path(self.spec).stem.replace('-', '_')}_{digest}"
 
 
-def read(specs: Iterable[str]) -> tuple[Plugin, ...]:
-    """--plugins: each a module name or a .py file (read now)."""
+def read(specs: Iterable[str], flag: str = "plugins") -> tuple[Plugin, ...]:
+    """--plugins or --tools: each a module name or a .py file (read now)."""
     found = []
     for spec in specs:
         if not spec.endswith(".py"):
-            found.append(Plugin(spec))
+            found.append(Plugin(spec, flag=flag))
             continue
         try:
-            found.append(Plugin(spec, Path(spec).read_text()))
+            found.append(Plugin(spec, Path(spec).read_text(), flag))
         except (OSError, UnicodeDecodeError) as exc:
-            raise UsageError(f"--plugins: cannot read {spec}: {exc}") from None
+            raise UsageError(f"--{flag}: cannot read {spec}: {exc}") from None
     return tuple(found)
 
 
@@ -64,13 +71,15 @@ def load(plugins: tuple[Plugin, ...] = ()) -> None:
     for point in entry_points(group=GROUP):
         _register(f"entry point {point.name} ({point.value})", point.load, None)
     for plugin in plugins:
-        _register(f"--plugins {plugin.spec}", functools.partial(_import, plugin), plugin)
+        _register(f"--{plugin.flag} {plugin.spec}", functools.partial(_import, plugin), plugin)
 
 
 def _register(where: str, get: Callable[[], object], plugin: Plugin | None) -> None:
     try:
         found = get()
-        hook = getattr(found, "register", None) if isinstance(found, ModuleType) else found
+        hook: object = getattr(found, "register", None) if isinstance(found, ModuleType) else found
+        if plugin is not None and plugin.flag == "tools" and isinstance(found, ModuleType):
+            hook = functools.partial(own_tools.register, found, plugin.toolset, where)
         if not callable(hook):
             raise UsageError(f"{where}: defines no register(registry) function")
         with registry.registering_as(where):

@@ -64,7 +64,12 @@ class RunConfig:
     max_attempts: int = default("max_attempts")  # tries of a sample over every invocation (runfolder/attempts.py)
     given: frozenset[str] = frozenset()  # the flags given on the command line (they win over a task.toml)
     retry_failed: tuple[str, ...] = ()  # failure classes a resume sends again although it would not (failures.py)
-    plugins: tuple[Plugin, ...] = ()  # --plugins, loaded: a Ray worker loads them again (plugins.py)
+    plugins: tuple[Plugin, ...] = ()  # --plugins and --tools, loaded: a Ray worker loads them again (plugins.py)
+
+    @property
+    def own_toolsets(self) -> tuple[str, ...]:
+        """The toolsets of --tools: offered to every sample, besides the distribution's draw."""
+        return tuple(plugin.toolset for plugin in self.plugins if plugin.flag == "tools")
 
     @property
     def preamble(self) -> list[dict]:

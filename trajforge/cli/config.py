@@ -108,16 +108,19 @@ def export_formats(names: list[str] | None) -> tuple[str, ...]:
     return tuple(dict.fromkeys(names or ()))
 
 
+EXTENDING = ("plugins", "tools")  # the flags that extend the registries, loaded before any other flag is read
+
+
 def load_plugins(flags: dict, kept: dict | None = None, where: Path | None = None) -> tuple[plugins.Plugin, ...]:
-    """--plugins (settled first, against run.json's on --resume), loaded with the built-ins and the entry
-    points before any other flag is read: --distribution, --environment, --export and the dataset's checks
-    accept what they register."""
-    given = settle_flags((BY_NAME["plugins"],), flags, kept, where)["plugins"]
-    found = plugins.read(BY_NAME["plugins"].read(given) or ())
+    """--plugins and --tools (settled first, against run.json's on --resume), loaded with the built-ins and
+    the entry points before any other flag is read: --distribution, --environment, --export and the
+    dataset's checks accept what they register."""
+    given = settle_flags(tuple(BY_NAME[name] for name in EXTENDING), flags, kept, where)
+    found = tuple(plugin for name in EXTENDING for plugin in plugins.read(BY_NAME[name].read(given[name]) or (), name))
     try:
         plugins.load(found)
     except registry.RegistryError as exc:
-        raise UsageError(f"--plugins: {exc}") from None
+        raise UsageError(str(exc)) from None  # it names the plugin or file
     return found
 
 

@@ -165,7 +165,8 @@ class Worker:
         """One sample through the pipeline, its line delivered; an exception becomes the sample's failure,
         never the worker's."""
         key = entry_key(entry)
-        toolsets = sample_toolsets(self.setup.weights, sample_rng(self.config.seed, key, sample))
+        drawn = sample_toolsets(self.setup.weights, sample_rng(self.config.seed, key, sample))
+        toolsets = sorted({*drawn, *self.config.own_toolsets})
         tools = {name: self.tools[name] for toolset in toolsets for name in self.setup.toolsets[toolset]}
         scope = sample_scope(key, self.setup.copies.get(index, 0), sample)
         try:

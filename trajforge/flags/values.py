@@ -185,6 +185,32 @@ def verifier_spec(value: Any, flag: str) -> str:
     return f"{target}:{name}"
 
 
+def sources(value: Any, flag: str) -> list[str]:
+    """Comma-separated module names or files, the files made absolute (a resume may run from elsewhere)."""
+    return [str(Path(name).resolve()) if is_file_spec(name) else name for name in names(value, flag)]
+
+
+def sources_kept(flag: str) -> Callable[[list[str]], list]:
+    """What run.json keeps of `sources`: a module's name; a file's path and the digest of its content, so
+    that a resume with a changed file is refused (a file's text shapes the data as a flag does)."""
+
+    def keep(found: list[str]) -> list:
+        return [{"path": name, "sha256": file_digest(name, flag)} if is_file_spec(name) else name for name in found]
+
+    return keep
+
+
+def sources_back(kept: list | None, flag: str) -> list[str] | None:
+    return None if kept is None else [item["path"] if isinstance(item, dict) else item for item in kept]
+
+
+def file_digest(path: str, flag: str) -> str:
+    try:
+        return "sha256:" + hashlib.sha256(Path(path).read_bytes()).hexdigest()
+    except OSError as exc:
+        raise FlagError(f"--{flag}: cannot read {path}: {exc.strerror or exc}") from None
+
+
 def is_file_spec(target: str) -> bool:
     return target.endswith(".py") or "/" in target
 

@@ -130,7 +130,8 @@ class BatchRunner:
                 self.warn(warning)
         if any("tests" in entry.data for entry in entries) and not userns.has_two_uids(environment.kind):
             self.warn(userns.one_uid_warning(environment.kind))
-        toolsets, missing = available_toolsets(config.tools, toolset_distributions.weights(config.distribution))
+        wanted = [*toolset_distributions.weights(config.distribution), *config.own_toolsets]
+        toolsets, missing = available_toolsets(config.tools, wanted)
         for item in missing:
             self.warn(f"{item.tool or item.toolset} is not available here, so it is not offered: {item.reason}")
         weights = toolset_distributions.usable(config.distribution, set(toolsets))
