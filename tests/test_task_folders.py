@@ -217,12 +217,14 @@ def test_no_reward_file_is_a_verification_error_not_a_crash(docker_host, run_her
     tasks = copy_examples(tmp_path)
     for name in ("sum-numbers", "fix-greeting"):
         shutil.rmtree(tasks / name)
-    (tasks / "hello-file" / "tests" / "test.sh").write_text("#!/bin/bash\necho tested\nexit 4\n")
+    # Thousands of lines first: what the record keeps is the end, where test.sh says why.
+    (tasks / "hello-file" / "tests" / "test.sh").write_text("#!/bin/bash\nseq 5000\necho tested\nexit 4\n")
     done = run_here(tasks, "--distribution=terminal_only")
     assert done.code == 0, done.stderr
     verification = samples(done.run_dir)["hello-file"][0]["metadata"]["verification"]
     assert verification["passed"] is False
     assert "wrote no /logs/verifier/reward.txt nor reward.json (test.sh exited 4)" in verification["error"]
+    assert verification["output"].endswith("4999\n5000\ntested\n")
 
 
 def bad_folder(tmp_path: Path, name: str) -> tuple[Path, str]:

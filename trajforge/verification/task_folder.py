@@ -20,7 +20,7 @@ from pathlib import Path
 
 from trajforge.environments import Environment
 from trajforge.environments.folder_task import KEY, FolderSettings
-from trajforge.verification.result import VerifySettings, result
+from trajforge.verification.result import CUT, OUTPUT_CAP, VerifySettings, result
 from trajforge.verification.tasks import read_directory
 
 LOGS = "/logs/verifier"
@@ -67,15 +67,22 @@ async def verify_folder(settings: VerifySettings, entry: dict, env: Environment,
         variables = [f"{name}={value}" for name, value in folder.verifier_env.items()]
         command = shlex.join(["env", *variables, "bash", "/tests/test.sh"])
         done = await fresh.exec(command, folder.verify_timeout, capped=False)
-        said = removed + done.output
+        said = removed + done.output[-OUTPUT_CAP:]  # test.sh's last lines say why (pytest's summary)
         if done.timed_out:
-            return result(False, 0.0, said, started, f"test.sh timed out after {folder.verify_timeout:g}s")
+            timed_out = f"test.sh timed out after {folder.verify_timeout:g}s"
+            return result(False, 0.0, tail(said, OUTPUT_CAP), started, timed_out)
         try:
             reward, named = await read_reward(fresh)
         except (FileNotFoundError, ValueError) as exc:
             error = f"{exc} (test.sh exited {done.exit_code})"
-            return result(False, 0.0, said, started, error)
+            return result(False, 0.0, tail(said, OUTPUT_CAP), started, error)
     finally:
         await fresh.close()
-    # The output's first line: every number of the reward file, as JSON text.
-    return result(reward >= settings.threshold, reward, json.dumps(named) + "\n" + said, started)
+    # The output's first line: every number of the reward file, as JSON text; then test.sh's last lines.
+    line = json.dumps(named)
+    return result(reward >= settings.threshold, reward, line + "\n" + tail(said, OUTPUT_CAP - len(line) - 1), started)
+
+
+def tail(text: str, room: int) -> str:
+    """The end of `text` in `room` characters, the cut marked at its start."""
+    return text if len(text) <= room else CUT.lstrip("\n") + "\n" + text[-(room - len(CUT)) :]
