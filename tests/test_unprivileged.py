@@ -10,6 +10,7 @@ import os
 import resource
 import shutil
 import subprocess
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -344,3 +345,28 @@ def test_a_killed_sample_s_kept_workspace_keeps_its_files_on_resume(disk_kind, t
         assert (Path(killed.workspace) / "d" / "x").read_text() == "kept\n"
     finally:
         prepare_run(replace(env_settings, keep_workspaces=False), resume=True)
+
+
+@pytest.mark.skipif(not tmpfs.possible(), reason="the run folder's small disk is a tmpfs: the host's root mounts it")
+def test_a_run_waits_while_its_folder_s_disk_is_low_and_goes_on_when_there_is_room(run, server):
+    out = run.tmp_path / "out"  # the run folder's disk: 64 MB, of which 48 taken
+    out.mkdir()
+    assert tmpfs.mount(str(out), 64, None)
+    try:
+        (out / "filler").write_bytes(bytes(48 * 2**20))
+        command = run.command([{"prompt": "one"}, {"prompt": "two"}], "--min_free_disk_mb=32", "--environment=local")
+        proc = subprocess.Popen(command, cwd=run.tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            wait_for(lambda: (out / "run" / "run.json").exists(), what="the run to start")
+            time.sleep(3)  # a worker would have sent its first request by now
+            assert server.attempts["one"] == server.attempts["two"] == 0 and proc.poll() is None
+            (out / "filler").unlink()
+            _, stderr = proc.communicate(timeout=120)
+        finally:
+            proc.kill()
+        assert proc.returncode == 0, stderr
+        warning = f"the run folder's disk ({out / 'run'}) has less than 32 MB free (--min_free_disk_mb)"
+        assert stderr.count(warning) == 1, stderr
+        assert len((out / "run" / "trajectories.jsonl").read_text().splitlines()) == 2
+    finally:
+        tmpfs.unmount(str(out))

@@ -123,6 +123,14 @@ class PromptStopped(OfSample):
 
 
 @dataclass(frozen=True)
+class DiskLow:
+    """A worker starts no new sample: the run folder's disk has less than --min_free_disk_mb free."""
+
+    folder: str
+    needed_mb: int
+
+
+@dataclass(frozen=True)
 class LogLine:
     """A --verbose line to print as is."""
 
@@ -130,4 +138,4 @@ class LogLine:
 
 
 PromptEnded = PromptDone | PromptFailed | RunRefused
-Event = Claimed | SampleStarted | PromptEnded | Retrying | SampleSkipped | PromptStopped | LogLine
+Event = Claimed | SampleStarted | PromptEnded | Retrying | SampleSkipped | PromptStopped | LogLine | DiskLow

@@ -32,6 +32,7 @@ class RunConfig:
     prompt_timeout: float = default("prompt_timeout")
     num_workers: int = default("num_workers")
     concurrency: int = default("concurrency")
+    min_free_disk_mb: int = default("min_free_disk_mb")
     resume: bool = False
     dry_run: bool = False  # the run's checks, then what it would do; no chat request (run/dry_run.py)
     verbose: bool = False

@@ -13,6 +13,7 @@ import contextlib
 import functools
 import os
 import queue
+import shutil
 import signal
 import sys
 import traceback
@@ -28,6 +29,7 @@ from trajforge.environments import backend_for
 from trajforge.errors import SetupError, SetupFailed
 from trajforge.events import (
     Claimed,
+    DiskLow,
     LogLine,
     PromptDone,
     PromptError,
@@ -51,6 +53,9 @@ from trajforge.runfolder.attempts import AttemptLog, unit_id
 from trajforge.runfolder.folder import BatchFiles, RunFolder, entry_key
 from trajforge.tools.services import ToolServices
 from trajforge.tools.toolsets import every_tool
+
+MB = 1024 * 1024
+DISK_POLL = 2.0  # seconds between looks at the run folder's free disk while it is low
 
 
 @dataclass(frozen=True)
@@ -137,6 +142,7 @@ class Worker:
         pending: Iterator[tuple] = iter(())
         while True:
             await slots.acquire()
+            await self._room()
             if self.stopped:
                 break
             item = next(pending, None)
@@ -160,6 +166,20 @@ class Worker:
             running.add(task)
             task.add_done_callback(functools.partial(_finished, running, slots))
         await asyncio.gather(*running)
+
+    async def _room(self) -> None:
+        """Wait while the run folder's disk has less than --min_free_disk_mb free (the samples running go
+        on, and write their lines); the driver is told once. Where the driver writes the lines (Ray
+        without a shared filesystem), its own disk is not this worker's to watch."""
+        needed = self.config.min_free_disk_mb * MB
+        told = False
+        while needed and self.files is not None and not self.stopped:
+            if shutil.disk_usage(self.files.folder.path).free >= needed:
+                return
+            if not told:
+                self.events.put(DiskLow(str(self.files.folder.path), self.config.min_free_disk_mb))
+                told = True
+            await asyncio.sleep(DISK_POLL)
 
     async def run_prompt(self, batch_num: int, index: int, sample: int, entry: dict) -> None:
         """One sample through the pipeline, its line delivered; an exception becomes the sample's failure,

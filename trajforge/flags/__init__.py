@@ -195,6 +195,13 @@ FLAGS: tuple[Flag, ...] = (
     Flag("num_workers", int, 4, "worker processes", RUN, _M, parse=v.whole(1)),
     Flag("concurrency", int, 1, "sessions at once in each worker", RUN, _M, parse=v.whole(1)),
     Flag(
+        "min_free_disk_mb",
+        int,
+        1024,
+        "free MB the run folder's disk keeps: below it no new sample starts until there is more (0: never waits)",
+        RUN,
+    ),
+    Flag(
         "adaptive_concurrency",
         bool,
         True,

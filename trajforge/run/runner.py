@@ -18,6 +18,7 @@ from trajforge.environments import backend_class, disk, prepare_run, remove_left
 from trajforge.environments.limits import unenforced
 from trajforge.errors import SetupError, UsageError
 from trajforge.events import (
+    DiskLow,
     LogLine,
     PromptDone,
     PromptEnded,
@@ -328,6 +329,12 @@ class BatchRunner:
                                 state.halt(reason, message)
                                 state.stop(event)
                                 release([event.unit], BUDGET)
+                            case DiskLow(folder=folder, needed_mb=needed):
+                                self.warn(
+                                    f"the run folder's disk ({folder}) has less than {needed} MB free "
+                                    "(--min_free_disk_mb): no new sample starts until it has more; the samples "
+                                    "running go on"
+                                )
                             case RunRefused():
                                 release([event.unit], "refused")  # the key's fault, not the sample's
                                 ended(event)
