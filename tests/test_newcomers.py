@@ -166,3 +166,12 @@ def test_ci_makes_readmes_venv_and_runs_readmes_test_command_inside_it():
     before = ci[: ci.index(venv)]
     assert not [line for line in before if re.search(r"\bpip\b|pytest", line)], before
     assert ci.index(venv) < ci.index(tests) and not [line for line in ci if "python3 -m pip" in line]
+
+
+def test_a_dry_run_with_summary_json_puts_its_bounds_on_stdout(run_here, server):
+    entries = [{"prompt": f"task {i}"} for i in range(3)]
+    result = run_here(entries, *FLAGS, "--max_turns=4", "--max_tokens=100", "--dry_run", "--summary_json")
+    found = json.loads(result.stdout)
+    assert result.code == 0 and found["dry_run"] and (found["samples"], found["max_requests"]) == (3, 12)
+    assert found["max_completion_tokens"] == 1200 and found["max_completion_cost"] is None  # no prices given
+    assert "Samples to run: 3" in result.stderr and server.chat_requests() == []

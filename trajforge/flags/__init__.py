@@ -396,7 +396,7 @@ FLAGS: tuple[Flag, ...] = (
         "summary_json",
         bool,
         False,
-        "also print the final summary as one JSON object on stdout (for jq); the human summary goes to stderr",
+        "the final summary (a dry run's bounds) also as one JSON object on stdout, for jq; the rest on stderr",
         OUT,
     ),
 )
