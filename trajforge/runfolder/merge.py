@@ -192,8 +192,10 @@ class Merge:
         self.with_reasoning += sum(1 for turn in sample.turns if turn.reasoning)
         for name, entry in sample.tool_stats.items():
             known = self.tools.setdefault(name, {"count": 0, "success": 0, "failure": 0})
-            for stat in known:
-                known[stat] += entry[stat]
+            if entry["count"] or entry["success"] or entry["failure"]:  # most of a row's tools: none
+                known["count"] += entry["count"]
+                known["success"] += entry["success"]
+                known["failure"] += entry["failure"]
         _sum_usage(self.usage, sample.usage, totals)
         totals.finished[key, sample.sample_index] += 1
         if passed is not None:
