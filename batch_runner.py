@@ -17,9 +17,10 @@ from rich.console import Console
 from toolset_distributions import distributions_table, names, weights
 from trajforge.cli.config import build_config, load_plugins, settle, tool_settings
 from trajforge.cli.flagtext import given, help_text, program_name, signature
+from trajforge.cli.repeated import joined
 from trajforge.cli.unknown_flags import unknown_argument
 from trajforge.errors import SetupError, UsageError
-from trajforge.flags import BY_NAME
+from trajforge.flags import BY_NAME, FLAGS
 from trajforge.flags.values import FlagError
 from trajforge.registry import RegistryError
 from trajforge.run.helper_processes import Helpers, signal_handlers_kept
@@ -96,7 +97,7 @@ def cli() -> None:
     if problem:  # Fire would leave it unused and the run would go ahead without it
         print(f"error: {problem}", file=sys.stderr)
         sys.exit(2)
-    fire.Fire(main)
+    fire.Fire(main, command=joined(sys.argv[1:], [flag.name for flag in FLAGS if flag.repeats]))
 
 
 if __name__ == "__main__":

@@ -41,6 +41,10 @@ except ImportError:  # a --before tree from before the package was laid out by r
     from trajforge.verify import VerifySettings, verify_sample
 
     prepare_task = reveal_tests = None
+try:  # where a task's folders may lie (TASK has none, its files are inline)
+    from trajforge.verification.host_folders import NO_FOLDERS as FOLDERS
+except ImportError:  # a tree from before: the dataset file's folder as a path
+    FOLDERS = Path()
 
 VERIFIER = """
 def check(record, env):
@@ -100,10 +104,10 @@ async def measure_task(kind: str, repeats: int) -> dict[str, list[float]]:
         env = await backend.open(TASK)
         try:
             started = time.perf_counter()
-            await prepare_task(env, TASK, Path(), 60.0)
+            await prepare_task(env, TASK, FOLDERS, 60.0)
             times["task files+setup"].append(time.perf_counter() - started)
             started = time.perf_counter()
-            await reveal_tests(env, TASK, Path())
+            await reveal_tests(env, TASK, FOLDERS)
             times["task tests"].append(time.perf_counter() - started)
             assert (await env.exec(TASK["verify"])).exit_code == 0
         finally:

@@ -37,6 +37,7 @@ class RunConfig:
     dry_run: bool = False  # the run's checks, then what it would do; no chat request (run/dry_run.py)
     verbose: bool = False
     max_samples: int | None = None
+    task_root: tuple[Path, ...] | None = None  # folders a task's workspace and tests may lie in, besides the dataset's
     log_prefix_chars: int = default("log_prefix_chars")
     # The ephemeral system prompt and the prefill: sent on every call, never saved (nor printed).
     ephemeral_system_prompt: str | None = field(default=None, repr=False)

@@ -19,7 +19,6 @@ import sys
 import traceback
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 
 from toolset_distributions import sample_rng, sample_toolsets
 from trajectory import verification_passed
@@ -53,6 +52,7 @@ from trajforge.runfolder.attempts import AttemptLog, unit_id
 from trajforge.runfolder.folder import BatchFiles, RunFolder, entry_key
 from trajforge.tools.services import ToolServices
 from trajforge.tools.toolsets import every_tool
+from trajforge.verification.host_folders import HostFolders
 
 MB = 1024 * 1024
 DISK_POLL = 2.0  # seconds between looks at the run folder's free disk while it is low
@@ -102,7 +102,7 @@ class Worker:
         self.pipeline = SamplePipeline(
             backend_for(config.environment),  # shared by this process's prompts
             config.verify,
-            Path(config.dataset_file).resolve().parent,  # a task's `workspace`, `tests` folders
+            HostFolders.of(config.dataset_file, config.task_root or ()),  # a task's `workspace`, `tests` folders
             config.setup_timeout,
             config.secrets,
             self.services,

@@ -55,6 +55,7 @@ class Flag:
     restore: Callable[[Any, str], Any] = _itself  # (what run.json keeps, flag) -> the value --resume uses
     # (kept, now) -> may a resume go on with `now`? Equality unless said (a count that may grow: operator.le).
     agrees: Callable[[Any, Any], bool] = operator.eq
+    repeats: bool = False  # given more than once, its values are joined (--flag=a --flag=b is --flag=a,b)
 
     @property
     def kept(self) -> bool:
@@ -235,6 +236,18 @@ FLAGS: tuple[Flag, ...] = (
         parse=v.names,
     ),
     Flag("max_samples", int, None, "only the first N entries of the dataset", RUN, shown="all", parse=v.whole(1)),
+    Flag(
+        "task_root",
+        str,
+        None,
+        "a folder a task's workspace and tests may lie in, besides the dataset file's (repeatable)",
+        RUN,
+        _M,
+        shown="the dataset file's folder only",
+        parse=v.folders,
+        keep=v.folder_names,
+        repeats=True,
+    ),
     Flag("seed", int, None, "the run seed (toolset draws)", RUN, _R, shown="drawn once, then kept"),
     Flag(
         "ephemeral_system_prompt",

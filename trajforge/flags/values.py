@@ -49,6 +49,20 @@ def names(value: Any, flag: str) -> list[str]:
     return out
 
 
+def folders(value: Any, flag: str) -> tuple[Path, ...]:
+    """Existing folders, comma separated (or the flag repeated), resolved: a resume from elsewhere finds them."""
+    found = tuple(Path(name).resolve() for name in names(value, flag))
+    for folder in found:
+        if not folder.is_dir():
+            raise FlagError(f"--{flag}: {folder} is not a folder")
+    return found
+
+
+def folder_names(found: tuple[Path, ...]) -> list[str]:
+    """Folders as run.json keeps them."""
+    return [str(folder) for folder in found]
+
+
 def boolean(value: Any, flag: str) -> bool:
     if isinstance(value, bool):
         return value

@@ -12,7 +12,7 @@ from trajforge.model.chat import ChatModel
 from trajforge.model.usage import empty_usage
 from trajforge.tools import Tool
 from trajforge.tools.session import ToolSession
-from trajforge.verification.tasks import read_directory
+from trajforge.verification.host_folders import read_directory
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,6 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Generic, Protocol, TypeVar
 
 from trajforge.agent.loop import AgentResult
@@ -28,6 +27,7 @@ from trajforge.secrets import Secrets
 from trajforge.tools.services import ToolServices
 from trajforge.tools.session import ToolSession
 from trajforge.verification.checks import verify_sample
+from trajforge.verification.host_folders import HostFolders
 from trajforge.verification.result import VerifySettings
 from trajforge.verification.tasks import prepare_task
 
@@ -74,7 +74,7 @@ class SamplePipeline:
 
     backend: Backend
     verify: VerifySettings
-    task_base: Path  # the dataset file's folder: a task's `workspace` and `tests` are relative to it
+    task_folders: HostFolders  # where a task's `workspace` and `tests` folders may lie, and how they are read
     setup_timeout: float
     secrets: Secrets
     services: ToolServices | None = None  # None: the actor calls no tool (--check_tasks)
@@ -103,7 +103,7 @@ class SamplePipeline:
         sample's model calls are made for `caller`."""
         session = ToolSession(await self.backend.open(entry, caller.scope), self.services, caller, self.secrets)
         try:
-            await prepare_task(session.env, entry, self.task_base, self.setup_timeout)
+            await prepare_task(session.env, entry, self.task_folders, self.setup_timeout)
         except BaseException:
             await session.close()
             raise
@@ -112,7 +112,9 @@ class SamplePipeline:
     async def verified(self, session: ToolSession, entry: dict, result: AgentResult, view: Callable[[], dict]) -> dict:
         """The clean room, then the verification, in the sample's still open environment; its commands stay
         out of the conversation and tool_stats."""
-        verification = await verify_sample(self.verify, entry, view, result.turns, session.env, self.task_base, session)
+        verification = await verify_sample(
+            self.verify, entry, view, result.turns, session.env, self.task_folders, session
+        )
         for name in ("output", "error"):  # a Python verifier's info and prints may quote a secret too
             verification[name] = session.redact(verification[name])
         return verification

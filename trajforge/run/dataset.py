@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import posixpath
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -11,6 +12,7 @@ import orjson
 
 from trajforge import safejson
 from trajforge.errors import UsageError
+from trajforge.verification.host_folders import HostFolders
 from trajforge.verification.kinds import spec_problem
 from trajforge.verification.tasks import path_problem, task_problem
 
@@ -28,7 +30,7 @@ class Entry:
     data: dict
 
 
-def _problem(data, base: Path) -> str | None:
+def _problem(data, folders: HostFolders) -> str | None:
     if not isinstance(data, dict):
         return f"expected a JSON object, got {type(data).__name__}"
     prompt = data.get("prompt")
@@ -43,7 +45,7 @@ def _problem(data, base: Path) -> str | None:
             return f'"{key}" {problem}'
     if "verify" in data and (problem := spec_problem(data["verify"])):
         return problem
-    if problem := task_problem(data, base):
+    if problem := task_problem(data, folders):
         return problem
     cwd = data.get("cwd")
     if cwd and not posixpath.isabs(cwd) and posixpath.normpath(cwd).split("/")[0] == "..":
@@ -57,13 +59,14 @@ def _problem(data, base: Path) -> str | None:
     return None
 
 
-def load_dataset(path: Path, max_samples: int | None = None) -> list[Entry]:
-    """Every entry of the dataset (the first `max_samples`), or UsageError naming each bad line."""
+def load_dataset(path: Path, max_samples: int | None = None, task_roots: Iterable[Path] = ()) -> list[Entry]:
+    """Every entry of the dataset (the first `max_samples`), or UsageError naming each bad line. An entry's
+    `workspace` and `tests` folders must lie in the dataset file's folder or one of `task_roots`."""
     if not path.is_file():
         raise UsageError(f"--dataset_file: {path} does not exist or is not a file")
     entries: list[Entry] = []
     bad: list[str] = []
-    base = path.resolve().parent  # where an entry's `workspace` and `tests` folders are
+    folders = HostFolders.of(path, task_roots)  # where an entry's `workspace` and `tests` folders may lie
     with open(path, encoding="utf-8-sig") as handle:  # -sig: a byte-order mark is not part of line 1
         try:
             for number, line in enumerate(handle, 1):
@@ -79,7 +82,7 @@ def load_dataset(path: Path, max_samples: int | None = None) -> list[Entry]:
                 except RecursionError:  # the parser recurses per level: thousands of levels end it
                     bad.append(f"line {number}: {TOO_DEEP}")
                     continue
-                problem = _problem(data, base)
+                problem = _problem(data, folders)
                 if problem:
                     bad.append(f"line {number}: {problem}")
                 else:

@@ -33,6 +33,7 @@ from trajforge.run.task_folders import environment_for, load_entries
 from trajforge.run.task_images import build_images
 from trajforge.runconfig import RunConfig
 from trajforge.runfolder.folder import RunFolder, write_atomic
+from trajforge.verification.host_folders import HostFolders
 from trajforge.verification.result import capped
 
 FILE = "task_check.jsonl"
@@ -100,9 +101,9 @@ async def attempt(pipeline: SamplePipeline, entry: Entry, oracle: bool) -> tuple
 
 
 async def check_all(config: RunConfig, entries: list[Entry]) -> list[TaskCheck]:
-    base = Path(config.dataset_file).resolve().parent
+    folders = HostFolders.of(config.dataset_file, config.task_root or ())
     backend = backend_for(config.environment)
-    pipeline = SamplePipeline(backend, config.verify, base, config.setup_timeout, config.secrets)
+    pipeline = SamplePipeline(backend, config.verify, folders, config.setup_timeout, config.secrets)
     slots = asyncio.Semaphore(config.num_workers * config.concurrency)
 
     async def one(entry: Entry) -> TaskCheck:

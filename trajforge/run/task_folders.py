@@ -283,7 +283,7 @@ def load_entries(config: RunConfig) -> tuple[list[Entry], list[str]]:
     notes to print once."""
     if Path(config.dataset_file).is_dir():
         return load_folders(config)
-    return load_dataset(config.dataset_file, config.max_samples), []
+    return load_dataset(config.dataset_file, config.max_samples, config.task_root or ()), []
 
 
 def environment_for(settings: EnvironmentSettings, entries: list[Entry]) -> tuple[EnvironmentSettings, str | None]:

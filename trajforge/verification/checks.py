@@ -16,11 +16,11 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from trajectory import Turn
 from trajforge.environments.folder_task import FolderSettings
+from trajforge.verification.host_folders import NO_FOLDERS, HostFolders
 from trajforge.verification.kinds import CheckContext, check_object
 from trajforge.verification.result import VerifySettings, capped, result, unverified
 from trajforge.verification.task_folder import verify_folder
@@ -35,24 +35,24 @@ async def verify_sample(
     view: View,
     turns: list[Turn],
     env,
-    base: Path | None = None,
+    folders: HostFolders = NO_FOLDERS,
     session: Any = None,
 ) -> dict:
     """The verification of one finished sample (unverified() when nothing checks it). `view` gives the
     record a Python verifier is shown (built only for one); `env` is the sample's environment, still open;
-    `base` the dataset file's folder (a `tests` directory is relative to it). Never raises: a verification
+    `folders` where a `tests` directory may lie and how it is read. Never raises: a verification
     that breaks is a sample that did not pass, with the error recorded."""
     started = time.monotonic()
     try:
         return await _verify(
-            settings, entry, view, CheckContext(entry, turns, env, settings, session), started, base or Path()
+            settings, entry, view, CheckContext(entry, turns, env, settings, session), started, folders
         )
     except Exception as exc:  # e.g. the container vanished under the verify command
         return result(False, 0.0, "", started, f"verification failed: {type(exc).__name__}: {exc}")
 
 
 async def _verify(
-    settings: VerifySettings, entry: dict, view: View, context: CheckContext, started: float, base: Path
+    settings: VerifySettings, entry: dict, view: View, context: CheckContext, started: float, folders: HostFolders
 ) -> dict:
     """The verification's steps, in order; each later one relies on those before it."""
     if FolderSettings.of(entry):  # a task folder: its tests/test.sh in a fresh container (task_folder.py)
@@ -64,7 +64,7 @@ async def _verify(
     #    on every command with a fresh HOME, no user site, no cwd on sys.path, its text on stdin.
     removed = await context.env.enter_clean_room()
     # 2. The task's hidden tests, written only now into a fresh folder outside the workspace ($TESTS_DIR).
-    await reveal_tests(context.env, entry, base)
+    await reveal_tests(context.env, entry, folders)
     # 3. The check itself: the Python verifier, or the entry's `verify` (a command: an object of that alone).
     if settings.verifier:
         from trajforge.verification.python_verifier import call_verifier  # forks: loaded only by runs that have one

@@ -20,8 +20,8 @@ from pathlib import Path
 
 from trajforge.environments import Environment
 from trajforge.environments.folder_task import KEY, FolderSettings
+from trajforge.verification.host_folders import read_directory
 from trajforge.verification.result import CUT, OUTPUT_CAP, VerifySettings, result
-from trajforge.verification.tasks import read_directory
 
 LOGS = "/logs/verifier"
 

@@ -2,21 +2,22 @@
 (run before the first model call), its hidden `tests` (written only right before verification) and its
 `solution` (the oracle, for --check_tasks).
 
-`workspace` and a directory-valued `tests` are relative to the dataset file. Every path lands inside the
-sample's working directory (files) or a fresh tests directory: none may be absolute or climb out with `..`.
+`workspace` and a directory-valued `tests` are host folders, relative to the dataset file, that must lie inside
+its folder or a --task_root folder, symlinks followed (host_folders.py: where they may lie, how they are read).
+Every path of a `files` or `tests` mapping lands inside the sample's working directory (files) or a fresh tests
+directory: none may be absolute or climb out with `..`.
 """
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
-import os
 import posixpath
-from pathlib import Path
 
 from trajforge.environments import Environment
-from trajforge.environments.shell import Executable
 from trajforge.errors import SetupFailed
+from trajforge.verification.host_folders import HostFolders
 
 TASK_FIELDS = ("files", "workspace", "setup", "tests", "solution")
 SETUP_OUTPUT_CAP = 4000  # characters of a failed setup's output kept in the error
@@ -68,27 +69,25 @@ def _mapping_problem(field: str, value) -> str | None:
     return None
 
 
-def _directory_problem(field: str, value, base: Path) -> str | None:
-    if not isinstance(value, str) or not value or "\0" in value:
-        return f'"{field}" must be a directory (relative to the dataset file)'
-    if not (base / value).is_dir():
-        return f'"{field}" {value!r} is not a directory (relative to the dataset file, {base})'
-    return None
-
-
-def task_problem(data: dict, base: Path) -> str | None:
-    """Why an entry's task fields cannot be used, or None. `base`: the dataset file's folder."""
+def task_problem(data: dict, folders: HostFolders) -> str | None:
+    """Why an entry's task fields cannot be used, or None. `folders`: where its host folders may lie."""
     for field in ("setup", "solution"):
         if field in data and not (isinstance(data[field], str) and data[field].strip()):
             return f'"{field}" must be a non-empty shell command'
-    if "workspace" in data and (problem := _directory_problem("workspace", data["workspace"], base)):
+    if "workspace" in data and (problem := folders.problem("workspace", data["workspace"])):
+        return problem
+    if (
+        "workspace" in data
+        and isinstance(data.get("cwd"), str)
+        and (problem := folders.cwd_problem(data["workspace"], data["cwd"]))
+    ):
         return problem
     for field in ("files", "tests"):
         value = data.get(field)
         if value is None and field not in data:
             continue
         if field == "tests" and isinstance(value, str):
-            problem = _directory_problem(field, value, base)
+            problem = folders.problem(field, value)
         elif isinstance(value, dict):
             problem = _mapping_problem(field, value)
         else:
@@ -105,39 +104,29 @@ def _decoded(mapping: dict) -> dict[str, bytes]:
     }
 
 
-def read_directory(root: Path) -> dict[str, bytes]:
-    """Every regular file under `root`, by relative path, executables marked; symlinks are left out (one
-    could point anywhere)."""
-    found: dict[str, bytes] = {}
-    for folder, dirs, names in os.walk(root):
-        dirs[:] = sorted(d for d in dirs if not os.path.islink(os.path.join(folder, d)))
-        for name in sorted(names):
-            path = os.path.join(folder, name)
-            if os.path.isfile(path) and not os.path.islink(path):
-                data = Path(path).read_bytes()
-                found[os.path.relpath(path, root)] = Executable(data) if os.access(path, os.X_OK) else data
-    return found
-
-
-def workspace_files(entry: dict, base: Path) -> dict[str, bytes]:
+def workspace_files(entry: dict, folders: HostFolders) -> dict[str, bytes]:
     """What goes into the sample's working directory first: the `workspace` folder, then `files` over it."""
-    found = read_directory(base / entry["workspace"]) if "workspace" in entry else {}
+    found = folders.read(entry["workspace"]) if "workspace" in entry else {}
     return found | _decoded(entry.get("files") or {})
 
 
-def test_files(entry: dict, base: Path) -> dict[str, bytes]:
+def test_files(entry: dict, folders: HostFolders) -> dict[str, bytes]:
     """The entry's hidden tests, by relative path (empty when it has none)."""
     tests = entry.get("tests")
     if isinstance(tests, str):
-        return read_directory(base / tests)
+        return folders.read(tests)
     return _decoded(tests or {})
 
 
-async def prepare_task(env: Environment, entry: dict, base: Path, timeout: float) -> None:
+async def prepare_task(env: Environment, entry: dict, folders: HostFolders, timeout: float) -> None:
     """Before the first model call: the files in place, then the setup run in the sample's environment
     (the agent's sandbox and limits, its working directory). SetupFailed when the setup does not succeed."""
     try:
-        await env.write_files(workspace_files(entry, base))
+        files = await asyncio.to_thread(workspace_files, entry, folders)  # maybe a helper process's reading
+    except OSError as exc:  # Unreadable: outside the roots by now, or not readable with the owner's rights
+        raise SetupFailed(f"the task's workspace could not be read: {exc}") from None
+    try:
+        await env.write_files(files)
     except OSError as exc:  # e.g. "a" a file and "a/b" one too, or the workspace folder changed since the load
         raise SetupFailed(f"the task's files could not be written: {exc}") from None
     setup = entry.get("setup")
@@ -150,9 +139,9 @@ async def prepare_task(env: Environment, entry: dict, base: Path, timeout: float
         raise SetupFailed(f"setup {setup!r} failed ({why}); its output:\n{output}")
 
 
-async def reveal_tests(env: Environment, entry: dict, base: Path) -> None:
+async def reveal_tests(env: Environment, entry: dict, folders: HostFolders) -> None:
     """Right before the verify command: end whatever the agent left running, write the hidden tests into
     a fresh directory and point $TESTS_DIR (and a Python verifier's env.tests_dir) at it."""
-    tests = test_files(entry, base)
+    tests = await asyncio.to_thread(test_files, entry, folders)
     if tests or "tests" in entry:
         await env.add_tests(tests)

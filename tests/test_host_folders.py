@@ -1,0 +1,179 @@
+"""A task's host folders stay in their place (trajforge/verification/host_folders.py): a `workspace`, a
+directory-valued `tests` and a `cwd` that leave the dataset file's folder (or a --task_root), symlinks
+followed, stop the run at load naming the line and the field, with no request sent; a symlink inside a
+workspace brings nothing of its target; and a root runner reads a dataset's folders with the rights of the
+dataset file's owner, so a file only root may read never reaches a sandbox. Each attack beside an honest twin,
+through the real batch_runner.py against the scripted server."""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+import tempfile
+from pathlib import Path
+
+import pytest
+from conftest import tool_results, write_dataset
+from test_tasks import backend, flags, steer  # noqa: F401  (backend: the fixture, local, bwrap and docker)
+
+from trajforge.cli.repeated import joined
+
+MARK = f"HOSTSECRET{secrets.token_hex(6)}"  # in the host's files only: never in a sandbox, a record, a request
+NOBODY = 65534
+
+
+@pytest.fixture
+def place(tmp_path) -> Path:
+    """data/ (the dataset's folder: repo/ with a real src/ and a symlink up/ to ../.., tests/, a symlink
+    etc -> /etc), elsewhere/repo2/ (for --task_root) and secret/ (a 0700 folder, its file 0600)."""
+    data = tmp_path / "data"
+    (data / "repo" / "src").mkdir(parents=True)
+    (data / "repo" / "code.txt").write_text("HONEST-REPO\n")
+    (data / "repo" / "up").symlink_to("../..")
+    (data / "tests").mkdir()
+    (data / "tests" / "check.sh").write_text("grep -q HONEST-REPO code.txt\n")
+    (data / "etc").symlink_to("/etc")
+    (tmp_path / "elsewhere" / "repo2").mkdir(parents=True)
+    (tmp_path / "elsewhere" / "repo2" / "code.txt").write_text("HONEST-ELSEWHERE\n")
+    (tmp_path / "decoy").mkdir()
+    secret = tmp_path / "secret"
+    secret.mkdir(mode=0o700)
+    (secret / "secret.txt").write_text(MARK + "\n")
+    (secret / "secret.txt").chmod(0o600)
+    return tmp_path
+
+
+LOOK = steer("cat code.txt; pwd")
+
+
+@pytest.mark.parametrize(
+    ("field", "fields"),
+    [
+        ("workspace", {"workspace": "/root"}),
+        ("workspace", {"workspace": "../elsewhere/repo2"}),  # climbs out (the honest twin names a --task_root)
+        ("workspace", {"workspace": "etc"}),  # a symlink in the dataset's folder, to /etc
+        ("workspace", {"workspace": "repo/up/secret"}),  # a symlink of the repository, out of it
+        ("tests", {"tests": "/etc"}),
+        ("tests", {"tests": "../secret"}),
+        ("cwd", {"workspace": "repo", "cwd": "up"}),  # through a symlink of the workspace, out of it
+        ("cwd", {"workspace": "repo", "cwd": "src/../../.."}),
+    ],
+)
+def test_a_folder_out_of_its_place_stops_the_run_at_load(place, run_here, server, field, fields):
+    dataset = write_dataset(place / "data" / "d.jsonl", [{"prompt": "fine"}, {"prompt": "task " + LOOK, **fields}])
+    result = run_here(dataset, *flags("local"))
+    assert result.code == 2, result.stdout + result.stderr
+    assert f'line 2: "{field}"' in result.stderr and "nothing was sent" in result.stderr, result.stderr
+    assert "line 1" not in result.stderr
+    assert server.requests == []  # not even the endpoint check: the dataset is refused first
+    assert not result.run_dir.exists() or not list(result.run_dir.glob("batch_*.jsonl"))
+
+
+def test_folders_in_the_dataset_s_folder_or_a_task_root_run(place, run_here, server):
+    elsewhere = place / "elsewhere"
+    entries = [
+        {"prompt": "here " + LOOK, "workspace": "repo"},
+        {"prompt": "cwd " + LOOK, "workspace": "repo", "cwd": "src"},  # the workspace lands in the cwd
+        {"prompt": "tests " + LOOK, "workspace": "repo", "tests": "tests", "verify": 'sh "$TESTS_DIR/check.sh"'},
+        {"prompt": "climbing " + LOOK, "workspace": "../elsewhere/repo2"},
+        {"prompt": "absolute " + LOOK, "workspace": str(elsewhere / "repo2")},
+    ]
+    dataset = write_dataset(place / "data" / "d.jsonl", entries)
+    # Repeated, as a user writes it (Fire alone would keep only the last one).
+    result = run_here(dataset, *flags("local"), f"--task_root={place / 'decoy'}", f"--task_root={elsewhere}")
+    assert result.code == 0, result.stdout + result.stderr
+    seen = {json.loads(r["metadata"]["source"])["prompt"].split()[0]: tool_results(r) for r in result.trajectories}
+    assert all("HONEST-REPO" in seen[name] for name in ("here", "cwd", "tests")), seen
+    assert "/src\\n" in seen["cwd"], seen["cwd"]
+    assert "HONEST-ELSEWHERE" in seen["climbing"] and "HONEST-ELSEWHERE" in seen["absolute"]
+    (tested,) = (r for r in result.trajectories if r["conversations"][1]["value"].startswith("tests"))
+    assert tested["metadata"]["verification"]["passed"] is True
+
+
+def test_task_root_comma_separated_or_repeated_is_one_list():
+    assert joined(["--task_root=/a", "--x=1", "--task_root", "/b", "--task-root=/c,/d"], ["task_root"]) == [
+        "--task_root=/a,/b,/c,/d",
+        "--x=1",
+    ]
+    assert joined(["--x=1", "--", "--task_root=/a"], ["task_root"]) == ["--x=1", "--", "--task_root=/a"]
+
+
+def test_a_symlink_inside_a_workspace_brings_nothing_of_its_target(backend, place, run_here, server):  # noqa: F811
+    repo = place / "data" / "repo"
+    (repo / "leak.txt").symlink_to(place / "secret" / "secret.txt")
+    (repo / "leakdir").symlink_to(place / "secret")
+    (place / "data" / "lone.txt").write_text(MARK)  # in the dataset's folder, but outside the workspace
+    (repo / "lone.txt").symlink_to("../lone.txt")
+    look = steer("cat code.txt; cat leak.txt leakdir/secret.txt lone.txt; ls -la")
+    dataset = write_dataset(place / "data" / "d.jsonl", [{"prompt": "look " + look, "workspace": "repo"}])
+    result = run_here(dataset, *flags(backend), timeout=240)
+    assert result.code == 0, result.stdout + result.stderr
+    (record,) = result.trajectories
+    assert "HONEST-REPO" in tool_results(record)  # the workspace's own files came
+    assert MARK not in json.dumps(record) and MARK not in json.dumps(server.requests)
+
+
+# -- the rights of the dataset file's owner --------------------------------------------------------------
+
+
+@pytest.fixture
+def nobody_place(tmp_path):
+    """A dataset folder owned by nobody (in a /tmp folder every user can reach), and a 0700 root folder in
+    tmp_path holding a 0600 root file with MARK."""
+    if os.geteuid() != 0:
+        pytest.skip("a runner that is not root reads with its own rights already")
+    secret = tmp_path / "secret"
+    secret.mkdir(mode=0o700)
+    (secret / "secret.txt").write_text(MARK + "\n")
+    (secret / "secret.txt").chmod(0o600)
+    (secret / "ws").mkdir(mode=0o755)
+    (secret / "ws" / "code.txt").write_text("IN-A-ROOT-FOLDER\n")
+    data = Path(tempfile.mkdtemp(prefix="nobody-dataset-", dir="/tmp"))
+    try:
+        data.chmod(0o755)
+        for name, content in (("honest", "HONEST-NOBODY\n"), ("linked", "LINKED-CODE\n"), ("tests", "true\n")):
+            (data / name).mkdir()
+            (data / name / "code.txt").write_text(content)
+        # What its owner could not make (fs.protected_hardlinks), made here by root: the dataset's own folder
+        # holds a hard link to a file only root may read.
+        os.link(secret / "secret.txt", data / "linked" / "hard.txt")
+        os.link(secret / "secret.txt", data / "tests" / "hard.txt")
+        (data / "linked" / "soft.txt").symlink_to(secret / "secret.txt")
+        for path in [data, *data.rglob("*")]:
+            if not (path.name == "hard.txt" or path.is_symlink()):
+                os.chown(path, NOBODY, NOBODY)
+        yield data, secret
+    finally:
+        shutil.rmtree(data)
+
+
+def test_a_root_runner_reads_a_dataset_s_folders_with_its_owner_s_rights(nobody_place, run_here, server):
+    data, secret = nobody_place
+    verify = 'sh "$TESTS_DIR/code.txt"; cat "$TESTS_DIR/hard.txt"; echo 1'
+    entries = [
+        {"prompt": "honest " + LOOK, "workspace": "honest"},
+        {"prompt": "linked " + steer("cat code.txt hard.txt soft.txt"), "workspace": "linked"},
+        {"prompt": "rootfolder " + LOOK, "workspace": str(secret / "ws")},
+        {"prompt": "hidden " + LOOK, "workspace": "honest", "tests": "tests", "verify": verify},
+    ]
+    dataset = write_dataset(data / "d.jsonl", entries)
+    os.chown(dataset, NOBODY, NOBODY)
+    result = run_here(dataset, *flags("bwrap"), f"--task_root={secret}", "--keep=all", timeout=240)
+    assert result.code == 1, result.stdout + result.stderr  # two samples failed their setup
+    out = result.run_dir
+    everything = json.dumps(server.requests) + "".join(
+        path.read_text(errors="replace") for path in out.rglob("*") if path.is_file()
+    )
+    assert MARK not in everything
+    errors = {json.loads(line)["prompt_index"]: json.loads(line) for line in (out / "errors.jsonl").open()}
+    assert set(errors) == {1, 2}, errors
+    assert all(e["error_type"] == "setup_failed" and "Permission denied" in e["message"] for e in errors.values())
+    assert "uid 65534" in errors[1]["message"]
+    sent = {r["prompt"].split()[0] for r in server.chat_requests()}
+    assert sent == {"honest", "hidden"}  # the unreadable workspaces cost no model call
+    by_prompt = {json.loads(r["metadata"]["source"])["prompt"].split()[0]: r for r in result.trajectories}
+    assert "HONEST-NOBODY" in tool_results(by_prompt["honest"])  # read by the helper, as nobody
+    hidden = by_prompt["hidden"]["metadata"]["verification"]
+    assert hidden["passed"] is False and "Permission denied" in hidden["error"], hidden
