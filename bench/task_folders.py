@@ -24,7 +24,7 @@ from pathlib import Path
 from trajforge import plugins
 from trajforge.environments import EnvironmentSettings, backend_for
 from trajforge.environments.docker import connect
-from trajforge.environments.docker_build import build, image_present
+from trajforge.environments.docker_build import bases, build, current
 from trajforge.environments.folder_task import FolderSettings
 from trajforge.run.task_folders import build_context, folder_digest, image_tag
 from trajforge.verification.checks import verify_sample
@@ -40,8 +40,9 @@ def entries() -> tuple[dict, dict]:
     tag = image_tag(TASK.name, context)
     client = connect()
     try:
-        if not image_present(client, tag):
-            built, said = build(context, tag, 300)
+        made_from = bases(client, (TASK / "environment" / "Dockerfile").read_text())
+        if not current(client, tag, made_from):
+            built, said = build(context, tag, 300, made_from)
             assert built, said
     finally:
         client.close()

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import io
 import json
 import shutil
 import subprocess
@@ -290,3 +291,71 @@ def test_a_jsonl_line_cannot_claim_to_be_a_task_folder(run_here, server):
     done = run_here([{"prompt": "hi", "harbor": {"folder": "/etc", "digest": "x"}}])
     assert done.code == 2
     assert '"harbor" is the runner\'s own field' in done.stderr
+
+
+LIMITS = (
+    "cat /sys/fs/cgroup/memory.max /sys/fs/cgroup/cpu.max "  # cgroup v2, else v1
+    "/sys/fs/cgroup/memory/memory.limit_in_bytes /sys/fs/cgroup/cpu/cpu.cfs_quota_us 2>/dev/null"
+)
+
+
+def test_task_toml_limits_are_the_containers_the_lower_of_file_and_flag(docker_host, run_here, server, tmp_path):
+    tasks = copy_examples(tmp_path)
+    for name in ("sum-numbers", "fix-greeting"):
+        shutil.rmtree(tasks / name)
+    steer(tasks / "hello-file", LIMITS)  # its task.toml: cpus = 1, memory_mb = 512
+    done = run_here(tasks, "--distribution=terminal_only", run_name="file")
+    assert done.code == 0, done.stderr
+    said = tool_results(samples(done.run_dir)["hello-file"][0])
+    assert str(512 * 1024 * 1024) in said and "100000" in said  # 512 MB; one CPU: 100 ms of every 100 ms
+    assert "wins over" not in done.stdout + done.stderr
+
+    done = run_here(
+        tasks, "--distribution=terminal_only", "--max_memory_mb=256", "--prompt_timeout=50", run_name="flag"
+    )
+    assert done.code == 0, done.stderr
+    said = tool_results(samples(done.run_dir)["hello-file"][0])
+    assert str(256 * 1024 * 1024) in said
+    assert (done.stdout + done.stderr).count("--prompt_timeout (given) wins over task.toml's [agent] timeout") == 1
+
+
+def test_a_changed_instruction_is_a_new_task_for_resume(docker_host, run_here, server, tmp_path):
+    tasks = copy_examples(tmp_path)
+    for name in ("sum-numbers", "fix-greeting"):
+        shutil.rmtree(tasks / name)
+    assert run_here(tasks, "--distribution=terminal_only").code == 0
+    sent = len(server.chat_requests())
+    with (tasks / "hello-file" / "instruction.md").open("a") as handle:
+        handle.write("Then say done.\n")
+    again = run_here(tasks, "--distribution=terminal_only", "--resume")
+    assert again.code == 0, again.stderr
+    assert len(server.chat_requests()) > sent  # unlike a fixed test (test_fixing_a_test_re_pays_nothing)
+
+
+def test_a_changed_base_image_builds_the_task_image_again(docker_host, run_here, server, tmp_path):
+    import docker
+
+    client = docker.from_env()
+    base = f"batch-runner-test/harbor-base-{uuid.uuid4().hex[:12]}:1"  # this test's own FROM
+    client.images.get("batch-runner-test/harbor-base:1").tag(base)
+    tasks = copy_examples(tmp_path)
+    for name in ("sum-numbers", "fix-greeting"):
+        shutil.rmtree(tasks / name)
+    (tasks / "hello-file" / "environment" / "Dockerfile").write_text(f"FROM {base}\nWORKDIR /app\n")
+    try:
+        builds = Builds(tasks)
+        assert run_here(tasks, "--check_tasks", run_name="first").code == 0
+        assert builds.count() == 1
+        builds = Builds(tasks)
+        assert run_here(tasks, "--check_tasks", run_name="same").code == 0
+        assert builds.count() == 0
+        changed = client.images.build(
+            fileobj=io.BytesIO(f"FROM {base}\nRUN echo 2 > /x\n".encode()), network_mode="none"
+        )
+        changed[0].tag(base)
+        builds = Builds(tasks)
+        assert run_here(tasks, "--check_tasks", run_name="changed").code == 0
+        assert builds.count() == 1
+    finally:
+        client.images.remove(base, force=True)
+        client.close()

@@ -1,6 +1,6 @@
 """A task folder's image built from its environment/ on the Docker engine: once per build context (its
-tag is the context's digest, so an image already there is not built again), with no network, within a
-deadline; the engine's output kept for a failure.
+tag is the context's digest, so an image already there is not built again, unless an image its FROM
+names has changed since), with no network, within a deadline; the engine's output kept for a failure.
 
 The legacy builder's API (the SDK's `build`) is used: it takes `network_mode` for every RUN, and the
 engine cancels a build whose connection closes, which is how the deadline ends one."""
@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
+import re
 import threading
 
 import docker
@@ -17,6 +19,33 @@ from docker.errors import DockerException, ImageNotFound
 from trajforge.environments.docker import connect
 
 RUNNER_LABEL = "batch-runner.harbor"  # on every image the runner built: `docker image prune --filter label=...`
+BASES_LABEL = "batch-runner.harbor.from"  # the ids of the images its FROM lines named, when it was built
+FROM = re.compile(r"^\s*FROM\s+(?:--\S+\s+)*(\S+)(?:\s+AS\s+(\S+))?", re.IGNORECASE | re.MULTILINE)
+
+
+def bases(client: docker.DockerClient, dockerfile: str) -> dict[str, str]:
+    """The images the Dockerfile's FROM lines name (not its own stages), each with its id on the engine
+    ("" when it is not there: the build pulls it, or fails)."""
+    found: dict[str, str] = {}
+    stages: set[str] = set()
+    for image, stage in FROM.findall(dockerfile):
+        if image.lower() not in stages:
+            try:
+                found[image] = client.images.get(image).id
+            except DockerException:
+                found[image] = ""
+        if stage:
+            stages.add(stage.lower())
+    return found
+
+
+def current(client: docker.DockerClient, tag: str, made_from: dict[str, str]) -> bool:
+    """Whether `tag` is on the engine, built from the images `made_from` names as they are now."""
+    try:
+        labels = client.images.get(tag).labels or {}
+    except ImageNotFound:
+        return False
+    return labels.get(BASES_LABEL) == json.dumps(made_from, sort_keys=True)
 
 
 def image_present(client: docker.DockerClient, tag: str) -> bool:
@@ -27,7 +56,7 @@ def image_present(client: docker.DockerClient, tag: str) -> bool:
     return True
 
 
-def build(context: bytes, tag: str, timeout: float) -> tuple[bool, str]:
+def build(context: bytes, tag: str, timeout: float, made_from: dict[str, str]) -> tuple[bool, str]:
     """Build `context` (an uncompressed tar holding a Dockerfile) as `tag`: (built, the engine's output).
     The build has a client of its own, closed at the deadline, which ends the build on the engine too."""
     client = connect()
@@ -44,7 +73,7 @@ def build(context: bytes, tag: str, timeout: float) -> tuple[bool, str]:
                 rm=True,
                 forcerm=True,
                 decode=True,
-                labels={RUNNER_LABEL: "1"},
+                labels={RUNNER_LABEL: "1", BASES_LABEL: json.dumps(made_from, sort_keys=True)},
             )
             for chunk in stream:
                 said.append(str(chunk.get("stream") or chunk.get("status") or ""))

@@ -1,6 +1,7 @@
 """The images of the task folders a run is about to run, built before any worker starts: once per build
 context (an image already tagged with its digest, from an earlier run or invocation, is used as it is),
-one at a time, with no network, each within its build timeout. A failed build's output goes to
+one at a time, with no network, each within its build timeout; built again when an image its FROM
+names has changed since (docker_build.py). A failed build's output goes to
 builds/<task>.log in the run folder; the task's samples then fail as `setup_failed` (environments/docker.py
 reads the log), without a model call."""
 
@@ -10,7 +11,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from trajforge.environments.docker import connect
-from trajforge.environments.docker_build import build, image_present
+from trajforge.environments.docker_build import bases, build, current
 from trajforge.environments.folder_task import KEY, FolderSettings, build_log
 from trajforge.run.task_folders import build_context, image_tag
 
@@ -26,7 +27,9 @@ def build_images(entries: Iterable[dict], run_dir: str, say: Callable[[str], Non
         return 0
     client = connect()
     try:
-        missing = {tag: entry for tag, entry in wanted.items() if not image_present(client, tag)}
+        # What each was built from, or is to be: the images its FROM lines name, as they are now.
+        made_from = {tag: bases(client, _dockerfile(entry)) for tag, entry in wanted.items()}
+        missing = {tag: entry for tag, entry in wanted.items() if not current(client, tag, made_from[tag])}
     finally:
         client.close()
     failed = 0
@@ -37,7 +40,8 @@ def build_images(entries: Iterable[dict], run_dir: str, say: Callable[[str], Non
         if image_tag(task["name"], context) != tag:
             built, output = False, "environment/ changed since the run loaded it: run again\n"
         else:
-            built, output = build(context, tag, FolderSettings.of(entry).build_timeout)  # type: ignore[union-attr]
+            timeout = FolderSettings.of(entry).build_timeout  # type: ignore[union-attr]
+            built, output = build(context, tag, timeout, made_from[tag])
         if built:
             log.unlink(missing_ok=True)
             continue
@@ -46,3 +50,10 @@ def build_images(entries: Iterable[dict], run_dir: str, say: Callable[[str], Non
         log.write_text(output, encoding="utf-8")
         say(f"the image of task {task['name']} did not build; its output: {log}")
     return failed
+
+
+def _dockerfile(entry: dict) -> str:
+    try:
+        return (Path(entry[KEY]["folder"]) / "environment" / "Dockerfile").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return ""  # gone since the load: the build says so
