@@ -1,6 +1,7 @@
 """The bwrap environment: the local workspace, but every command runs under bubblewrap and sees only what
 it needs: the system's directories read-only, the workspace read-write, a private /tmp and /dev/shm, a
-fresh /proc and a minimal /dev, its own PID namespace, and no network unless --sandbox_network. The
+fresh /proc and a minimal /dev, its own PID namespace, and no network unless --sandbox_network (then
+the sample's own network namespace, which reaches outward only: netns.py). The
 user's home, the run folder, the dataset, /run and every other place host sockets live stay out of it."""
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ import os
 import shutil
 import subprocess
 
-from trajforge.environments import OUTPUT_LIMIT, EnvironmentSettings, ExecResult, seccomp, tmpfs, userns
+from trajforge.environments import OUTPUT_LIMIT, EnvironmentSettings, ExecResult, netns, seccomp, tmpfs, userns
 from trajforge.environments.limits import MB, confined, host_user
 from trajforge.environments.local import (
     LocalBackend,
@@ -92,6 +93,7 @@ class BwrapEnvironment(LocalEnvironment):
         # The worker's two-uid namespace for the verification's commands (the agent's are one uid, as ever),
         # or None: one uid (a runner that is not root).
         self.userns = userns_fd
+        self.network: netns.SampleNetwork | None = None  # --sandbox_network: the sample's namespace
 
     def _prepare(self) -> None:
         super()._prepare()
@@ -100,6 +102,11 @@ class BwrapEnvironment(LocalEnvironment):
             # bwrap makes the workspace's mount point in the clean room's /tmp: made now, before the agent
             # could fill the disk it shares with the workspace.
             os.makedirs(os.path.join(self.disk_verify, inside))
+        if self.settings.sandbox_network:
+            try:
+                self.network = netns.SampleNetwork().open()
+            except OSError as exc:
+                raise SetupError(f"--sandbox_network: {exc}") from None
         if self.host_uid is not None:
             _give(self.host_uid, self.workspace, self.tmp)
 
@@ -131,7 +138,9 @@ class BwrapEnvironment(LocalEnvironment):
             limited = (
                 confined(sandboxed, self.settings.limits, self.cgroup.paths) if two_uids else self.confined(sandboxed)
             )
-            fds = (rules,) if namespace is None else (rules, namespace)
+            fds: tuple[int, ...] = (rules,) if namespace is None else (rules, namespace)
+            if self.network is not None:  # joined first, as root: bwrap then keeps it (--share-net)
+                limited, fds = self.network.enter(limited, fds)
             done = await run_process(limited, self.workspace, self.env, timeout, stdin, limit, None, fds, self.clean)
         if two_uids:  # its sandbox outlives bwrap (the uid change cleared --die-with-parent): end what is left
             await self.end_leftovers()
@@ -160,6 +169,8 @@ class BwrapEnvironment(LocalEnvironment):
 
     def _close(self) -> None:
         super()._close()
+        if self.network is not None:
+            self.network.close()
         if self.tmp_mounted:  # a tmpfs: what it holds is gone with it (--keep_workspaces keeps none of it)
             tmpfs.unmount(self.tmp)
         if self.tmp and not self.settings.keep_workspaces:
@@ -185,6 +196,8 @@ class BwrapBackend(LocalBackend):  # the same workspaces, so the same leftovers 
                 "--environment=bwrap needs bubblewrap, which is not on PATH: install it "
                 "(apt-get install bubblewrap, dnf install bubblewrap) or choose another --environment"
             )
+        if settings.sandbox_network:  # exit 2, also for --environment=auto: never the host's network instead
+            netns.check()
         try:
             with seccomp.filter_fd() as rules:
                 argv = bwrap_argv(settings, [], "/", ["true"], seccomp_fd=rules)
