@@ -6,7 +6,8 @@ that user's rights (trajforge/verification/host_folders.py).
 
 A workspace of `--files` small files (and one of 1 MB) in a /tmp folder every user can reach is read
 `--repeats` times each way, alternating; medians and maxima in ms, and the helper's median as a ratio to the
-in-process one. Must run as root (the helper drops to uid 65534).
+in-process one; then the load's check of the folder (one helper for every folder of a dataset). Must run
+as root (the helper drops to uid 65534).
 """
 
 from __future__ import annotations
@@ -64,6 +65,13 @@ def main() -> None:
             median = statistics.median(values)
             print(f"  {name:26} median {median:7.1f} ms   max {max(values):7.1f} ms   x{median / base:.1f}")
         print(f"  the helper adds {statistics.median(times['helper as uid 65534']) - base:.1f} ms per folder read")
+        helper = ways["helper as uid 65534"]
+        checks = []
+        for _ in range(args.repeats):
+            started = time.perf_counter()
+            assert helper.unreadable(["repo"]) == {}
+            checks.append((time.perf_counter() - started) * 1000)
+        print(f"  the load's check (one helper opens every file): median {statistics.median(checks):.1f} ms")
     finally:
         shutil.rmtree(top)
 

@@ -19,6 +19,8 @@ from conftest import tool_results, write_dataset
 from test_tasks import backend, flags, steer  # noqa: F401  (backend: the fixture, local, bwrap and docker)
 
 from trajforge.cli.repeated import joined
+from trajforge.verification.host_folders import HostFolders
+from trajforge.verification.tree_reader import Unreadable
 
 MARK = f"HOSTSECRET{secrets.token_hex(6)}"  # in the host's files only: never in a sandbox, a record, a request
 NOBODY = 65534
@@ -149,31 +151,47 @@ def nobody_place(tmp_path):
         shutil.rmtree(data)
 
 
+def nobody_dataset(data: Path, entries: list[dict]) -> Path:
+    dataset = write_dataset(data / "d.jsonl", entries)
+    os.chown(dataset, NOBODY, NOBODY)
+    return dataset
+
+
 def test_a_root_runner_reads_a_dataset_s_folders_with_its_owner_s_rights(nobody_place, run_here, server):
     data, secret = nobody_place
-    verify = 'sh "$TESTS_DIR/code.txt"; cat "$TESTS_DIR/hard.txt"; echo 1'
-    entries = [
+    verify = 'sh "$TESTS_DIR/code.txt" && cat "$TESTS_DIR"/*.txt'
+    attack = [
         {"prompt": "honest " + LOOK, "workspace": "honest"},
         {"prompt": "linked " + steer("cat code.txt hard.txt soft.txt"), "workspace": "linked"},
         {"prompt": "rootfolder " + LOOK, "workspace": str(secret / "ws")},
         {"prompt": "hidden " + LOOK, "workspace": "honest", "tests": "tests", "verify": verify},
     ]
-    dataset = write_dataset(data / "d.jsonl", entries)
-    os.chown(dataset, NOBODY, NOBODY)
-    result = run_here(dataset, *flags("bwrap"), f"--task_root={secret}", "--keep=all", timeout=240)
-    assert result.code == 1, result.stdout + result.stderr  # two samples failed their setup
-    out = result.run_dir
-    everything = json.dumps(server.requests) + "".join(
-        path.read_text(errors="replace") for path in out.rglob("*") if path.is_file()
+    result = run_here(nobody_dataset(data, attack), *flags("bwrap"), f"--task_root={secret}")
+    assert result.code == 2, result.stdout + result.stderr
+    said = result.stderr
+    for line, field in ((2, "workspace"), (3, "workspace"), (4, "tests")):
+        assert f'line {line}: "{field}"' in said, said
+    assert said.count("Permission denied") == 3 and "uid 65534" in said and "line 1" not in said, said
+    assert server.requests == [] and MARK not in result.stdout + said
+
+    check = 'grep -q HONEST-NOBODY "$TESTS_DIR/code.txt"'
+    honest = [attack[0], {**attack[3], "tests": "honest", "verify": check}]  # a tests folder its owner can read
+    result = run_here(nobody_dataset(data, honest), *flags("bwrap"), run_name="honest")
+    assert result.code == 0, result.stdout + result.stderr
+    seen = [tool_results(record) for record in result.trajectories]
+    assert len(seen) == 2 and all("HONEST-NOBODY" in text for text in seen)  # read by the helper, as nobody
+    assert all(
+        r["metadata"]["verification"]["passed"] for r in result.trajectories if "hidden" in r["metadata"]["source"]
     )
-    assert MARK not in everything
-    errors = {json.loads(line)["prompt_index"]: json.loads(line) for line in (out / "errors.jsonl").open()}
-    assert set(errors) == {1, 2}, errors
-    assert all(e["error_type"] == "setup_failed" and "Permission denied" in e["message"] for e in errors.values())
-    assert "uid 65534" in errors[1]["message"]
-    sent = {r["prompt"].split()[0] for r in server.chat_requests()}
-    assert sent == {"honest", "hidden"}  # the unreadable workspaces cost no model call
-    by_prompt = {json.loads(r["metadata"]["source"])["prompt"].split()[0]: r for r in result.trajectories}
-    assert "HONEST-NOBODY" in tool_results(by_prompt["honest"])  # read by the helper, as nobody
-    hidden = by_prompt["hidden"]["metadata"]["verification"]
-    assert hidden["passed"] is False and "Permission denied" in hidden["error"], hidden
+
+
+def test_the_copy_itself_reads_with_the_owner_s_rights(nobody_place):
+    """A folder that became unreadable after the load (or a race) is still read as the owner at the copy."""
+    data, secret = nobody_place
+    folders = HostFolders.of(nobody_dataset(data, [{"prompt": "p"}]), [secret])
+    assert folders.owner is not None and folders.owner.uid == NOBODY
+    assert folders.read("honest") == {"code.txt": b"HONEST-NOBODY\n"}
+    for folder in ("linked", str(secret / "ws")):
+        with pytest.raises(Unreadable, match=r"Permission denied.*uid 65534"):
+            folders.read(folder)
+    assert HostFolders.of(secret / "secret.txt", [data]).read(str(data / "linked")).keys() == {"code.txt", "hard.txt"}

@@ -20,6 +20,7 @@ MAX_LISTED = 20
 # What a system takes as a path (Linux: NAME_MAX, PATH_MAX), and levels a path may have before walking
 # it recurses too deep; a name beyond them fails every prompt that uses it, so it is refused at load.
 OPTIONAL_STRINGS = ("image", "docker_image", "cwd")
+FOLDER_FIELDS = ("workspace", "tests")  # host folders, when a string (tests may be a mapping)
 # Levels of nesting an entry may have (the entry itself is one): the run's one limit (safejson.py).
 TOO_DEEP = f"{safejson.TOO_DEEP}: its trajectory could not be saved"
 
@@ -59,6 +60,23 @@ def _problem(data, folders: HostFolders) -> str | None:
     return None
 
 
+def _unreadable(entries: list[Entry], lines: list[int], folders: HostFolders) -> list[str]:
+    """The entries whose `workspace` or `tests` folder the dataset file's owner cannot read whole (a root
+    runner reads them with the owner's rights), named by line and field."""
+    named = {
+        (number, field): entry.data[field]
+        for entry, number in zip(entries, lines, strict=True)
+        for field in FOLDER_FIELDS
+        if isinstance(entry.data.get(field), str)
+    }
+    why = folders.unreadable(set(named.values()))
+    return [
+        f'line {number}: "{field}" {folder!r}: {why[folder]}'
+        for (number, field), folder in named.items()
+        if folder in why
+    ]
+
+
 def load_dataset(path: Path, max_samples: int | None = None, task_roots: Iterable[Path] = ()) -> list[Entry]:
     """Every entry of the dataset (the first `max_samples`), or UsageError naming each bad line. An entry's
     `workspace` and `tests` folders must lie in the dataset file's folder or one of `task_roots`."""
@@ -66,6 +84,7 @@ def load_dataset(path: Path, max_samples: int | None = None, task_roots: Iterabl
         raise UsageError(f"--dataset_file: {path} does not exist or is not a file")
     entries: list[Entry] = []
     bad: list[str] = []
+    lines: list[int] = []  # each entry's line number
     folders = HostFolders.of(path, task_roots)  # where an entry's `workspace` and `tests` folders may lie
     with open(path, encoding="utf-8-sig") as handle:  # -sig: a byte-order mark is not part of line 1
         try:
@@ -87,8 +106,10 @@ def load_dataset(path: Path, max_samples: int | None = None, task_roots: Iterabl
                     bad.append(f"line {number}: {problem}")
                 else:
                     entries.append(Entry(len(entries) + len(bad), data))
+                    lines.append(number)
         except UnicodeDecodeError as exc:
             raise UsageError(f"--dataset_file: {path} is not UTF-8 text ({exc.reason} at byte {exc.start})") from exc
+    bad += _unreadable(entries, lines, folders)
     if bad:
         shown = "\n  ".join(bad[:MAX_LISTED])
         more = f"\n  ... and {len(bad) - MAX_LISTED} more" if len(bad) > MAX_LISTED else ""

@@ -9,6 +9,7 @@ file's owner: no file that only root may read reaches a sandbox because the runn
 
 from __future__ import annotations
 
+import json
 import os
 import pwd
 import subprocess
@@ -82,23 +83,38 @@ class HostFolders:
     def read(self, folder: str) -> dict[str, bytes]:
         """Every regular file under `folder`, by relative path, executables marked. Unreadable when it lies
         outside the roots by now, or when anything in it cannot be read with the rights it is read with."""
-        roots = [str(root) for root in self.roots]
         where = str(self.base / folder)
         if self.owner is None:
-            return _files(read_tree(where, roots))
-        return _files(_records(self._helper(where, roots)))
+            return _files(read_tree(where, self._roots))
+        return _files(_records(self._helper([where], check=False)))
 
-    def _helper(self, where: str, roots: list[str]) -> bytes:
+    def unreadable(self, folders: Iterable[str]) -> dict[str, str]:
+        """Of `folders`, those the dataset file's owner cannot read whole, and why: one helper process for all
+        of them. None to check when the runner reads with its own rights."""
+        asked = {str(self.base / folder): folder for folder in folders}
+        if self.owner is None or not asked:
+            return {}
+        found = json.loads(self._helper(list(asked), check=True))
+        uid = self.owner.uid
+        return {asked[where]: f"{why} (read as the dataset file's owner, uid {uid})" for where, why in found.items()}
+
+    @property
+    def _roots(self) -> list[str]:
+        return [str(root) for root in self.roots]
+
+    def _helper(self, folders: list[str], check: bool) -> bytes:
+        """What the helper process wrote, having taken the owner's rights."""
         owner = self.owner
         assert owner is not None
-        groups = ",".join(str(group) for group in owner.groups)
-        argv = [sys.executable, "-I", "-S", tree_reader.__file__, str(owner.uid), str(owner.gid), groups, where]
+        asked = {"uid": owner.uid, "gid": owner.gid, "groups": list(owner.groups), "roots": self._roots}
+        request = json.dumps(asked | {"folders": folders, "check": check}).encode()
+        argv = [sys.executable, "-I", "-S", tree_reader.__file__]
         try:
             done = subprocess.run(
-                [*argv, *roots], capture_output=True, env={}, cwd="/", timeout=READER_TIMEOUT, check=False
+                argv, input=request, capture_output=True, env={}, cwd="/", timeout=READER_TIMEOUT, check=False
             )
         except subprocess.TimeoutExpired:
-            raise Unreadable(f"{where}: not read within {READER_TIMEOUT:g} s") from None
+            raise Unreadable(f"{', '.join(folders)}: not read within {READER_TIMEOUT:g} s") from None
         if done.returncode:
             said = done.stderr.decode(errors="replace").strip() or f"exit status {done.returncode}"
             raise Unreadable(f"{said} (read as the dataset file's owner, uid {owner.uid})")
