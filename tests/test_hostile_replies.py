@@ -191,6 +191,8 @@ def test_add_usage_counts_what_is_not_a_plausible_number_as_nothing_and_such_a_c
         "reasoning_tokens": 0,
         "cached_tokens": 1,
         "cost": None,
+        "judge_tokens": 0,  # no judge call among them
+        "judge_cost": 0.0,
     }
 
 

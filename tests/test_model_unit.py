@@ -302,4 +302,6 @@ def test_add_usage_sums_tokens_reasoning_details_and_cost():
         "reasoning_tokens": 3,
         "cached_tokens": 0,
         "cost": None,
+        "judge_tokens": 0,  # no judge call among them
+        "judge_cost": 0.0,
     }

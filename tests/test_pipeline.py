@@ -72,6 +72,8 @@ def test_record_format_summary_and_huggingface_loading(run_here):
         "reasoning_tokens",
         "cached_tokens",
         "cost",
+        "judge_tokens",
+        "judge_cost",
         "cost_known",
     }
     assert meta["usage"]["total_tokens"] > 0 and meta["usage"]["cost"] > 0 and meta["usage"]["cost_known"] is True

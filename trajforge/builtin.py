@@ -25,7 +25,9 @@ EXPORTS = {
     "parquet": "trajectories.parquet",
     "rl": "rl.jsonl",  # and rl.parquet beside it when parquet is asked too (export/rl.py)
 }
-VERIFIERS = ("command", "final_contains", "final_excludes", "tools_called")  # verification/kinds.py
+# verification/kinds.py; judge: verification/judge.py
+VERIFIERS = {name: "trajforge.verification.kinds" for name in ("command", "final_contains", "final_excludes")}
+VERIFIERS |= {"tools_called": "trajforge.verification.kinds", "judge": "trajforge.verification.judge"}
 
 
 def register(registry: ModuleType) -> None:
@@ -38,5 +40,5 @@ def register(registry: ModuleType) -> None:
         registry.backend(name, target)
     for name, file in EXPORTS.items():
         registry.export(name, file, f"trajforge.export.formats:{name.upper()}")
-    for name in VERIFIERS:
-        registry.verifier(name, f"trajforge.verification.kinds:{name.upper()}")
+    for name, module in VERIFIERS.items():
+        registry.verifier(name, f"{module}:{name.upper()}")

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from trajforge.environments.settings import EnvironmentSettings
 from trajforge.flags import default
-from trajforge.model.settings import NO_KEY, ModelSettings
+from trajforge.model.settings import NO_KEY, JudgeEndpoint, ModelSettings
 from trajforge.money.spending import MoneySettings
 from trajforge.plugins import Plugin
 from trajforge.secrets import Secrets
@@ -51,6 +51,7 @@ class RunConfig:
     settings: dict = field(default_factory=dict, repr=False)  # what the run folder's run.json remembers
     n_samples: int = default("n_samples")  # samples (independent sessions) per dataset entry
     verify: VerifySettings = field(default_factory=VerifySettings)
+    judge: JudgeEndpoint = field(default_factory=JudgeEndpoint)  # where a judge is asked (--judge_model, ...)
     keep: str = default("keep")  # what the merge writes: all samples, passed ones, or the best one per entry
     stop_after_passes: int | None = None  # an entry's remaining samples are not started after this many passes
     exports: tuple[str, ...] = ()  # --export: formats written under export/ at every merge
@@ -83,4 +84,5 @@ class RunConfig:
     def secrets(self) -> Secrets:
         search = self.tools.search
         keys = [None if self.model.api_key == NO_KEY else self.model.api_key, search.api_key if search else None]
+        keys.append(self.judge.api_key)
         return Secrets(keys, self.ephemeral_system_prompt, [message["content"] for message in self.prefill])

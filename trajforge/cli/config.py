@@ -22,13 +22,14 @@ from trajforge.environments.settings import EnvironmentSettings
 from trajforge.errors import UsageError
 from trajforge.failures import RETRYABLE
 from trajforge.flags import BY_NAME, FLAGS, MAY_CHANGE, MOCK, OPENROUTER
-from trajforge.flags.values import FlagError, choice, load_prefill
-from trajforge.model.settings import NO_KEY, ModelSettings
+from trajforge.flags.values import FlagError, choice, load_prefill, load_rubric
+from trajforge.model.settings import NO_KEY, JudgeEndpoint, ModelSettings
 from trajforge.money.pricing import Prices
 from trajforge.money.spending import MoneySettings
 from trajforge.runconfig import RunConfig
 from trajforge.runfolder.folder import RunFolder
 from trajforge.tools.settings import ToolSettings
+from trajforge.verification.judge import problem as judge_problem
 from trajforge.verification.result import VerifySettings
 
 RUN_SETTINGS = tuple(flag for flag in FLAGS if flag.kept)  # what run.json keeps
@@ -208,12 +209,32 @@ def _verify(values: dict) -> VerifySettings:
         from trajforge.verification.python_verifier import load_verifier
 
         load_verifier(values["verifier"])
+    judge = None if values["judge"] is None else load_rubric(values["judge"])
+    if judge is not None:
+        if values["verifier"] is not None:
+            raise UsageError("--verifier replaces every other check, --judge goes beside them: pass one")
+        if problem := judge_problem(judge):
+            raise UsageError(f"--judge: {values['judge']}: {problem.replace('verify.judge', 'judge')}")
     return VerifySettings(
         timeout=values["verify_timeout"],
         threshold=values["pass_threshold"],
         reward_range=values["reward_range"],
         verifier=values["verifier"],
+        judge=judge,
+        judge_samples=values["judge_samples"],
     )
+
+
+def _judge(values: dict) -> JudgeEndpoint:
+    """The judge's endpoint: another endpoint takes --judge_api_key or $JUDGE_API_KEY, never the run's key."""
+    given = (values["judge_price_input"], values["judge_price_output"])
+    if (given[0] is None) != (given[1] is None):
+        raise UsageError("--judge_price_input and --judge_price_output go together (USD per million tokens)")
+    key = values["judge_api_key"] if values["judge_api_key"] is not None else os.environ.get("JUDGE_API_KEY")
+    if key is not None and values["judge_base_url"] is None:
+        raise UsageError("--judge_api_key is for --judge_base_url; the run's own endpoint is asked with its key")
+    prices = None if given[0] is None else Prices(given[0], given[1])
+    return JudgeEndpoint(values["judge_model"], values["judge_base_url"], key, prices)
 
 
 def _checked(values: dict, model: ModelSettings) -> None:
@@ -268,6 +289,7 @@ def _built(flags: dict) -> RunConfig:
         executor=_executor(values["executor"]),
         settings=(kept or {}) | remembered(RUN_SETTINGS, flags),  # what run.json lacks is kept from now on
         verify=_verify(values),
+        judge=_judge(values),
         exports=exports,
         money=_money(values, run_dir),
         changes=tuple(changes(RUN_SETTINGS, flags, kept)),

@@ -94,7 +94,8 @@ class Worker:
         # through the run folder's database.
         self.spending = Spending(money, config.secrets.redact, ledger)
         self.client = ChatModel(config.model, self.spending)
-        self.services = ToolServices(config.tools, config.model, config.secrets, self.spending)
+        judge = config.judge.settings(config.model)
+        self.services = ToolServices(config.tools, config.model, config.secrets, self.spending, judge)
         limits = PromptLimits(money.max_cost_per_prompt, money.max_tokens_per_prompt)
         self.rules = AgentRules(
             config.max_turns, config.preamble, config.max_tool_calls_per_turn, config.prompt_timeout, limits

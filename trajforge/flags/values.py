@@ -285,3 +285,40 @@ def load_prefill(path: Any) -> list[dict]:
                 "and a string content"
             )
     return messages
+
+
+def rubric_path(value: Any, flag: str) -> str:
+    """--judge's rubric file, made absolute, after reading it once: a missing or unreadable file stops here."""
+    load_rubric(value)
+    return str(Path(str(value)).resolve())
+
+
+def rubric_kept(path: str | None) -> dict | None:
+    """What run.json keeps of --judge: where the rubric was, and a digest of what it says."""
+    return None if path is None else {"path": path, "sha256": digest(load_rubric(path))}
+
+
+def rubric_back(kept: dict | None, flag: str) -> str | None:
+    return None if kept is None else kept["path"]
+
+
+def same_rubric(kept: dict | None, now: dict | None) -> bool:
+    """The same rubric from another path is the same verification."""
+    return (kept and kept["sha256"]) == (now and now["sha256"])
+
+
+def load_rubric(path: Any) -> Any:
+    """A rubric file's judge: its text (.md, .txt, ...), or a .json file's value (an object with `rubric`,
+    `scale`, `judge_sees`), which verification checks as it checks a dataset's `judge`."""
+    try:
+        text = Path(str(path)).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise FlagError(f"--judge: {path} does not exist") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise FlagError(f"--judge: {path} cannot be read as text ({exc})") from None
+    if str(path).endswith(".json"):
+        try:
+            return json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise FlagError(f"--judge: {path} is not valid JSON ({exc})") from None
+    return text

@@ -7,7 +7,8 @@ first URL of the prompt, else the mock server's own page. Like a model, it opens
 costly tool: a browser context is about half a second of CPU) only for a task about a page, one that
 names a URL, a page or a site or asks to browse, visit or click, or when nothing else on offer reads
 the web. A request whose user message carries an
-image is answered as a vision model would; `image_reply` answers the images API.
+image is answered as a vision model would; `image_reply` answers the images API; a judge's request as
+mock/judge.py says.
 A prompt can steer it with directives such as ``[mock turns=3 reasoning=think fail=429 times=2]``
 (an unknown word or a bad value is answered with HTTP 400 naming it, so a misspelt directive cannot make a
 test pass without testing anything):
@@ -86,6 +87,7 @@ import zlib
 from dataclasses import dataclass, field
 from urllib.parse import unquote
 
+from trajforge.mock import judge as mock_judge
 from trajforge.mock.server_errors import OVERFLOWS
 
 DIRECTIVE = re.compile(r"\[mock\s+([^\]]*)\]")
@@ -419,6 +421,9 @@ def reply(
     prompt (``alternate`` uses it); `cost` what a reply reports as its cost unless the prompt says
     otherwise: BY_TOKENS, an amount in USD, or None for none."""
     messages = request.get("messages") or []
+    if mock_judge.is_judge(request):  # asked to grade a sample (verification/judge.py): directives of its own
+        message = {"role": "assistant", "content": mock_judge.verdict(request, attempts)}
+        return Reply(message=message, usage=_usage(messages, message, "", cost)), 0.0
     prompt = prompt_text(messages)
     steer = Directives.parse(prompt)
     faulty = steer.times is None or attempts < steer.times

@@ -43,10 +43,13 @@ class ChatModel:
     async def close(self) -> None:
         await self.client.close()
 
-    async def complete(self, messages: list[dict], tools: list[dict], caller: Caller = NOBODY) -> Completion:
-        """One model call for the `caller`'s sample (its usage with its cost), retried by our policy."""
+    async def complete(
+        self, messages: list[dict], tools: list[dict], caller: Caller = NOBODY, extra: dict | None = None
+    ) -> Completion:
+        """One model call for the `caller`'s sample (its usage with its cost), retried by our policy; `extra`:
+        more of the request (a judge's response_format)."""
         settings = self.settings
-        body = self.body(messages, tools)
+        body = self.body(messages, tools) | (extra or {})
         # A 200 without an answer (`answer` raises BadReply) is retried, once paid for, and never cached.
         data, cost, retries = await self.metered(
             "/chat/completions", body, caller, self.client.post_chat, settings.prices, answer

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from urllib.parse import urlsplit
 
 from trajforge.flags import default
@@ -30,3 +30,33 @@ class ModelSettings:
     @property
     def openrouter(self) -> bool:
         return urlsplit(self.base_url).hostname == "openrouter.ai"
+
+
+@dataclass(frozen=True)
+class JudgeEndpoint:
+    """Where a judge (verification/judge.py) is asked: --judge_model, --judge_base_url, --judge_api_key and
+    the judge's prices; what is not given follows the run's model and endpoint."""
+
+    model: str | None = None
+    base_url: str | None = None
+    api_key: str | None = field(default=None, repr=False)  # for base_url; the run's key goes with the run's endpoint
+    prices: Prices | None = None
+
+    def settings(self, run: ModelSettings) -> ModelSettings:
+        """The judge's own settings: never streamed, no token ids, none of the run's request options (they are
+        the agent model's), the run's prices only for the run's own model at the run's endpoint."""
+        model = self.model or run.model
+        same = self.base_url is None
+        prices = self.prices or (run.prices if same and model == run.model else None)
+        return replace(
+            run,
+            model=model,
+            base_url=run.base_url if same else self.base_url or "",
+            api_key=run.api_key if same else self.api_key or NO_KEY,
+            cache_as=run.cache_as if same else "",
+            max_tokens=None,
+            extra_body={},
+            stream=False,
+            prices=prices,
+            token_ids="off",
+        )

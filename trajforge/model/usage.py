@@ -5,10 +5,18 @@ from __future__ import annotations
 from trajforge.money.pricing import plausible, tokens
 
 USAGE_KEYS = ("prompt_tokens", "completion_tokens", "total_tokens", "reasoning_tokens", "cached_tokens")
+# A judge's share of the totals above (verification/judge.py): its calls' tokens and their known cost.
+JUDGE_KEYS = ("judge_tokens", "judge_cost")
 
 
 def empty_usage() -> dict:
-    return dict.fromkeys(USAGE_KEYS, 0) | {"cost": 0.0}
+    return dict.fromkeys(USAGE_KEYS, 0) | {"cost": 0.0, "judge_tokens": 0, "judge_cost": 0.0}
+
+
+def judged(usage: dict) -> dict:
+    """One judge call's usage (priced), marked as the judge's share: counted in the totals and apart."""
+    cost = plausible(usage.get("cost"))
+    return usage | {"judge_tokens": tokens(usage)["total_tokens"], "judge_cost": cost or 0.0}
 
 
 def add_usage(total: dict, usage: dict) -> None:
@@ -17,6 +25,9 @@ def add_usage(total: dict, usage: dict) -> None:
     never a sum that silently leaves it out."""
     for key, value in tokens(usage).items():
         total[key] += value
+    for key in JUDGE_KEYS:
+        if key in usage and key in total:
+            total[key] += usage[key]
     cost = plausible(usage.get("cost"))
     total["cost"] = None if cost is None or total["cost"] is None else total["cost"] + cost
 

@@ -50,7 +50,7 @@ class TaskCheck:
 
 def checked_entry(entry: dict) -> dict:
     """The entry as the check verifies it: an object spec keeps only its command (without a model there
-    is no final answer and no tool call to look at)."""
+    is no final answer and no tool call to look at, and no judge is called)."""
     spec = entry.get("verify")
     if isinstance(spec, dict):
         rest = {key: value for key, value in entry.items() if key != "verify"}
@@ -78,9 +78,10 @@ class CheckRecorder:
         return bool(verification["passed"]), capped("\n".join(said), tail=True)  # the table shows the last line
 
 
-async def attempt(pipeline: SamplePipeline, entry: Entry, oracle: bool) -> tuple[bool, str]:
+async def attempt(pipeline: SamplePipeline, entry: Entry, oracle: bool, judged: bool = False) -> tuple[bool, str]:
     """(passed, what it said) for one try of a task, through the runs' own sample pipeline: with its
-    solution (`oracle`) in place of the agent, or with nothing."""
+    solution (`oracle`) in place of the agent, or with nothing; `judged`: the run has a --judge, which
+    the check leaves out."""
     data = checked_entry(entry.data)
     folder = FolderSettings.of(data)
     if folder and oracle and not (Path(data[KEY]["folder"]) / "solution" / "solve.sh").is_file():
@@ -88,6 +89,8 @@ async def attempt(pipeline: SamplePipeline, entry: Entry, oracle: bool) -> tuple
     if not folder and oracle and "solution" not in data:
         return False, "the entry has no `solution` to check"
     if not folder and pipeline.verify.verifier is None and "verify" not in data:
+        if judged or "judge" in (entry.data.get("verify") or {}):
+            return False, "only a judge verifies this entry, and --check_tasks calls no judge"
         return False, "nothing verifies this entry (no `verify` command and no --verifier)"
     actor = Oracle(folder.agent_timeout if folder else pipeline.setup_timeout) if oracle else None
     scope = f"check-{entry.index}-{'oracle' if oracle else 'noop'}"
@@ -103,13 +106,15 @@ async def attempt(pipeline: SamplePipeline, entry: Entry, oracle: bool) -> tuple
 async def check_all(config: RunConfig, entries: list[Entry]) -> list[TaskCheck]:
     folders = HostFolders.of(config.dataset_file, config.task_root or ())
     backend = backend_for(config.environment)
-    pipeline = SamplePipeline(backend, config.verify, folders, config.setup_timeout, config.secrets)
+    judged = config.verify.judge is not None
+    verify = replace(config.verify, judge=None)  # no model is called: no judge either
+    pipeline = SamplePipeline(backend, verify, folders, config.setup_timeout, config.secrets)
     slots = asyncio.Semaphore(config.num_workers * config.concurrency)
 
     async def one(entry: Entry) -> TaskCheck:
         async with slots:
             (oracle, said), (noop, idle) = await asyncio.gather(
-                attempt(pipeline, entry, True), attempt(pipeline, entry, False)
+                attempt(pipeline, entry, True, judged), attempt(pipeline, entry, False, judged)
             )
         return TaskCheck(entry.index, oracle, noop, oracle and not noop, {"oracle": said, "noop": idle})
 

@@ -8,6 +8,7 @@ import functools
 
 import httpx
 
+from trajforge.model.chat import ChatModel
 from trajforge.model.settings import ModelSettings
 from trajforge.model.tool_model import ToolModel
 from trajforge.money.spending import UNMETERED, Spends
@@ -28,6 +29,7 @@ class ToolServices:
         model: ModelSettings,
         secrets: Secrets | None = None,
         spending: Spends = UNMETERED,
+        judge: ModelSettings | None = None,
     ):
         self.settings = settings
         # Text that must never reach a trajectory or a log, e.g. the API key a command finds with `ps` or
@@ -35,12 +37,18 @@ class ToolServices:
         self.secrets = secrets or Secrets()
         # For vision and image requests, through the run's cache and budget.
         self.model = ToolModel(model, chat_model=settings.vision_model, spending=spending)
+        self._judge, self._spending = judge, spending
         self.browser: BrowserLauncher | BrowserClient
         if settings.browser_endpoint:  # the run's browser service drives the browser for every worker
             self.browser = BrowserClient(settings.browser_endpoint)
         else:
             guard = None if settings.allow_private_urls else GuardProxy(trusted=settings.trusted_origins)
             self.browser = BrowserLauncher(settings.browser_executable, guard)
+
+    @functools.cached_property
+    def judge(self) -> ChatModel | None:
+        """The judge's endpoint (verification/judge.py), through the run's cache and budget; made on first use."""
+        return None if self._judge is None else ChatModel(self._judge, self._spending)
 
     @functools.cached_property
     def http(self) -> httpx.AsyncClient:
@@ -63,3 +71,5 @@ class ToolServices:
             if client in self.__dict__:
                 await self.__dict__[client].aclose()
         await self.model.close()
+        if self.__dict__.get("judge") is not None:
+            await self.__dict__["judge"].close()

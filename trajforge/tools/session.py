@@ -21,6 +21,7 @@ from trajforge.model.usage import add_usage, empty_usage
 from trajforge.secrets import Secrets
 
 if TYPE_CHECKING:  # the services hold the model client, whose imports the browser service does without
+    from trajforge.model.chat import ChatModel
     from trajforge.tools.services import ToolServices
 
 
@@ -74,6 +75,11 @@ class ToolSession(Resources):
         if self._services is None:
             raise RuntimeError("this sample was offered no tools, so it has no tool services")
         return self._services
+
+    @property
+    def judge(self) -> ChatModel | None:
+        """The judge's endpoint; None where nothing may call one (--check_tasks)."""
+        return self._services.judge if self._services is not None else None
 
     def redact(self, text: str) -> str:
         return self.secrets.redact(text, self.redactions)

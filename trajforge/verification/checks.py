@@ -20,6 +20,8 @@ from typing import Any
 
 from trajectory import Turn
 from trajforge.environments.folder_task import FolderSettings
+from trajforge.model.retry import ModelCallFailed, RunStopped
+from trajforge.money.errors import SpendStop
 from trajforge.verification.host_folders import NO_FOLDERS, HostFolders
 from trajforge.verification.kinds import CheckContext, check_object
 from trajforge.verification.result import VerifySettings, capped, result, unverified
@@ -41,12 +43,16 @@ async def verify_sample(
     """The verification of one finished sample (unverified() when nothing checks it). `view` gives the
     record a Python verifier is shown (built only for one); `env` is the sample's environment, still open;
     `folders` where a `tests` directory may lie and how it is read. Never raises: a verification
-    that breaks is a sample that did not pass, with the error recorded."""
+    that breaks is a sample that did not pass, with the error recorded; but a judge's model call that the
+    budget stops or that fails for good stops or fails the sample as an agent's call does (a resume runs it
+    again, its paid calls from the cache)."""
     started = time.monotonic()
     try:
         return await _verify(
             settings, entry, view, CheckContext(entry, turns, env, settings, session), started, folders
         )
+    except (SpendStop, RunStopped, ModelCallFailed):  # a judge's call: the sample stops or fails as the agent's would
+        raise
     except Exception as exc:  # e.g. the container vanished under the verify command
         return result(False, 0.0, "", started, f"verification failed: {type(exc).__name__}: {exc}")
 
@@ -58,6 +64,9 @@ async def _verify(
     if FolderSettings.of(entry):  # a task folder: its tests/test.sh in a fresh container (task_folder.py)
         return in_range(await verify_folder(settings, entry, context.env, started), settings.reward_range)
     spec = entry.get("verify")
+    if settings.judge is not None:  # --judge: beside the entry's own checks, in place of its own judge
+        own = spec if isinstance(spec, dict) else {} if spec is None else {"command": spec}
+        spec = own | {"judge": settings.judge}
     if not settings.verifier and spec is None:
         return unverified()
     # 1. The clean room: the agent's processes gone, escapes out of the workspace removed, and from here

@@ -18,6 +18,8 @@ class VerifySettings:
     threshold: float = default("pass_threshold")  # reward a sample needs to pass
     verifier: str | None = None  # "/abs/path/file.py:function" or "module:function"; wins over `verify`
     reward_range: tuple[float, float] = (0.0, 1.0)  # a reward outside it is a verification error
+    judge: str | dict | None = None  # --judge: every entry's `judge` check (a rubric, or its object)
+    judge_samples: int = default("judge_samples")  # verdicts asked per sample, their mean the reward
 
 
 def unverified() -> dict:
