@@ -18,6 +18,7 @@ import statistics
 import tempfile
 import time
 
+from trajforge import plugins
 from trajforge.environments import EnvironmentSettings, backend_for, disk
 from trajforge.environments.limits import RUNNER, Limits
 
@@ -61,6 +62,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeats", type=int, default=20)
     args = parser.parse_args()
+    plugins.load()  # the built-in backends, as a run registers them
     warning = disk.unenforced(10240, "bwrap", RUNNER)
     if warning:
         raise SystemExit(warning)
