@@ -94,6 +94,14 @@ def test_folders_in_the_dataset_s_folder_or_a_task_root_run(place, run_here, ser
     assert tested["metadata"]["verification"]["passed"] is True
 
 
+def test_a_worker_without_the_dataset_file_reads_no_folder(place):
+    """A Ray node without the driver's files: the worker starts, and a task's folder is refused, not read."""
+    folders = HostFolders.of(place / "data" / "missing.jsonl")
+    assert folders.roots == ()
+    with pytest.raises(Unreadable, match="outside"):
+        folders.read("repo")
+
+
 def test_task_root_comma_separated_or_repeated_is_one_list():
     assert joined(["--task_root=/a", "--x=1", "--task_root", "/b", "--task-root=/c,/d"], ["task_root"]) == [
         "--task_root=/a,/b,/c,/d",

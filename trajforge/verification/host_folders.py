@@ -50,9 +50,13 @@ class HostFolders:
 
     @classmethod
     def of(cls, dataset_file: Path, task_roots: Iterable[Path] = ()) -> HostFolders:
-        """The folders of `dataset_file`'s tasks, as this process reads them."""
-        found = dataset_file.stat()
+        """The folders of `dataset_file`'s tasks, as this process reads them. Where the file is not (a Ray node
+        without the driver's files), no folder may be read: a task with one fails its setup, saying so."""
         base = dataset_file.resolve().parent
+        try:
+            found = dataset_file.stat()
+        except FileNotFoundError:
+            return cls(base, ())
         owner = Owner.of(found.st_uid, found.st_gid) if os.geteuid() == 0 and found.st_uid != 0 else None
         return cls(base, tuple(dict.fromkeys([base, *(Path(root).resolve() for root in task_roots)])), owner)
 

@@ -56,7 +56,7 @@ def read_tree(folder: str, roots: Sequence[str], content: bool = True) -> Iterat
     try:
         real = os.readlink(f"/proc/self/fd/{top}")
         if not inside(real, roots):
-            raise Unreadable(f"{folder} is {real}, outside {', '.join(roots)}")
+            raise Unreadable(f"{folder} is {real}, outside {', '.join(roots) or 'every folder a task may use here'}")
         for path, dirs, names, folder_fd in os.fwalk(".", dir_fd=top, follow_symlinks=False, onerror=_raise):
             dirs.sort()
             for name in sorted(names):
