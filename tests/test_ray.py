@@ -185,7 +185,10 @@ def cluster():
 
     saved = {name: os.environ.get(name) for name in ("RAY_AUTH_MODE", "RAY_USAGE_STATS_ENABLED")}
     os.environ.update(RAY_AUTH_MODE="disabled", RAY_USAGE_STATS_ENABLED="0")  # the runs inherit them
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "include_dashboard": False})
+    # A lost node is found dead within seconds (Ray's default health check takes about half a minute).
+    found_dead = {"health_check_period_ms": 500, "health_check_timeout_ms": 500, "health_check_failure_threshold": 3}
+    head = {"num_cpus": 0, "include_dashboard": False, "_system_config": found_dead}
+    cluster = Cluster(initialize_head=True, head_node_args=head)
     try:
         for _ in range(2):
             cluster.add_node(num_cpus=2)
@@ -237,6 +240,36 @@ def test_on_a_cluster_the_budget_holds_and_a_kill_9_of_the_driver_pays_for_nothi
     assert_no_step_answered_twice(server)
     assert answered_calls(server) == len(ledger(last.run_dir)) == 8 * 3
     assert last.statistics["budget"]["spent"] == pytest.approx(sum(ledger(last.run_dir)))
+
+
+def test_a_worker_node_lost_mid_run_loses_no_paid_reply(run, server, cluster):
+    """A node dies with batches running on it: Ray runs them again on the node left, their paid calls come
+    back from the run's cache (the money actor is on the driver's node), and the run finishes with no
+    conversation step answered twice."""
+    server.cost, server.latency = 0.01, 0.05
+    entries = [{"prompt": f"node loss {i}"} for i in range(8)]
+    flags = [*TOOLS, "--environment=local", "--executor=ray", f"--ray_address={cluster.address}", "--max_cost=5"]
+    command = run.command(entries, *flags, batch_size=2)
+    proc = subprocess.Popen(command, cwd=run.tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        wait_for(lambda: answered_calls(server) >= 4, RAY_RUN_TIMEOUT, "the run's first answered calls")
+        server.hold()  # nothing answered from here until the node is gone: every answered call is paid
+        run_dir = run.tmp_path / "out" / "run"
+        wait_for(lambda: paid_calls(run_dir) == answered_calls(server), 30, "the answers to be stored")
+        lost = next(iter(cluster.worker_nodes))
+        cluster.remove_node(lost, allow_graceful=False)
+        server.release(answer=False)  # what was in flight on either node is dropped: sent again, never paid twice
+        output, _ = proc.communicate(timeout=RAY_RUN_TIMEOUT)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        cluster.add_node(num_cpus=2)  # the cluster as the other tests of this module found it
+        cluster.wait_for_nodes()
+    assert proc.returncode == 0, output
+    result = Result(0, output, "", run.tmp_path / "out" / "run")
+    assert len(result.trajectories) == 8
+    assert_no_step_answered_twice(server)
+    assert answered_calls(server) == len(ledger(result.run_dir)) == 8 * 3
 
 
 def test_a_plugin_file_reaches_the_cluster_s_workers_with_the_run(run, server, cluster, tmp_path):
