@@ -19,6 +19,8 @@ from local_site import BOMB_MB
 from test_web_tools import extract, search
 
 from trajforge.mock.model import zeros_gzip
+from trajforge.model.client import endpoint_problem
+from trajforge.model.settings import ModelSettings
 from trajforge.tools.decoded import STEP, Undecodable, read_decoded
 from trajforge.tools.search_providers import SearchProvider
 
@@ -155,3 +157,15 @@ def test_the_reader_refuses_what_is_not_valid_in_its_encoding():
         _read(b"not gzip at all", "gzip", 100)
     with pytest.raises(Undecodable, match="encoded with 'compress'"):
         _read(b"", "compress", 100)
+
+
+def test_the_endpoint_check_refuses_a_models_list_compressed_twice_unread(site, server):
+    """GET /models goes through the model client's size limit too: a compressed answer is refused by its
+    headers, never decoded, while the scripted server's plain list is read."""
+    bombed = ModelSettings(model="test-model", base_url=f"{site.url}/bomb/gzip,gzip/v1", api_key="k")
+    assert endpoint_problem(bombed) == (
+        "connection error: reply compressed with 'gzip, gzip' although the request asked for none",
+        None,
+    )
+    honest = ModelSettings(model="test-model", base_url=server.base_url, api_key="k")
+    assert endpoint_problem(honest)[0] is None
