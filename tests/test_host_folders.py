@@ -102,6 +102,19 @@ def test_a_worker_without_the_dataset_file_reads_no_folder(place):
         folders.read("repo")
 
 
+def test_a_resume_keeps_the_task_roots_and_a_new_one_may_replace_them(place, run_here, server):
+    entries = [{"prompt": "elsewhere " + LOOK, "workspace": "../elsewhere/repo2"}]
+    dataset = write_dataset(place / "data" / "d.jsonl", entries)
+    first = run_here(dataset, *flags("local"), f"--task_root={place / 'elsewhere'}", "--max_samples=1")
+    assert first.code == 0, first.stdout + first.stderr
+    write_dataset(dataset, [*entries, {"prompt": "again " + LOOK, "workspace": "../elsewhere/repo2"}])
+    again = run_here(dataset, *flags("local"), "--resume")  # run.json's --task_root
+    assert again.code == 0, again.stdout + again.stderr
+    assert all("HONEST-ELSEWHERE" in tool_results(r) for r in again.trajectories) and len(again.trajectories) == 2
+    moved = run_here(dataset, *flags("local"), "--resume", f"--task_root={place / 'decoy'}")  # may change
+    assert moved.code == 2 and 'line 1: "workspace"' in moved.stderr, moved.stderr
+
+
 def test_task_root_comma_separated_or_repeated_is_one_list():
     assert joined(["--task_root=/a", "--x=1", "--task_root", "/b", "--task-root=/c,/d"], ["task_root"]) == [
         "--task_root=/a,/b,/c,/d",
