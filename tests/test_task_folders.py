@@ -359,3 +359,12 @@ def test_a_changed_base_image_builds_the_task_image_again(docker_host, run_here,
     finally:
         client.images.remove(base, force=True)
         client.close()
+
+
+def test_a_python_verifier_is_refused_for_task_folders(run_here, server, tmp_path):
+    verifier = tmp_path / "check.py"
+    verifier.write_text("def check(record, env):\n    return 1.0\n")
+    done = run_here(EXAMPLE, f"--verifier={verifier}:check")
+    assert done.code == 2
+    assert "--verifier does not apply to task folders" in done.stderr
+    assert server.chat_requests() == []

@@ -251,6 +251,8 @@ def load_folders(config: RunConfig) -> tuple[list[Entry], list[str]]:
     """The entries of the task folders under --dataset_file (the first --max_samples), and the notes to
     print once (a flag that won over task.toml, a limit not enforced); UsageError naming each bad folder."""
     root = Path(config.dataset_file)
+    if config.verify.verifier:  # it would be left unused without a word: each folder's tests/test.sh verifies it
+        raise UsageError("--verifier does not apply to task folders: each is verified by its tests/test.sh")
     folders = find_tasks(root)
     if config.max_samples is not None:
         folders = folders[: config.max_samples]
