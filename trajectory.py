@@ -224,7 +224,8 @@ def upgrade(record: dict) -> bool:
     if "cost_known" in usage and "verified" in verification:
         return False
     if "cost_known" not in usage:
-        metadata["usage"] = record_usage(usage | {"cost": known_cost(usage)})
+        judge = {"judge_tokens": usage.get("judge_tokens", 0), "judge_cost": usage.get("judge_cost", 0.0)}
+        metadata["usage"] = record_usage(usage | judge | {"cost": known_cost(usage)})
     if "verified" not in verification:
         passed = verification_passed(verification)
         with_verification(
@@ -236,6 +237,7 @@ def upgrade(record: dict) -> bool:
                 "output": verification.get("output") or "",
                 "duration_seconds": float(verification.get("duration_seconds") or 0.0),
                 "error": verification.get("error") or "",
+                "replay_diverged": bool(verification.get("replay_diverged")),
             },
         )
     return True

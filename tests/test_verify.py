@@ -154,6 +154,7 @@ def test_an_unverified_sample_has_the_same_keys_and_types_with_placeholders(tmp_
             "output": "",
             "duration_seconds": 0.0,
             "error": "",
+            "replay_diverged": False,
         }
     )
     assert tuple(found) == KEYS

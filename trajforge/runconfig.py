@@ -62,6 +62,7 @@ class RunConfig:
     setup_timeout: float = default(
         "setup_timeout"
     )  # seconds for a task's `setup` (and, with --check_tasks, its `solution`)
+    rescore: bool = False  # verify the finished samples again (run/rescore.py); no call to the agent's model
     check_tasks: bool = False  # check every task (oracle passes, a no-op fails) instead of running the model
     changes: tuple[str, ...] = ()  # may-change settings this resume changed: "--max_cost: 1.00 -> 2.00"
     max_attempts: int = default("max_attempts")  # tries of a sample over every invocation (runfolder/attempts.py)

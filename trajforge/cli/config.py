@@ -11,6 +11,7 @@ import difflib
 import importlib.util
 import os
 import random
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -21,7 +22,7 @@ from trajforge.environments.limits import Limits
 from trajforge.environments.settings import EnvironmentSettings
 from trajforge.errors import UsageError
 from trajforge.failures import RETRYABLE
-from trajforge.flags import BY_NAME, FLAGS, MAY_CHANGE, MOCK, OPENROUTER
+from trajforge.flags import BY_NAME, FLAGS, MAY_CHANGE, MOCK, OPENROUTER, RESCORED
 from trajforge.flags.values import FlagError, choice, load_prefill, load_rubric
 from trajforge.model.settings import NO_KEY, JudgeEndpoint, ModelSettings
 from trajforge.money.pricing import Prices
@@ -38,10 +39,15 @@ UNTIL_FIRST_PROMPT = ("model", "base_url")
 Settings = TypeVar("Settings")
 
 
-def settle(flags: dict, kept: dict | None = None, where: Path | None = None, fresh: bool = False) -> dict:
+def settle(
+    flags: dict, kept: dict | None = None, where: Path | None = None, fresh: bool = False, rescore: bool = False
+) -> dict:
     """The flags with RUN_SETTINGS settled against run.json (`kept`) or their defaults. `fresh`: no
-    prompt of the run has finished, so --model and --base_url may still change."""
+    prompt of the run has finished, so --model and --base_url may still change; `rescore`: what
+    verification is may change (RESCORED)."""
     rows = RUN_SETTINGS
+    if rescore:
+        rows = tuple(dataclasses.replace(row, resume=MAY_CHANGE) if row.name in RESCORED else row for row in rows)
     if fresh and kept:
         rows = tuple(
             dataclasses.replace(row, resume=MAY_CHANGE) if row.name in UNTIL_FIRST_PROMPT else row for row in rows
@@ -156,7 +162,10 @@ def _opened(flags: dict) -> tuple[dict, dict | None, Path, tuple[plugins.Plugin,
     kept = folder.load_settings() if resume else None
     fresh = kept is not None and next(iter(folder.batch_lines(lambda _: None)), None) is None
     loaded = load_plugins(flags, kept, folder.settings)
-    flags = settle(flags, kept, folder.settings, fresh)
+    rescore = BY_NAME["rescore"].read(flags["rescore"])
+    if rescore and not resume:
+        raise UsageError("--rescore verifies the finished samples of a run again: pass --resume and its --run_name")
+    flags = settle(flags, kept, folder.settings, fresh, rescore)
     if flags["batch_size"] is None:
         raise UsageError("--batch_size is required (see --help)")
     if flags["seed"] is None:  # the run seed: drawn once, then kept in run.json like a given one
@@ -251,6 +260,15 @@ def _checked(values: dict, model: ModelSettings) -> None:
         )
 
 
+def _settings(kept: dict | None, flags: dict, rescore: bool) -> dict:
+    """What run.json keeps: what it held, with what it lacks from now on; each re-scoring with its settings."""
+    settings = (kept or {}) | remembered(RUN_SETTINGS, flags)
+    if rescore:
+        done = {"at": datetime.now(UTC).isoformat(timespec="seconds")} | {name: settings.get(name) for name in RESCORED}
+        settings["rescores"] = [*settings.get("rescores", []), done]
+    return settings
+
+
 def build_config(flags: dict, named: frozenset[str] = frozenset()) -> RunConfig:
     """Check every flag; raise UsageError naming the first bad one. `named`: the flags given on the
     command line (a task folder's task.toml gives way to them)."""
@@ -287,7 +305,7 @@ def _built(flags: dict) -> RunConfig:
         require_reasoning=not values["reasoning_disabled"] if require is None else require,
         mock=model.model == MOCK,
         executor=_executor(values["executor"]),
-        settings=(kept or {}) | remembered(RUN_SETTINGS, flags),  # what run.json lacks is kept from now on
+        settings=_settings(kept, flags, values["rescore"]),
         verify=_verify(values),
         judge=_judge(values),
         exports=exports,

@@ -108,8 +108,10 @@ def take(settings: EnvironmentSettings, prefix: str) -> Disk:
     rather than run unbounded."""
     size = settings.limits.max_disk_mb
     free = _free.setdefault((settings.run_tag, size), [])
-    if free:
-        return free.pop()
+    while free:
+        disk = free.pop()
+        if os.path.ismount(disk.root):  # a later run of this process (--rescore) may have removed it as a leftover
+            return disk
     folder = tempfile.mkdtemp(prefix=prefix + "disk-")
     disk = Disk(folder, os.path.join(folder, "fs"))
     image = os.path.join(folder, "image")

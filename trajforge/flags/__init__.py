@@ -354,6 +354,14 @@ FLAGS: tuple[Flag, ...] = (
     Flag("judge_base_url", str, None, "the judge's endpoint", VER, _R, shown="--base_url, with its key", keep=v.url),
     Flag("judge_api_key", str, None, "the judge endpoint's key (never saved)", VER, shown="$JUDGE_API_KEY"),
     Flag("judge_samples", int, 1, "verdicts asked per sample; the reward is their mean", VER, _R, parse=v.whole(1)),
+    Flag(
+        "rescore",
+        bool,
+        False,
+        "with --resume: verify every finished sample again as the dataset, --verifier and --judge say now; "
+        "no call to the agent's model",
+        VER,
+    ),
     Flag("check_tasks", bool, False, "check every task (oracle passes, no-op fails); no model call", VER),
     Flag("pass_threshold", float, 0.5, "reward at which a sample passes", VER, _R),
     Flag(
@@ -450,6 +458,9 @@ FLAGS: tuple[Flag, ...] = (
     ),
 )
 BY_NAME = {flag.name: flag for flag in FLAGS}
+# What --rescore may change on a resume (what verification is); run.json keeps the new values from then on.
+RESCORED: tuple[str, ...] = ("verifier", "verify_timeout", "pass_threshold", "reward_range", "judge")
+RESCORED += ("judge_model", "judge_base_url", "judge_samples")
 
 
 def default(name: str) -> Any:

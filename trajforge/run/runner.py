@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import signal
 import sys
@@ -49,6 +50,7 @@ from trajforge.run.dataset import Entry
 from trajforge.run.dry_run import dry_run
 from trajforge.run.helper_processes import Helpers
 from trajforge.run.progress import ProgressView, Tally, print_budget_stop, print_summary, summary_json
+from trajforge.run.rescore import rescore_all
 from trajforge.run.samples import Plan, plan_samples
 from trajforge.run.task_folders import environment_for, load_entries
 from trajforge.run.task_images import build_images
@@ -153,6 +155,10 @@ class BatchRunner:
 
     def _run_locked(self, entries: list[Entry], weights: dict, toolsets: dict, started: float) -> int:
         prepared = self.prepare(entries, started)
+        if self.config.rescore:  # no agent: the finished samples verified again, then the merge
+            self.rescore(entries, prepared)
+            self.helpers.release()
+            return self.finish(entries, prepared, False, started)
         offered = {name: [tool.name for tool in tools] for name, tools in toolsets.items()}
         tools = (weights, offered, prepared.tool_names)
         interrupted = bool(prepared.batches) and self.start(prepared.batches, prepared, tools)
@@ -224,6 +230,16 @@ class BatchRunner:
         if config.summary_json:  # for a script's jq; the console above went to stderr
             print(summary_json(stats, code, why, command, paths), flush=True)
         return code
+
+    def rescore(self, entries: list[Entry], prepared: Prepared) -> None:
+        """--rescore: every finished sample verified again (run/rescore.py); the endpoint is not even asked
+        for its models (only a judge there is called)."""
+        prepare_run(self.config.environment, True)
+        live = self.helpers.ready(self.config, False)
+        done = asyncio.run(rescore_all(live, self.folder, entries, prepared.plan.copies, self.warn))
+        diverged = f", {done.diverged} diverged in replay" if done.diverged else ""
+        failed = f", {done.failed} kept their verification (see the warnings)" if done.failed else ""
+        self.console.print(f"Re-scored {done.samples} samples into {done.file}{diverged}{failed}")
 
     def start(self, batches: list[Batch], prepared: Prepared, tools: tuple) -> bool:
         """Check the endpoint and run the batches (see execute); `tools`: (weights, toolsets, tool names)."""
@@ -408,6 +424,7 @@ def statistics(
         "discarded_no_reasoning": totals.discarded_no_reasoning,
         "discarded_hallucinated_tools": totals.discarded_hallucinated_tools,
         "trajectories": totals.trajectories,
+        "replay_diverged": totals.replay_diverged,  # --rescore: samples whose replay gave other results
         "batch_size": config.batch_size,
         "total_batches": counts["total_batches"],
         "duration_seconds": state.duration_seconds,  # every invocation's, summed

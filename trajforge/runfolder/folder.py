@@ -19,6 +19,7 @@ from trajectory import verification_passed
 from trajforge import journal
 from trajforge.errors import UsageError
 from trajforge.failures import BUDGET, CLASSES, failure_class
+from trajforge.journal import rescored
 
 BATCH_FILE = re.compile(r"batch_(\d+)\.jsonl$")
 FILE_MODE = 0o666  # every file of the run folder: the umask decides, as for any file the user makes
@@ -150,14 +151,31 @@ class RunFolder:
         return files[-1][0] + 1 if files else 0
 
     def batch_lines(self, warn: Callable[[str], None]) -> Iterator[tuple[bytes, dict]]:
-        """(raw line, record) of every finished prompt, streaming, in batch order."""
+        """(raw line, record) of every finished prompt, streaming, in batch order, each with its newest
+        verification (journal/rescored.py)."""
+        for _, line, record in self.located_lines(warn):
+            yield line, record
+
+    def located_lines(self, warn: Callable[[str], None]) -> Iterator[tuple[rescored.Where, bytes, dict]]:
+        """((batch file, line number), raw line, record) of every finished prompt, with its newest verification."""
+        newest = rescored.newest(self.path, warn)
         for _, path in self.batch_files():
-            yield from self.lines_in(path, warn)
+            for number, line, record in self.numbered_lines(path, warn):
+                where = (path.name, number)
+                if where in newest:
+                    line, record = rescored.applied(record, newest[where])
+                yield where, line, record
 
     @staticmethod
     def lines_in(path: Path, warn: Callable[[str], None]) -> Iterator[tuple[bytes, dict]]:
         """(raw line, record) of one batch file. A torn line (a write cut short by a crash) is
         skipped with a warning: that prompt simply runs again on --resume."""
+        for _, line, record in RunFolder.numbered_lines(path, warn):
+            yield line, record
+
+    @staticmethod
+    def numbered_lines(path: Path, warn: Callable[[str], None]) -> Iterator[tuple[int, bytes, dict]]:
+        """(line number, raw line, record) of one batch file, as lines_in reads them."""
         if not path.exists():
             return
         with open(path, "rb") as handle:
@@ -174,7 +192,7 @@ class RunFolder:
                         f"{path} line {number} is a journal of version {record['version']}, written by a newer"
                         f" batch-runner (this one reads up to {journal.VERSION}): upgrade to use this run folder"
                     )
-                yield (line if line.endswith(b"\n") else line + b"\n"), record
+                yield number, (line if line.endswith(b"\n") else line + b"\n"), record
 
     def load_settings(self) -> dict | None:
         """What run.json keeps, or None for a run folder without one (new, or made before it existed)."""

@@ -37,6 +37,7 @@ class TrajectoryTotals:
     passed: Counter = field(default_factory=Counter)  # the same, for samples whose verification passed
     redactions: dict = field(default_factory=lambda: dict.fromkeys(KINDS, 0))  # secrets masked, by kind
     verification: dict = field(default_factory=dict)
+    replay_diverged: int = 0  # samples whose newest verification (--rescore) found a replayed call diverged
     tokens: TokenTotals = field(default_factory=TokenTotals)
 
 
@@ -200,6 +201,7 @@ class Merge:
         totals.finished[key, sample.sample_index] += 1
         if passed is not None:
             self.verified.add(key, sample.verification, passed)
+            totals.replay_diverged += bool(sample.verification.get("replay_diverged"))
             totals.passed[key, sample.sample_index] += passed
         totals.tokens.add(sample)
         self.exits.update(sample.nonzero_exits)

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from trajforge.flags import default
 
 OUTPUT_CAP = 2000  # characters of a verifier's output kept in the record
-KEYS = ("verified", "passed", "reward", "output", "duration_seconds", "error")
+KEYS = ("verified", "passed", "reward", "output", "duration_seconds", "error", "replay_diverged")
 
 
 @dataclass(frozen=True)
@@ -23,7 +23,15 @@ class VerifySettings:
 
 
 def unverified() -> dict:
-    return {"verified": False, "passed": False, "reward": 0.0, "output": "", "duration_seconds": 0.0, "error": ""}
+    return {
+        "verified": False,
+        "passed": False,
+        "reward": 0.0,
+        "output": "",
+        "duration_seconds": 0.0,
+        "error": "",
+        "replay_diverged": False,  # --rescore: a replayed call gave another result (pipeline/replay.py)
+    }
 
 
 CUT = "\n[... output cut ...]"
@@ -46,4 +54,5 @@ def result(passed: bool, reward: float, output: str, started: float, error: str 
         "output": capped(output),
         "duration_seconds": round(time.monotonic() - started, 3),
         "error": error,
+        "replay_diverged": False,
     }
