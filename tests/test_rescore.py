@@ -6,6 +6,7 @@ passes, one that did not fails); a replayed command whose output differs marks i
 from __future__ import annotations
 
 import json
+import socket
 
 import orjson
 import pytest
@@ -116,3 +117,38 @@ def test_rescore_needs_resume(run_here, server, tmp_path):
         result.code == 2 and "--rescore verifies the finished samples of a run again" in result.stdout + result.stderr
     )
     assert not server.requests
+
+
+def test_a_command_the_redaction_changed_is_not_replayed_and_the_sample_is_diverged(run_here, server):
+    secret = "the ephemeral instructions 0123456789"
+    leaky = {"prompt": "leak [mock quote]"}  # its first command echoes the ephemeral prompt: saved redacted
+    first = run_here([leaky], *FLAGS, f"--ephemeral_system_prompt={secret}")
+    assert first.code == 0, first.stdout + first.stderr
+    again = rescore(run_here, [leaky | {"verify": "true"}], f"--ephemeral_system_prompt={secret}")
+    assert again.code == 0, again.stdout + again.stderr
+    verification = again.trajectories[0]["metadata"]["verification"]
+    assert verification["replay_diverged"] is True
+    assert "not replayed, the secret redaction changed it" in verification["output"]
+
+
+def test_a_judge_endpoint_that_fails_fails_the_sample_and_a_resume_retries_it(run_here, server, tmp_path):
+    from trajforge.mock.server import MockServer
+
+    with socket.socket() as probe:  # a port nothing listens on, until the judge starts there
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    entries = [{"prompt": "judged"}]
+    flags = [*FLAGS, rubric(tmp_path), f"--judge_base_url=http://127.0.0.1:{port}/v1", "--max_retries=0"]
+    first = run_here(entries, *flags)
+    assert first.code == 1, first.stdout + first.stderr
+    assert not first.batch_lines and first.jsonl("errors.jsonl")  # failed, not recorded with a made-up verdict
+    agent_calls = len(server.chat_requests())
+    judge = MockServer()
+    judge.start(port=port)
+    try:
+        again = run_here(entries, *flags, "--resume")
+    finally:
+        judge.stop()
+    assert again.code == 0, again.stdout + again.stderr
+    assert again.trajectories[0]["metadata"]["verification"]["verified"] is True and len(judged(judge)) == 1
+    assert len(server.chat_requests()) == agent_calls  # the agent's calls came from the cache

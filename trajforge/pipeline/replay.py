@@ -6,7 +6,8 @@ calls that change the environment (REPLAYED: terminal commands, file writes and 
 again in order, with their recorded arguments. A replayed call whose result differs from the recorded
 one (its exit code, or its output once timings are masked) marks the sample diverged. Web, browser,
 image and vision calls, a user's own tools and MCP servers are not replayed: their recorded results
-stand, and the verification's output names them.
+stand, and the verification's output names them. A call whose saved arguments the secret redaction
+changed cannot run as it ran: it is not replayed, and the sample is diverged.
 """
 
 from __future__ import annotations
@@ -18,10 +19,12 @@ from typing import Any
 from trajforge.agent.loop import AgentResult
 from trajforge.journal.sample import Sample
 from trajforge.model.usage import empty_usage
+from trajforge.secrets import KINDS
 from trajforge.tools import Tool, call_tool
 from trajforge.tools.session import ToolSession
 
 REPLAYED = ("terminal", "write_file", "patch", "execute_code")
+MASKS = tuple(KINDS.values())  # what the redaction writes in place of a secret
 # A duration in a tool's output ("0.52s", "12 ms", "real 0m0.003s") is not what the call did.
 TIMING = re.compile(r"\b\d+(?:\.\d+)?\s*(?:ms|s|sec|seconds)\b|\breal\s+\S+|\buser\s+\S+|\bsys\s+\S+")
 
@@ -58,6 +61,9 @@ class Replay:
             for call in turn.calls:
                 if call.name not in REPLAYED or call.name not in self.tools:
                     self.kept.append(call.name)
+                    continue
+                if any(mask in call.arguments for mask in MASKS):  # what ran is not what was saved
+                    self.diverged.append(f"turn {number} {call.name}: not replayed, the secret redaction changed it")
                     continue
                 again = await call_tool(session, call.name, call.arguments, self.tools)
                 if masked(again) != masked(call.result):
