@@ -12,8 +12,11 @@ on the same machine at the same moment, medians and their ratio after/before. Pe
 - cpu_ms: the runner's CPU per trajectory (its whole process tree, terminal commands included, the
   server excluded), and sys_ms its system part;
 - efficiency: the ideal time prompts x 2 calls x latency / in flight, over the wall time;
-- end_s: from the last batch line to the run's exit (worker shutdown, merge, summary), shut_s the part
-  until the last worker had exited;
+- end_s: from the last batch line to the run's exit, and its parts in order (END_PARTS): shut_s until
+  the last worker had exited, merge_s until trajectories.jsonl was written (the exports of --export
+  are written in the same pass), stats_s until statistics.json was, report_s until the dataset card and
+  report.html were, summary_s until the summary's last line was printed, exit_s until the process
+  ended (what the workers left removed, the helpers stopped, the interpreter's exit);
 - peak RSS of the parent and of the largest worker.
 
 --strace N also runs N prompts of each row under `strace -f` and counts per sample the clones without
@@ -41,6 +44,7 @@ import psutil
 ROOT = Path(__file__).resolve().parents[1]
 CALLS_PER_PROMPT = 2
 VERIFY = "test -d ."  # as cheap as a verify command gets: what is measured is the runner's part
+END_PARTS = ("shut_s", "merge_s", "stats_s", "report_s", "summary_s", "exit_s")
 
 
 def start_server(latency: float) -> tuple[subprocess.Popen, str]:
@@ -102,7 +106,21 @@ def command(tree: Path, tmp: str, base_url: str, args: argparse.Namespace, envir
         f"--environment={environment}",
         f"--n_samples={args.n_samples}",
         f"--executor={args.executor}",
+        *([f"--export={args.export}"] if args.export else []),
     ]
+
+
+class Output(threading.Thread):
+    """The run's output, and when its last line arrived (the summary is the last thing a run prints)."""
+
+    def __init__(self, stream):
+        super().__init__(daemon=True)
+        self.stream, self.lines, self.last = stream, [], 0.0
+
+    def run(self) -> None:
+        for line in self.stream:
+            self.lines.append(line)
+            self.last = time.time()
 
 
 def run_once(tree: Path, base_url: str, args: argparse.Namespace, environment: str, verify: bool) -> dict:
@@ -117,19 +135,30 @@ def run_once(tree: Path, base_url: str, args: argparse.Namespace, environment: s
             text=True,
             cwd=tmp,
         )
-        watch = Watch(proc.pid)
+        watch, output = Watch(proc.pid), Output(proc.stdout)
         watch.start()
-        output = proc.communicate()[0]
+        output.start()
+        proc.wait()
         ended, wall = time.time(), time.perf_counter() - started
+        output.join()
         watch.done.set()
         watch.join()
         after = os.times()
         if proc.returncode != 0:
-            sys.exit(f"{tree}/batch_runner.py failed ({proc.returncode}):\n{output}")
+            sys.exit(f"{tree}/batch_runner.py failed ({proc.returncode}):\n{''.join(output.lines)}")
         folder = Path(tmp, "bench")
         written = (folder / "trajectories.jsonl").read_bytes().count(b"\n")
         last_line = max(path.stat().st_mtime for path in folder.glob("batch_*.jsonl"))
-        merged = (folder / "trajectories.jsonl").stat().st_mtime
+        # The end of the run, step by step: when each step's file was written, in the order the run writes them.
+        steps = [
+            last_line,
+            max(watch.workers_gone, last_line),
+            (folder / "trajectories.jsonl").stat().st_mtime,
+            (folder / "statistics.json").stat().st_mtime,
+            max(path.stat().st_mtime for path in (folder / "README.md", folder / "report.html") if path.exists()),
+            output.last,
+            ended,
+        ]
     samples = args.prompts * args.n_samples
     cpu = (after.children_user - before.children_user) + (after.children_system - before.children_system)
     in_flight = min(args.workers * args.concurrency, samples)
@@ -142,8 +171,7 @@ def run_once(tree: Path, base_url: str, args: argparse.Namespace, environment: s
         "cpu_ms": cpu * 1000 / samples,
         "sys_ms": (after.children_system - before.children_system) * 1000 / samples,
         "end_s": ended - last_line,
-        "shut_s": max(watch.workers_gone - last_line, 0.0),
-        "merge_s": max(merged - max(watch.workers_gone, last_line), 0.0),
+        **{part: max(end - start, 0.0) for part, start, end in zip(END_PARTS, steps[:-1], steps[1:], strict=True)},
         "parent_rss_mb": watch.peaks.get(proc.pid, 0) / 2**20,
         "worker_rss_mb": max(workers, default=0) / 2**20,
     }
@@ -206,7 +234,7 @@ def strace_counts(tree: Path, base_url: str, args: argparse.Namespace, environme
 
 
 def table(rows: dict[str, dict[str, list[dict]]], trees: list[str], strace: dict) -> str:
-    keys = ["cpu_ms", "sys_ms", "efficiency", "wall_s", "end_s", "shut_s", "merge_s", "worker_rss_mb"]
+    keys = ["cpu_ms", "sys_ms", "efficiency", "wall_s", "end_s", *END_PARTS, "parent_rss_mb", "worker_rss_mb"]
     out = []
     for row, by_tree in rows.items():
         medians = {tree: {k: statistics.median(r[k] for r in runs) for k in keys} for tree, runs in by_tree.items()}
@@ -214,7 +242,7 @@ def table(rows: dict[str, dict[str, list[dict]]], trees: list[str], strace: dict
             figures = "  ".join(f"{k}={medians[tree][k]:.3g}" for k in keys)
             out.append(f"{row:<16} {tree:<8} {figures}  {strace.get((row, tree), '')}")
         if len(trees) == 2:
-            ratios = "  ".join(f"{k}={medians['after'][k] / (medians['before'][k] or 1):.2f}x" for k in keys[:4])
+            ratios = "  ".join(f"{k}={medians['after'][k] / (medians['before'][k] or 1):.2f}x" for k in keys[:5])
             out.append(f"{row:<16} {'ratio':<8} {ratios}")
     return "\n".join(out)
 
@@ -233,6 +261,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--baseline", type=Path, help="another checkout, run alternating with this one")
     parser.add_argument("--strace", type=int, default=0, help="prompts of the strace run per row (0: none)")
+    parser.add_argument("--export", default="", help="--export of the runs (written in the merge's pass)")
     parser.add_argument("--json", action="store_true", help="every run's figures as JSON lines too")
     args = parser.parse_args()
     trees = {"after": ROOT, **({"before": args.baseline.resolve()} if args.baseline else {})}

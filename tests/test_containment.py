@@ -11,13 +11,14 @@ import random
 import socket
 import subprocess
 import time
+from urllib.parse import quote
 
 import pytest
-from conftest import Runner, wait_for
+from conftest import Runner, source, tool_results, wait_for
 from test_environments import _available, make_settings, sync
 
 from trajforge.environments import backend_for
-from trajforge.environments.limits import Limits, confined
+from trajforge.environments.limits import RUNNER, Limits, confined, unenforced
 from trajforge.environments.local import TERM_GRACE
 from trajforge.tools.transfer import read_bytes
 
@@ -174,6 +175,44 @@ def test_a_finished_prompts_daemon_is_gone_while_the_run_goes_on(kind, tmp_path,
     first = json.loads(batch.read_text().splitlines()[0])
     assert "daemon-started" in json.dumps(first["turns"])  # the journalled sample: its turns
     assert not running_with(daemon)
+
+
+def test_a_daemon_that_leaves_its_sample_s_cgroup_is_gone_before_verification(run_here, tmp_path):
+    """Root may write any cgroup.procs: a root runner's local command can move its daemon out of the
+    sample's cgroup, where the cgroup's kill misses it; the sample's marker, looked for among the
+    worker's descendants after that kill, does not. No timing: the model's command returns only once
+    the daemon has written where it is, and the verification itself looks for the daemon. The twin's
+    daemon stays in its cgroup. The workers fork from a process that is a subreaper itself, which they
+    are not by inheritance: each must ask the kernel again (orphans.become_subreaper)."""
+    if os.geteuid() != 0 or unenforced(Limits(), "local", RUNNER):
+        pytest.skip("needs a root runner that makes sample cgroups: only root can leave one")
+    # This process adopts orphans once it opened an environment (earlier tests' do): the workers fork from it.
+    backend_for(make_settings("local", tmp_path))
+    leaver, stayer = marker(), marker()
+
+    def entry(daemon: str, leave: bool) -> dict:
+        move = "for f in /sys/fs/cgroup/cgroup.procs /sys/fs/cgroup/*/cgroup.procs; do echo $$ >$f; done; " * leave
+        script = f"{move}cat /proc/$$/cgroup >where.tmp && mv where.tmp where; exec sleep {daemon}"
+        command = f"setsid sh -c '{script}' >/dev/null 2>&1 & while [ ! -e where ]; do sleep 0.05; done; cat where"
+        alive = daemon.replace(".", "\\.")[:-1] + f"[{daemon[-1]}]"  # matches the daemon, not the pattern itself
+        return {
+            "prompt": f"start a daemon [mock command={quote(command, safe='')}]",
+            "verify": f"! grep -qs '{alive}' /proc/[0-9]*/cmdline",
+        }
+
+    result = run_here(
+        [entry(leaver, True), entry(stayer, False)], "--environment=local", "--distribution=terminal_only"
+    )
+    assert result.code == 0, result.stderr
+    rows = {source(row)["prompt"]: row for row in result.trajectories}
+    left, stayed = (
+        tool_results(rows[entry(daemon, leave)["prompt"]]) for daemon, leave in ((leaver, True), (stayer, False))
+    )
+    assert "batch-runner-" in stayed, stayed  # the twin's daemon was in its sample's cgroup
+    assert "0::" in left and "batch-runner-" not in left, f"the daemon did not leave its cgroup: {left}"
+    for row in rows.values():
+        assert row["metadata"]["verification"]["passed"] is True, row["metadata"]["verification"]
+    assert not running_with(leaver) and not running_with(stayer)
 
 
 def test_a_hostile_dataset_is_refused_before_any_request(run_here, server):

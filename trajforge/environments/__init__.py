@@ -9,7 +9,9 @@ singularity (an instance per prompt) and modal (a Sandbox per prompt); the last 
 
 from __future__ import annotations
 
+import contextlib
 import posixpath
+import threading
 from dataclasses import replace
 
 from trajforge import registry
@@ -103,3 +105,16 @@ def prepare_run(settings: EnvironmentSettings, resume: bool) -> None:
 
 def remove_leftovers(settings: EnvironmentSettings) -> None:
     backend_class(settings.kind).remove_leftovers(settings)
+
+
+def removing_leftovers(settings: EnvironmentSettings) -> threading.Thread:
+    """remove_leftovers on a thread of its own, started: at a run's end, what its workers left (the
+    samples' disks, a killed worker's containers) goes while the run merges; join() it before the end."""
+
+    def remove() -> None:
+        with contextlib.suppress(SetupError):  # the engine is gone: nothing of it left to remove
+            remove_leftovers(settings)
+
+    thread = threading.Thread(target=remove, name="leftovers")
+    thread.start()
+    return thread

@@ -50,7 +50,10 @@ def starting_command():
 
 
 class _State:
-    subreaper = False  # orphans of our commands are our descendants: no need to look at the whole host
+    # The process that is a subreaper, whose commands' orphans are its descendants (no need to look at the
+    # whole host). A pid, not a flag: a forked child inherits this but not the kernel's setting, so a
+    # worker forked from a process that had opened an environment must ask for it again.
+    subreaper = 0
     look: threading.Timer | None = None  # the next look for orphaned zombies, when one is due
     lock = threading.Lock()
 
@@ -62,10 +65,11 @@ def become_subreaper() -> bool:
         # Orphans are then found through /proc/PID/task/TID/children, which some kernels lack
         # (CONFIG_PROC_CHILDREN): there the whole process table is read instead, never nothing.
         readable = os.path.exists(f"/proc/self/task/{threading.get_native_id()}/children")
-        _State.subreaper = _State.subreaper or (readable and libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0)
+        if _State.subreaper != os.getpid() and readable and libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0:
+            _State.subreaper = os.getpid()
     except (OSError, AttributeError):
         pass
-    return _State.subreaper
+    return _State.subreaper == os.getpid()
 
 
 def children(pid: int) -> list[int]:
@@ -84,7 +88,7 @@ def children(pid: int) -> list[int]:
 def descendants() -> list[int]:
     """Every process below this one: where the marked processes are once we are a subreaper. Without
     that (an old kernel), every process of the host."""
-    if not _State.subreaper:
+    if _State.subreaper != os.getpid():
         return _pids()
     found, below = [], [os.getpid()]
     while below:

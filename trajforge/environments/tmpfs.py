@@ -36,10 +36,3 @@ def mounted_below(prefix: str) -> list[tuple[str, str]]:
     with open("/proc/self/mounts") as mounts:
         found = [(fields[1].encode().decode("unicode_escape"), fields[2]) for fields in map(str.split, mounts)]
     return [(point, kind) for point, kind in found if point.startswith(prefix)]
-
-
-def unmount_below(prefix: str) -> None:
-    """What a killed run left mounted under `prefix`, before its folders are removed (bwrap's /tmp, the
-    samples' disks and the workspaces bound on them)."""
-    for point, _ in mounted_below(prefix):
-        unmount(point)

@@ -23,6 +23,10 @@ from trajforge.executors.worker import Batch, WorkerSetup, worker_main
 from trajforge.tls import tls_context
 
 GRACE = 15.0  # seconds a worker gets to close its environments after SIGTERM
+# Seconds a worker whose samples have all ended gets to exit by itself: it holds no environment then
+# (each closed before its sample's line), only its clients, and what a kill leaves (its samples'
+# disks, a cgroup) the run's remove_leftovers takes away.
+WIND_DOWN = 5.0
 
 
 class ProcessPool:
@@ -105,18 +109,16 @@ class ProcessPool:
         return any(process.is_alive() for process in self.workers)
 
     def stop(self, finished: bool) -> None:
-        """Finished workers exit by themselves once they have released what they hold; others get
-        SIGTERM, which lets them close their environments, then SIGKILL after a grace period."""
+        """Finished workers exit by themselves (within WIND_DOWN); others get SIGTERM, which lets them
+        close their environments (within GRACE). Then SIGKILL: the wait is bounded either way."""
         self.tasks.cancel_join_thread()
-        deadline = time.monotonic() + GRACE
+        if not finished:
+            for process in self.workers:
+                if process.is_alive():
+                    process.terminate()
+        deadline = time.monotonic() + (WIND_DOWN if finished else GRACE)
         for process in self.workers:
-            if finished:
-                process.join(max(deadline - time.monotonic(), 0.1))
-            if process.is_alive():
-                process.terminate()
-        deadline = time.monotonic() + GRACE
-        for process in self.workers:
-            process.join(max(deadline - time.monotonic(), 0.1))
+            process.join(max(deadline - time.monotonic(), 0.0))
             if process.is_alive():
                 process.kill()
                 process.join()

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import signal
 import sys
+import threading
 import time
 from collections import Counter
 from dataclasses import dataclass, replace
@@ -15,9 +15,9 @@ from rich.console import Console
 from rich.markup import escape
 
 import toolset_distributions
-from trajforge.environments import backend_class, disk, prepare_run, remove_leftovers, userns
+from trajforge.environments import backend_class, disk, prepare_run, removing_leftovers, userns
 from trajforge.environments.limits import unenforced
-from trajforge.errors import SetupError, UsageError
+from trajforge.errors import UsageError
 from trajforge.events import (
     DiskLow,
     LogLine,
@@ -77,6 +77,7 @@ class BatchRunner:
         self.folder = RunFolder(config.run_dir)
         self.money = Store(config.run_dir)  # the response cache, the ledger and the budget: money/store.py
         self.warned: set[str] = set()
+        self.leftovers: threading.Thread | None = None  # removing what the workers left (execute)
 
     def warn(self, text: str) -> None:
         if text not in self.warned:
@@ -161,9 +162,13 @@ class BatchRunner:
             return self.finish(entries, prepared, False, started)
         offered = {name: [tool.name for tool in tools] for name, tools in toolsets.items()}
         tools = (weights, offered, prepared.tool_names)
-        interrupted = bool(prepared.batches) and self.start(prepared.batches, prepared, tools)
-        self.helpers.release()
-        return self.finish(entries, prepared, interrupted, started)
+        try:
+            interrupted = bool(prepared.batches) and self.start(prepared.batches, prepared, tools)
+            self.helpers.release()
+            return self.finish(entries, prepared, interrupted, started)
+        finally:
+            if self.leftovers is not None:
+                self.leftovers.join()
 
     def prepare(self, entries: list[Entry], started: float) -> Prepared:
         """Before any worker starts: the plan, run.json, the batches, the checkpoint's state, the budget."""
@@ -379,8 +384,8 @@ class BatchRunner:
         finally:
             signal.signal(signal.SIGTERM, previous if not outstanding else signal.SIG_IGN)
             executor.stop(finished=not outstanding)
-            with contextlib.suppress(SetupError):  # a worker killed after its grace period leaves containers
-                remove_leftovers(self.config.environment)
+            # A worker killed after its grace period leaves containers; each leaves its samples' disks.
+            self.leftovers = removing_leftovers(self.config.environment)
 
 
 @dataclass(frozen=True)
