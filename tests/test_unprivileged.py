@@ -149,7 +149,7 @@ def test_bwrap_dev_shm_is_a_bounded_tmpfs(bwrap, tmp_path):  # noqa: F811
 
 @pytest.mark.skipif(not tmpfs.possible(), reason="a tmpfs on the host needs the host's root")
 def test_bwrap_tmp_is_a_bounded_tmpfs_kept_between_commands(bwrap, tmp_path):  # noqa: F811
-    limits = Limits(max_processes=0, max_memory_mb=0, max_file_size_mb=2)
+    limits = Limits(max_processes=0, max_memory_mb=0, max_file_size_mb=2, max_disk_mb=0)  # no disk image holds it
     commands = ["head -c 1500000 /dev/zero > /tmp/a && echo first", "head -c 1500000 /dev/zero > /tmp/b", "ls /tmp"]
     first, second, listing = asyncio.run(_limited(settings("bwrap", tmp_path, limits=limits), commands))
     assert first.output.strip() == "first" and "No space left on device" in second.output, second
@@ -326,6 +326,38 @@ def test_a_sample_within_its_disk_works_and_keep_workspaces_keeps_its_files(disk
         assert not os.path.ismount(workspace)  # a plain folder now, the disk given back
     finally:
         shutil.rmtree(workspace, ignore_errors=True)
+
+
+async def _tmp_on_disk(env_settings) -> list:
+    """A sample filling its /tmp, then writing to its workspace and in its clean room; and an honest one."""
+    backend = backend_for(env_settings)
+    size = "df -P \"$TMPDIR\" | tail -1 | awk '{print $2}'"  # KB of the file system under $TMPDIR
+    outputs = []
+    for commands in (
+        [size, FILL.format(where="$TMPDIR"), "head -c 3000000 /dev/zero > here; wc -c < here"],
+        [size, "head -c 5000000 /dev/zero > $TMPDIR/5; head -c 5000000 /dev/zero > 5; cat $TMPDIR/5 5 | wc -c"],
+    ):
+        env = await backend.open({})
+        try:
+            outputs.append([await env.exec(command) for command in commands])
+            await env.enter_clean_room()
+            outputs[-1].append(await env.exec(FILL.format(where="$TMPDIR")))
+        finally:
+            await env.close()
+    return outputs
+
+
+def test_a_sample_s_tmp_lies_on_its_disk_whatever_the_file_size_limit(disk_kind, tmp_path):
+    # No file size limit: no tmpfs of that size holds bwrap's /tmp, yet the host's disk must not either.
+    attack, honest = asyncio.run(_tmp_on_disk(settings(disk_kind, tmp_path, limits=replace(DISK, max_file_size_mb=0))))
+    size, fill, workspace, clean_room = attack
+    assert int(size.output) <= DISK.max_disk_mb * 1024, size  # $TMPDIR is on the sample's 16 MB disk
+    assert "No space left on device" in fill.output and int(fill.output.split()[-1]) < 16 * 2**20, fill
+    assert "No space left on device" in workspace.output, workspace  # the same disk: the workspace is full too
+    assert "No space left on device" in clean_room.output and int(clean_room.output.split()[-1]) < 16 * 2**20
+    size, both, clean_room = honest
+    assert int(size.output) <= DISK.max_disk_mb * 1024 and both.output == "10000000\n", both
+    assert "No space left on device" in clean_room.output  # what the agent left (10 MB) counts in the clean room
 
 
 def test_where_the_disk_bound_cannot_hold_the_run_says_so():

@@ -12,7 +12,7 @@ import shutil
 import subprocess
 
 from trajforge.environments import OUTPUT_LIMIT, EnvironmentSettings, ExecResult, netns, seccomp, tmpfs, userns
-from trajforge.environments.limits import MB, confined, host_user
+from trajforge.environments.limits import MB, Limits, confined, host_user
 from trajforge.environments.local import (
     LocalBackend,
     LocalEnvironment,
@@ -98,10 +98,11 @@ class BwrapEnvironment(LocalEnvironment):
     def _prepare(self) -> None:
         super()._prepare()
         inside = os.path.relpath(self.workspace, SANDBOX_TMP)
-        if self.disk_verify and not inside.startswith(".."):
-            # bwrap makes the workspace's mount point in the clean room's /tmp: made now, before the agent
-            # could fill the disk it shares with the workspace.
-            os.makedirs(os.path.join(self.disk_verify, inside))
+        if self.disk is not None and not inside.startswith(".."):
+            # bwrap makes the workspace's mount point in the sandbox's /tmp: made now in the agent's and the
+            # clean room's, before the agent could fill the disk they share with the workspace.
+            for tmp in (self.tmp, self.disk_verify):
+                os.makedirs(os.path.join(tmp, inside))
         if self.settings.sandbox_network:
             try:
                 self.network = netns.SampleNetwork().open()
@@ -112,9 +113,12 @@ class BwrapEnvironment(LocalEnvironment):
 
     def _tmpdir(self) -> str:
         # /tmp is per prompt, kept between its commands and removed with it; the host's /tmp stays hidden.
+        if self.disk is not None:  # on the sample's disk: bounded with its workspace, whatever --max_file_size_mb
+            self.tmp = self.disk.make_folder("tmp")
+            return SANDBOX_TMP
         self.tmp = make_workspace(self.settings, "tmp-", self.sample)
-        size = self.settings.limits.max_file_size_mb
-        if size and tmpfs.possible():  # bounded as /dev/shm is: no command fills the host's disk through it
+        size = tmp_size(self.settings.limits)
+        if size and tmpfs.possible():  # no command fills the host's disk through it
             self.tmp_mounted = tmpfs.mount(self.tmp, size, self.host_uid)
         return SANDBOX_TMP
 
@@ -175,6 +179,12 @@ class BwrapEnvironment(LocalEnvironment):
             tmpfs.unmount(self.tmp)
         if self.tmp and not self.settings.keep_workspaces:
             shutil.rmtree(self.tmp, ignore_errors=True)
+
+
+def tmp_size(limits: Limits) -> int:
+    """MB of a /tmp off the sample's disk (a tmpfs): bounded as /dev/shm is (--max_file_size_mb), and by
+    --max_disk_mb where no disk image holds it; 0 for none."""
+    return min((size for size in (limits.max_file_size_mb, limits.max_disk_mb) if size), default=0)
 
 
 def _give(uid: int, *folders: str) -> None:

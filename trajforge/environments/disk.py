@@ -1,5 +1,5 @@
-"""A sample's disk bounded (--max_disk_mb): its workspace and its clean room's /tmp lie together on a
-file system of their own, an ext4 image of that size on a loop device, with one inode per INODE_BYTES
+"""A sample's disk bounded (--max_disk_mb): its workspace, bwrap's /tmp and its clean room's /tmp lie
+together on a file system of their own, an ext4 image of that size on a loop device, with one inode per INODE_BYTES
 of it. A write past either bound fails inside the sample (ENOSPC), and the host's disk gives at most
 the image's size to each sample in flight (the image is sparse and mounted with `discard`: what a
 sample deletes goes back to the host).

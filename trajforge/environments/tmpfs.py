@@ -1,7 +1,7 @@
-"""A bwrap sample's /tmp as a tmpfs of bounded size (--max_file_size_mb, as its /dev/shm), mounted on the
-host folder that bwrap binds at /tmp: it is kept between the sample's commands and goes with the
-sample. Mounting needs root in the host's mount namespace; elsewhere /tmp is a plain folder and the run
-says so at start (limits.unenforced)."""
+"""A bwrap sample's /tmp where no disk image holds it (disk.py): a tmpfs of bounded size (--max_file_size_mb,
+as its /dev/shm, and --max_disk_mb), mounted on the host folder that bwrap binds at /tmp: it is kept
+between the sample's commands and goes with the sample. Mounting needs root in the host's mount
+namespace; elsewhere /tmp is a plain folder and the run says so at start (limits.unenforced)."""
 
 from __future__ import annotations
 
