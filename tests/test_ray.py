@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import importlib.util
+import json
 import os
 import signal
 import subprocess
@@ -16,7 +18,9 @@ import psutil
 import pytest
 from conftest import ROOT, Result, Runner, source, wait_for
 from test_money import answered_calls, assert_no_step_answered_twice, ledger, paid_calls
+from test_sandbox_network import probe_command, probe_here
 
+from trajforge.environments import EnvironmentSettings, backend_for, netns
 from trajforge.mock.server import MockServer
 
 if importlib.util.find_spec("ray") is None:  # not imported: the runs import it, this process never needs it
@@ -119,8 +123,12 @@ def test_a_killed_ray_worker_is_retried_and_the_run_is_the_pool_s_without_duplic
 def ray_processes_of(runner: int) -> list[psutil.Process]:
     """The private Ray instance of this runner: its GCS, raylet, agents and workers."""
     names = ("gcs_server", "raylet", "ray::", "default_worker.py", "runtime_env")
-    found = psutil.Process(runner).children(recursive=True)
-    return [process for process in found if any(name in " ".join(process.cmdline()) for name in names)]
+    found = []
+    for process in psutil.Process(runner).children(recursive=True):
+        with contextlib.suppress(psutil.Error):  # one that has just exited
+            if any(name in " ".join(process.cmdline()) for name in names):
+                found.append(process)
+    return found
 
 
 def listening(processes: list[psutil.Process]) -> dict[int, str]:
@@ -159,10 +167,54 @@ def test_the_private_instance_listens_on_the_loopback_only_and_refuses_a_client_
             timeout=120,
         )
         assert "joined" not in client.stdout and "InvalidAuthToken" in client.stderr, client.stderr[-2000:]
+        # Nor can a sandbox with --sandbox_network reach any of its ports, at the loopback or any address
+        # of this machine; from here (no sandbox) they answer.
+        addresses = ["127.0.0.1", *(a.split("/")[0] for a in netns.host_addresses())]
+        targets = [f"[{a}]:{port}" if ":" in a else f"{a}:{port}" for port in ports for a in addresses]
+        assert set(probe_here([f"127.0.0.1:{port}" for port in ports]).values()) == {"open"}
+        sandboxed = asyncio.run(sandboxed_probe(run.tmp_path, targets))
+        assert set(json.loads(sandboxed).values()) == {"closed"}, sandboxed
     finally:
         server.release()
         output, _ = proc.communicate(timeout=RAY_RUN_TIMEOUT)
     assert proc.returncode == 0, output
+
+
+async def sandboxed_probe(folder: Path, targets: list[str]) -> str:
+    settings = EnvironmentSettings(kind="bwrap", run_dir=str(folder), command_timeout=120, sandbox_network=True)
+    env = await backend_for(settings).open({})
+    try:
+        return (await env.exec(probe_command(dict(enumerate(targets))))).output
+    finally:
+        await env.close()
+
+
+def test_a_killed_sink_fails_at_most_its_batches_never_the_run(run, server):
+    """The actor that carries the tasks' events is SIGKILLed mid-run: Ray starts it again, the driver
+    goes on; each prompt ends once, as a trajectory or (its events lost with the actor) a failure."""
+    server.latency = 0.3
+    entries = [{"prompt": f"sink {i}"} for i in range(6)]
+    command = run.command(entries, *TOOLS, "--executor=ray", run_name="sink", batch_size=2)
+    proc = subprocess.Popen(command, cwd=run.tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    folder = run.tmp_path / "out" / "sink"
+    killed = None
+    try:
+        deadline = time.monotonic() + RAY_RUN_TIMEOUT
+        while killed is None and time.monotonic() < deadline:
+            lines = sum(p.read_bytes().count(b"\n") for p in folder.glob("batch_*.jsonl")) if folder.exists() else 0
+            sinks = [p for p in ray_processes_of(proc.pid) if "ray::Sink" in " ".join(p.cmdline())]
+            if lines >= 1 and sinks and ray_workers_of(proc.pid):
+                killed = sinks[0].pid
+                os.kill(killed, signal.SIGKILL)
+            time.sleep(0.05)
+    finally:
+        output, _ = proc.communicate(timeout=RAY_RUN_TIMEOUT)
+    assert killed, "no sink actor was found to kill"
+    result = Result(proc.returncode, output, "", folder)
+    assert result.code in (0, 1), output  # 1: samples whose events were lost, for a resume
+    ended = Counter(source(r)["prompt"] for r in result.batch_lines)
+    assert max(ended.values()) == 1, ended
+    assert result.statistics["trajectories"] + result.statistics["failed"] == len(entries), result.statistics
 
 
 def test_ray_executor_without_ray_says_how_to_install(run, server, tmp_path):

@@ -18,6 +18,7 @@ import secrets
 import shutil
 import tempfile
 import time
+import uuid
 from collections import deque
 from typing import Any
 
@@ -30,14 +31,23 @@ from trajforge.money.ledger import ActorLedger, MoneyActor
 from trajforge.runfolder.folder import BatchFiles, RunFolder
 
 TASK_RETRIES = 3  # re-runs of a batch whose worker process or node died
+# The sink and the money actor start again when killed from outside; a call to the sink that was on its
+# way is sent again (it only records), one to the money actor is not (it pays): that batch fails.
+SINK_OPTIONS = {"num_cpus": 0, "max_restarts": -1, "max_task_retries": -1}
+ACTOR_RESTARTS = -1
+LOST_EVENTS = "its events were lost: the run's event actor was killed and started again"
 LOOPBACK = "127.0.0.1"
 FLUSH_EVERY = 0.05  # seconds a task's events wait to travel to the driver together
 
 
 class Sink:
-    """Collects the tasks' events for the driver and remembers which samples finished and passed."""
+    """Collects the tasks' events for the driver and remembers which samples finished and passed.
+
+    Killed from outside, Ray starts it again (SINK_OPTIONS) and retries the calls that were on their
+    way: the new one knows nothing, which the driver sees by its `born` (drain) and makes good (RayPool)."""
 
     def __init__(self):
+        self.born = uuid.uuid4().hex
         self.events: list[Event] = []
         self.finished: dict[int, set[tuple[int, int]]] = {}
         self.passes: dict[int, int] = {}  # prompt index -> samples passed in this run
@@ -53,9 +63,17 @@ class Sink:
         for event in events:
             self.put(event)
 
-    def drain(self) -> list[Event]:
+    def drain(self) -> tuple[str, list[Event]]:
+        """The events since the last drain, and which incarnation of the sink held them."""
         events, self.events = self.events, []
-        return events
+        return self.born, events
+
+    def restore(self, finished: dict[int, set[tuple[int, int]]], passes: dict[int, int]) -> None:
+        """What the driver knows had finished and passed, for a sink started again without it."""
+        for batch_num, units in finished.items():
+            self.finished.setdefault(batch_num, set()).update(units)
+        for index, count in passes.items():
+            self.passes[index] = max(self.passes.get(index, 0), count)
 
     def finished_in(self, batch_num: int) -> set[tuple[int, int]]:
         return self.finished.get(batch_num, set())
@@ -158,6 +176,10 @@ class RayPool:
         self.waiting: deque[Batch] = deque()
         self.running: dict = {}  # object ref -> batch
         self.failed: list[tuple[Batch, str]] = []
+        self.sink_born: str | None = None
+        self.finished: dict[int, set[tuple[int, int]]] = {}  # what the driver has seen finish, per batch
+        self.passes: dict[int, int] = {}
+        self.tainted: set[int] = set()  # batches running when the sink was started again
 
     def _init(self) -> None:
         os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
@@ -185,10 +207,10 @@ class RayPool:
         ray = self.ray
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-        self.sink = ray.remote(num_cpus=0)(Sink).remote()
+        self.sink = ray.remote(**SINK_OPTIONS)(Sink).remote()
         # On this node, where the run folder is: its database is SQLite, which wants one machine.
         here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
-        actor = ray.remote(num_cpus=0, scheduling_strategy=here)(MoneyActor)
+        actor = ray.remote(num_cpus=0, scheduling_strategy=here, max_restarts=ACTOR_RESTARTS)(MoneyActor)
         self.money = actor.remote(self.setup.config.money.folder)
         self.task = ray.remote(num_cpus=1, max_retries=TASK_RETRIES)(run_batch)
         self.waiting.extend(batches)
@@ -202,7 +224,10 @@ class RayPool:
     def poll(self, timeout: float) -> list[Event]:
         ray = self.ray
         ready, _ = ray.wait(list(self.running), num_returns=len(self.running), timeout=0) if self.running else ([], [])
-        events = ray.get(self.sink.drain.remote())
+        born, events = ray.get(self.sink.drain.remote())
+        if born != self.sink_born:
+            self._sink_started(born)
+        events = self._first_time(events)
         for ref in ready:
             batch = self.running.pop(ref)
             try:
@@ -210,6 +235,9 @@ class RayPool:
             except ray.exceptions.RayError as exc:  # retries used up: its unfinished prompts fail
                 self.money.forget.remote(owner_of(batch))
                 self.failed.append((batch, f"Ray task failed: {type(exc).__name__}: {str(exc)[:300]}"))
+            else:  # its events are all in (it waited for the sink): those still missing were lost
+                if batch.num in self.tainted:
+                    self.failed.append((batch, LOST_EVENTS))
         self._submit()
         if self.files is not None:  # the lines come with the events: on disk before they count
             done = [event for event in events if isinstance(event, PromptDone)]
@@ -218,6 +246,28 @@ class RayPool:
         if not events:
             time.sleep(min(timeout, 0.1))
         return [event for event in events if not isinstance(event, Claimed)]  # the driver ignores a done line
+
+    def _sink_started(self, born: str) -> None:
+        """The sink is a new one (the first, or one started again after a kill): it learns what had
+        finished; what the old one held undrained is lost, so the batches running now are suspect."""
+        if self.sink_born is not None:
+            self.tainted.update(batch.num for batch in self.running.values())
+            self.sink.restore.remote(self.finished, self.passes)
+        self.sink_born = born
+
+    def _first_time(self, events: list[Event]) -> list[Event]:
+        """The events, but a sample's second PromptDone (a batch re-run by a restarted sink's ignorance)."""
+        kept = []
+        for event in events:
+            if isinstance(event, PromptDone):
+                seen = self.finished.setdefault(event.batch_num, set())
+                if event.unit in seen:
+                    continue
+                seen.add(event.unit)
+                if event.passed:
+                    self.passes[event.index] = self.passes.get(event.index, 0) + 1
+            kept.append(event)
+        return kept
 
     def lost(self, outstanding: set[tuple[int, int]]) -> dict[tuple[int, int], str]:
         lost: dict[tuple[int, int], str] = {}
