@@ -207,9 +207,10 @@ class RayPool:
         ray = self.ray
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-        self.sink = ray.remote(**SINK_OPTIONS)(Sink).remote()
-        # On this node, where the run folder is: its database is SQLite, which wants one machine.
+        # On this node, where the run folder is: the money's database is SQLite, which wants one machine; and
+        # the events' sink, which a worker node's loss must not take with it (its events would be lost).
         here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
+        self.sink = ray.remote(**SINK_OPTIONS, scheduling_strategy=here)(Sink).remote()
         actor = ray.remote(num_cpus=0, scheduling_strategy=here, max_restarts=ACTOR_RESTARTS)(MoneyActor)
         self.money = actor.remote(self.setup.config.money.folder)
         self.task = ray.remote(num_cpus=1, max_retries=TASK_RETRIES)(run_batch)
