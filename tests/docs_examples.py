@@ -11,8 +11,9 @@ The convention, for whoever writes documentation (tests/test_docs_examples.py en
 Any other block (```json, ```text, a bare ```) shows a shape and is not an example; nor is an inline
 command with `...` in prose (a fragment). A shell example runs
 with bash -e in a folder holding the checkout's batch_runner.py and data/*.jsonl, with `python` the test's
-interpreter, inside a network namespace of its own with only loopback: every local server an example
-names (http://127.0.0.1:PORT) is the scripted model on that port, and a URL outside can never be
+interpreter, inside a network namespace of its own with only loopback: every local endpoint an example
+names (http://127.0.0.1:PORT/v1) is the scripted model on that port (an example starts its other servers,
+an MCP server's http://127.0.0.1:PORT/mcp, itself), and a URL outside can never be
 reached. What the examples cannot do there is taken out, and only that: the venv line and `pip install`
 (the test's interpreter has the package already).
 
@@ -33,7 +34,7 @@ from subprocess import PIPE, STDOUT
 
 FENCE = re.compile(r"^```(\w*)[ \t]*(.*?)\n(.*?)^```[ \t]*$", re.M | re.S)
 SHELL = {"bash", "sh", "shell"}
-LOCAL_URL = re.compile(r"http://(?:127\.0\.0\.1|localhost):(\d+)")
+LOCAL_URL = re.compile(r"http://(?:127\.0\.0\.1|localhost):(\d+)/v1\b")  # an endpoint; not an MCP server's /mcp
 # Set-up a test's interpreter has done already: the venv line, and `pip install ...` alone or before `&&`.
 SET_UP = [(re.compile(r"^python3 -m venv .*$", re.M), "true"), (re.compile(r"\bpip install [^&\n]*(?:&&\s*|$)"), "")]
 

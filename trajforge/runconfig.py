@@ -12,6 +12,7 @@ from trajforge.model.settings import NO_KEY, JudgeEndpoint, ModelSettings
 from trajforge.money.spending import MoneySettings
 from trajforge.plugins import Plugin
 from trajforge.secrets import Secrets
+from trajforge.tools.mcp.servers import Server
 from trajforge.tools.settings import ToolSettings
 from trajforge.verification.result import VerifySettings
 
@@ -68,12 +69,15 @@ class RunConfig:
     max_attempts: int = default("max_attempts")  # tries of a sample over every invocation (runfolder/attempts.py)
     given: frozenset[str] = frozenset()  # the flags given on the command line (they win over a task.toml)
     retry_failed: tuple[str, ...] = ()  # failure classes a resume sends again although it would not (failures.py)
+    mcp_servers: tuple[Server, ...] = ()  # --mcp_config's
+    mcp_listing: dict[str, list[dict]] = field(default_factory=dict)  # what each offers, listed at the run's start
     plugins: tuple[Plugin, ...] = ()  # --plugins and --tools, loaded: a Ray worker loads them again (plugins.py)
 
     @property
     def own_toolsets(self) -> tuple[str, ...]:
-        """The toolsets of --tools: offered to every sample, besides the distribution's draw."""
-        return tuple(plugin.toolset for plugin in self.plugins if plugin.flag == "tools")
+        """The toolsets of --tools and --mcp_config: offered to every sample, besides the distribution's draw."""
+        files = [plugin.toolset for plugin in self.plugins if plugin.flag == "tools"]
+        return (*files, *(server.name for server in self.mcp_servers))
 
     @property
     def preamble(self) -> list[dict]:

@@ -29,6 +29,7 @@ from trajforge.money.pricing import Prices
 from trajforge.money.spending import MoneySettings
 from trajforge.runconfig import RunConfig
 from trajforge.runfolder.folder import RunFolder
+from trajforge.tools.mcp import servers as mcp_servers
 from trajforge.tools.settings import ToolSettings
 from trajforge.verification.judge import problem as judge_problem
 from trajforge.verification.result import VerifySettings
@@ -313,4 +314,5 @@ def _built(flags: dict) -> RunConfig:
         changes=tuple(changes(RUN_SETTINGS, flags, kept)),
         retry_failed=tuple(choice(name, "retry_failed", RETRYABLE) for name in values["retry_failed"] or ()),
         plugins=loaded,
+        mcp_servers=mcp_servers.read(values["mcp_config"] or [], values["command_timeout"], values["setup_timeout"]),
     )

@@ -12,12 +12,14 @@ import shutil
 import subprocess
 
 from trajforge.environments import OUTPUT_LIMIT, EnvironmentSettings, ExecResult, netns, seccomp, tmpfs, userns
+from trajforge.environments.contract import Spawned
 from trajforge.environments.limits import MB, Limits, confined, host_user
 from trajforge.environments.local import (
     LocalBackend,
     LocalEnvironment,
     make_workspace,
     run_process,
+    spawn_process,
 )
 from trajforge.errors import SetupError
 
@@ -149,6 +151,22 @@ class BwrapEnvironment(LocalEnvironment):
         if two_uids:  # its sandbox outlives bwrap (the uid change cleared --die-with-parent): end what is left
             await self.end_leftovers()
         return done
+
+    async def spawn(
+        self, argv: list[str], variables: dict[str, str], read_only: tuple[str, ...] = (), limit: int = 1 << 16
+    ) -> Spawned:
+        """In a sandbox of its own as the agent's commands run (one uid, their limits, network policy and
+        cgroup), seeing the sample's workspace and /tmp, and `read_only` at the same paths (which the
+        sandbox's host uid must be allowed to read: nobody's, when the runner is root)."""
+        binds = [(self.tmp, SANDBOX_TMP), (self.workspace, self.workspace)]
+        self.started += 1
+        fds: tuple[int, ...]
+        with seccomp.filter_fd() as rules:
+            sandboxed = bwrap_argv(self.settings, binds, self.cwd, argv, tuple((p, p) for p in read_only), (), rules)
+            limited, fds = self.confined(sandboxed), (rules,)
+            if self.network is not None:  # the sample's network namespace, as its commands join it
+                limited, fds = self.network.enter(limited, fds)
+            return await spawn_process(limited, self.workspace, self.spawn_env(variables), limit, fds)
 
     async def clean_variables(self) -> None:
         """A fresh folder for the sandbox's /tmp (TMPDIR stays /tmp), where the clean room's HOME is made."""

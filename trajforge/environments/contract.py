@@ -7,7 +7,9 @@ every backend, so a tool fails the same way wherever it runs.
 
 from __future__ import annotations
 
+import asyncio
 from abc import ABC, abstractmethod
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
@@ -21,6 +23,14 @@ class ExecResult:
     exit_code: int  # 124 when the time limit ended the command
     error: str | None = None  # why the command did not finish by itself (the timeout), else None
     timed_out: bool = False
+
+
+@dataclass(frozen=True)
+class Spawned:
+    """A long-running process of the sample (a stdio MCP server), started by Environment.spawn."""
+
+    process: asyncio.subprocess.Process  # its stdin, stdout and stderr are pipes
+    end: Callable[[], Awaitable[None]]  # ends it and every process it started (its process group)
 
 
 def timeout_result(output: str, timeout: float) -> ExecResult:
@@ -73,6 +83,17 @@ class Environment(ABC):
         """Write many files at once (a task's workspace): what write_file does for each."""
         for path, data in files.items():
             await self.write_file(path, data)
+
+    async def spawn(
+        self, argv: list[str], variables: dict[str, str], read_only: tuple[str, ...] = (), limit: int = 1 << 16
+    ) -> Spawned:
+        """Start `argv` in the sample's sandbox and leave it running, its stdin, stdout and stderr pipes
+        (`limit`: the longest line its stdout reader takes), its working folder the sample's: a process
+        of the sample like its commands (its limits, uid, network policy), ended with them at the latest.
+        `variables` are added to a command's; `read_only` host paths are readable at the same path."""
+        raise NotImplementedError(
+            f"{type(self).__name__} cannot start a server in the sample (a stdio MCP server); use local or bwrap"
+        )
 
     async def add_tests(self, files: dict[str, bytes]) -> None:
         """After the agent's last turn: end every process it left, then write `files` (relative paths) into

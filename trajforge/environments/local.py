@@ -19,7 +19,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 from trajforge.environments import OUTPUT_LIMIT, Backend, CappedOutput, EnvironmentSettings, ExecResult, disk, tmpfs
-from trajforge.environments.contract import timeout_result
+from trajforge.environments.contract import Spawned, timeout_result
 from trajforge.environments.limits import RUNNER, SampleCgroup, confined, host_user
 from trajforge.environments.orphans import (
     PROMPT_MARKER,
@@ -84,6 +84,38 @@ async def run_process(
     if groups is not None:
         groups.append(proc.pid)
     return await _run(proc, pipe, output, timeout, stdin, own_output)
+
+
+async def spawn_process(argv: list[str], cwd: str, env: dict, limit: int, pass_fds: tuple[int, ...] = ()) -> Spawned:
+    """Start argv in its own process group with stdin, stdout and stderr as pipes, and leave it running;
+    its `end` ends the group as a timed-out command's is ended."""
+    pipe = asyncio.subprocess.PIPE
+    with starting_command():
+        proc = await asyncio.create_subprocess_exec(
+            *argv,
+            cwd=cwd,
+            env=env,
+            stdin=pipe,
+            stdout=pipe,
+            stderr=pipe,
+            start_new_session=True,
+            pass_fds=pass_fds,
+            limit=limit,
+        )
+        commands_running.add(proc.pid)
+    return Spawned(proc, lambda: asyncio.shield(_end_spawned(proc)))
+
+
+async def _end_spawned(proc: asyncio.subprocess.Process) -> None:
+    """Its group ended; its exit awaited a bounded time (a process it started outside its group may still
+    hold its pipes open: the sample's cgroup or marker ends that one)."""
+    try:
+        await end_group(proc.pid)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(proc.wait(), TERM_GRACE)
+        await group_gone(proc.pid)
+    finally:
+        commands_running.discard(proc.pid)
 
 
 class _OutputPipe:
@@ -317,6 +349,16 @@ class LocalEnvironment(CommandEnvironment):
         done = await run_process(self.confined(argv), self.cwd, self.env, timeout, stdin, limit, own_output=self.clean)
         await self.end_leftovers()
         return done
+
+    async def spawn(
+        self, argv: list[str], variables: dict[str, str], read_only: tuple[str, ...] = (), limit: int = 1 << 16
+    ) -> Spawned:
+        self.started += 1  # ended with the sample's commands (its cgroup, else its marker) at the latest
+        return await spawn_process(self.confined(argv), self.cwd, self.spawn_env(variables), limit)
+
+    def spawn_env(self, variables: dict[str, str]) -> dict:
+        """A command's variables with `variables` over them; the sample's marker stays."""
+        return {**self.env, **variables, PROMPT_MARKER: self.token}
 
     async def end_leftovers(self) -> None:
         """After a clean room's command: what it left running (a daemon of the model's code it ran) ends."""

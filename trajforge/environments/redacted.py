@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import replace
 
-from trajforge.environments.contract import Environment, ExecResult
+from trajforge.environments.contract import Environment, ExecResult, Spawned
 
 
 class Redacted(Environment):
@@ -29,6 +29,11 @@ class Redacted(Environment):
 
     async def write_files(self, files: dict[str, bytes]) -> None:
         await self.inner.write_files(files)
+
+    async def spawn(
+        self, argv: list[str], variables: dict[str, str], read_only: tuple[str, ...] = (), limit: int = 1 << 16
+    ) -> Spawned:
+        return await self.inner.spawn(argv, variables, read_only, limit)  # its output is redacted by its reader
 
     async def add_tests(self, files: dict[str, bytes]) -> None:
         await self.inner.add_tests(files)

@@ -29,6 +29,7 @@ from trajforge.executors.passes import PassCounts
 from trajforge.executors.worker import Batch, WorkerSetup, serve
 from trajforge.money.ledger import ActorLedger, MoneyActor
 from trajforge.runfolder.folder import BatchFiles, RunFolder
+from trajforge.tools.mcp import toolsets as mcp
 
 TASK_RETRIES = 3  # re-runs of a batch whose worker process or node died
 # The sink and the money actor start again when killed from outside; a call to the sink that was on its
@@ -118,6 +119,7 @@ def run_batch(setup: WorkerSetup, batch: Batch, sink, shared_fs: bool, money) ->
     import ray
 
     plugins.load(setup.config.plugins)  # this process may be new: the registry as the driver's
+    mcp.register(setup.config.mcp_servers, setup.config.mcp_listing)  # as listed at the run's start
     owner = owner_of(batch)
     ray.get(money.forget.remote(owner))  # an earlier attempt's worker died: what it held is free again
     done = set(ray.get(sink.finished_in.remote(batch.num)))

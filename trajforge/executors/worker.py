@@ -107,6 +107,7 @@ class Worker:
             config.setup_timeout,
             config.secrets,
             self.services,
+            config.mcp_servers,
         )
         self.attempts = AttemptLog(files.folder) if files else None
         self.tools = every_tool()  # the registry's, plugins' included (a Ray worker has loaded them again)

@@ -204,6 +204,11 @@ def sources(value: Any, flag: str) -> list[str]:
     return [str(Path(name).resolve()) if is_file_spec(name) else name for name in names(value, flag)]
 
 
+def files(value: Any, flag: str) -> list[str]:
+    """Comma-separated files, made absolute."""
+    return [str(Path(name).resolve()) for name in names(value, flag)]
+
+
 def sources_kept(flag: str) -> Callable[[list[str]], list]:
     """What run.json keeps of `sources`: a module's name; a file's path and the digest of its content, so
     that a resume with a changed file is refused (a file's text shapes the data as a flag does)."""

@@ -24,6 +24,8 @@ from trajforge.caller import Caller
 from trajforge.environments import Backend
 from trajforge.model.usage import add_usage
 from trajforge.secrets import Secrets
+from trajforge.tools.mcp.servers import Server
+from trajforge.tools.mcp.toolsets import open_servers
 from trajforge.tools.services import ToolServices
 from trajforge.tools.session import ToolSession
 from trajforge.verification.checks import verify_sample
@@ -78,6 +80,7 @@ class SamplePipeline:
     setup_timeout: float
     secrets: Secrets
     services: ToolServices | None = None  # None: the actor calls no tool (--check_tasks)
+    servers: tuple[Server, ...] = ()  # MCP servers: each connected per sample, once its task is in place
 
     async def run(self, entry: dict, caller: Caller, act: Actor, recorder: Recorder[R]) -> Finished[R]:
         """The sample's record; the environment is closed whatever happens. Raises what fails the sample
@@ -104,6 +107,7 @@ class SamplePipeline:
         session = ToolSession(await self.backend.open(entry, caller.scope), self.services, caller, self.secrets)
         try:
             await prepare_task(session.env, entry, self.task_folders, self.setup_timeout)
+            await open_servers(session, self.servers)  # resources of the session: released before the clean room
         except BaseException:
             await session.close()
             raise

@@ -59,6 +59,7 @@ from trajforge.runfolder.attempts import EXHAUSTED, AttemptLog, History, new_inv
 from trajforge.runfolder.folder import RunFolder, entry_key, passed, sample_key, write_json_atomic
 from trajforge.runfolder.merge import TrajectoryTotals, merge
 from trajforge.runfolder.state import RunState
+from trajforge.tools.mcp import toolsets as mcp
 from trajforge.tools.toolsets import available_toolsets, every_tool
 
 UNPRICED = (
@@ -134,6 +135,8 @@ class BatchRunner:
                 self.warn(warning)
         if any("tests" in entry.data for entry in entries) and not userns.has_two_uids(environment.kind):
             self.warn(userns.one_uid_warning(environment.kind))
+        if config.mcp_servers:  # what they offer, asked once, before anything else of the run starts
+            self.config = config = replace(config, mcp_listing=mcp.started(config.mcp_servers, environment))
         wanted = [*toolset_distributions.weights(config.distribution), *config.own_toolsets]
         toolsets, missing = available_toolsets(config.tools, wanted)
         for item in missing:

@@ -28,7 +28,9 @@ class Tool:
 
     @classmethod
     def of(cls, toolset: str, function: Callable[..., Awaitable[dict]]) -> Tool:
-        return cls(function.__name__, toolset, function, tool_schema(function), inspect.signature(function))
+        # A tool whose schema is given (an MCP server's) has it as `tool_schema`.
+        schema = getattr(function, "tool_schema", None) or tool_schema(function)
+        return cls(function.__name__, toolset, function, schema, inspect.signature(function))
 
 
 async def call_tool(session, name: str, raw_arguments: str, offered: dict[str, Tool]) -> dict:

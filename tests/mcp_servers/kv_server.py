@@ -1,0 +1,86 @@
+"""An MCP server written with the official SDK, for tests/test_mcp.py: a key-value store held in the
+server's memory (so a sample sees only what its own server process was told), and tools that show what
+the sandbox lets a server do (its uid, the network, which its sample's commands share), one that hangs,
+one that starts a child of its own.
+
+    python kv_server.py                    stdio
+    python kv_server.py http PORT          streamable HTTP on 127.0.0.1:PORT
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import subprocess
+import sys
+import threading
+
+from mcp.server.mcpserver import MCPServer
+
+server = MCPServer("kv")
+store: dict[str, str] = {}
+
+
+@server.tool()
+def put(key: str, value: str) -> str:
+    """Store a value under a key."""
+    store[key] = value
+    return f"stored {key}"
+
+
+@server.tool()
+def get(key: str) -> str:
+    """The value stored under a key."""
+    return store.get(key, f"no value for {key}")
+
+
+@server.tool()
+def whoami() -> str:
+    """The server's uid, pid and the start of its working folder."""
+    return f"uid={os.getuid()} pid={os.getpid()} cwd={os.getcwd()}"
+
+
+@server.tool()
+def reach(host: str, port: int) -> str:
+    """Whether a TCP connection to host:port opens."""
+    try:
+        with socket.create_connection((host, port), timeout=3):
+            return "connected"
+    except OSError as exc:
+        return f"no connection: {exc}"
+
+
+@server.tool()
+def listen(port: int) -> str:
+    """Listen on 127.0.0.1:port of the server's network namespace, accepting in the background."""
+    listener = socket.socket()
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    listener.bind(("127.0.0.1", port))
+    listener.listen(8)
+    threading.Thread(target=lambda: [listener.accept() for _ in iter(int, 1)], daemon=True).start()
+    return f"listening on {port}"
+
+
+@server.tool()
+async def hang(seconds: float) -> str:
+    """Sleep, then answer."""
+    await asyncio.sleep(seconds)
+    return "woke up"
+
+
+@server.tool()
+def spawn_child(marker: str) -> str:
+    """Start a long-lived child process of its own, outside the server's process group."""
+    child = subprocess.Popen(["sleep", "300", marker], start_new_session=True)
+    return f"child {child.pid}"
+
+
+if __name__ == "__main__":
+    if os.path.exists("refuse_to_start"):  # a sample whose workspace holds it: this server fails to start there
+        sys.stderr.write("kv: refusing to start in this workspace\n")
+        sys.exit(3)
+    if len(sys.argv) > 1 and sys.argv[1] == "http":
+        server.run("streamable-http", host="127.0.0.1", port=int(sys.argv[2]))
+    else:
+        server.run()

@@ -1,0 +1,258 @@
+"""--mcp_config (trajforge/tools/mcp/): MCP servers written with the official SDK (tests/mcp_servers/) as
+toolsets, called by the scripted model through the real runner. A stdio server runs per sample in its
+sandbox (its state is the sample's own; it and its children are gone after the run; in bwrap it is the
+sandbox's uid, without network unless --sandbox_network); an HTTP server is shared by every sample; the
+allowlist; a clash refused, or prefixed; a server that fails to start (for one sample: it fails with the
+server's stderr, no request for it; at the run's start: exit 2); a call that hangs is a tool error after
+--command_timeout and the sample goes on; the values of a server's env are written nowhere."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from urllib.parse import quote
+
+import pytest
+from conftest import tool_results, wait_for
+from mcp_servers import readable_sdk as readable_sdk_copy
+
+from trajforge.environments import EnvironmentSettings
+from trajforge.environments.bwrap import BwrapBackend
+from trajforge.errors import SetupError
+
+KV = Path(__file__).parent / "mcp_servers" / "kv_server.py"
+LOCAL = ("--distribution=terminal_only", "--environment=local")
+
+
+def call(*calls: tuple) -> str:
+    """The mock directive calling each (tool, arguments) in turn."""
+    return "[mock call=" + ",".join(f"{name}:{quote(json.dumps(args), safe='')}" for name, args in calls) + "]"
+
+
+def stdio_config(folder: Path, name: str = "kv", python: str = sys.executable, **extra) -> Path:
+    """kv_server.py copied into `folder` (its path marks its processes) and a config starting it there."""
+    shutil.copy(KV, folder / "kv_server.py")
+    config = folder / f"{name}.json"
+    server = {"command": python, "args": ["kv_server.py"], **extra}
+    config.write_text(json.dumps({"mcpServers": {name: server}}))
+    return config
+
+
+def processes_mentioning(text: str) -> list[str]:
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if text in cmdline and str(os.getpid()) != pid:
+            found.append(f"{pid}: {cmdline}")
+    return found
+
+
+def test_a_stdio_server_s_state_is_its_sample_s_and_nothing_of_it_outlives_the_run(run, server, tmp_path):
+    config = stdio_config(tmp_path, env={"KV_TOKEN": "kv-secret-value-4711"})
+    marker = f"mcp-child-{os.getpid()}"
+    entries = [
+        {
+            "prompt": call(
+                ("put", {"key": "a", "value": "one"}), ("get", {"key": "a"}), ("spawn_child", {"marker": marker})
+            )
+        },
+        {"prompt": call(("get", {"key": "a"})) + " another sample"},
+        {"prompt": "[mock calls=1] no kv tool"},
+    ]
+    result = run(entries, f"--mcp_config={config}", *LOCAL)
+    assert result.code == 0, result.stderr
+    rows = sorted(result.trajectories, key=lambda row: row["prompt_index"])
+    stored, other, idle = rows
+    assert '"result": "stored a"' in tool_results(stored) and '"result": "one"' in tool_results(stored)
+    assert '"result": "no value for a"' in tool_results(other)  # its own server: nothing stored there
+    assert stored["tool_stats"]["get"] == {"count": 1, "success": 1, "failure": 0}
+    assert idle["tool_stats"]["put"] == {"count": 0, "success": 0, "failure": 0}  # offered, not called
+    assert len({tuple(row["tool_stats"]) for row in rows}) == 1 and "whoami" in idle["tool_stats"]
+    assert all("kv" in row["toolsets_used"] for row in rows)
+    assert '"name": "put"' in idle["conversations"][0]["value"]  # the server's schema, offered
+    # The server and the child it started outside its process group are gone with the run.
+    assert not processes_mentioning(str(tmp_path / "kv_server.py")) and not processes_mentioning(marker)
+    kept = json.loads((result.run_dir / "run.json").read_text())["mcp_config"]
+    assert kept[0]["path"] == str(config) and kept[0]["sha256"].startswith("sha256:")
+    written = "".join(path.read_text(errors="replace") for path in result.run_dir.rglob("*") if path.is_file())
+    assert "kv-secret-value-4711" not in written + result.stdout + result.stderr
+
+
+def test_a_call_that_hangs_is_a_tool_error_after_the_command_timeout_and_the_sample_goes_on(run, server, tmp_path):
+    config = stdio_config(tmp_path)
+    entries = [{"prompt": call(("hang", {"seconds": 60}), ("put", {"key": "k", "value": "v"}), ("get", {"key": "k"}))}]
+    started = time.monotonic()
+    result = run(entries, f"--mcp_config={config}", *LOCAL, "--command_timeout=2")
+    assert result.code == 0, result.stderr
+    assert time.monotonic() - started < 50
+    (row,) = result.trajectories
+    assert row["tool_stats"]["hang"] == {"count": 1, "success": 0, "failure": 1}
+    assert "did not answer within 2 s (--command_timeout)" in tool_results(row)
+    assert '"result": "v"' in tool_results(row) and row["completed"]
+
+
+def test_a_server_that_fails_to_start_fails_its_sample_with_its_stderr_and_no_request(run, server, tmp_path):
+    config = stdio_config(tmp_path)
+    entries = [
+        {"prompt": call(("get", {"key": "a"})) + " refused", "files": {"refuse_to_start": ""}},
+        {"prompt": call(("get", {"key": "a"})) + " fine"},
+    ]
+    result = run(entries, f"--mcp_config={config}", *LOCAL)
+    assert result.code == 1, result.stderr
+    (failed,) = result.jsonl("errors.jsonl")
+    assert failed["prompt_index"] == 0
+    assert "MCP server 'kv'" in failed["message"] and "refusing to start in this workspace" in failed["message"]
+    assert [row["prompt_index"] for row in result.trajectories] == [1]
+    assert not any("refused" in json.dumps(request) for request in server.chat_requests())
+
+
+def test_a_server_that_cannot_start_at_all_stops_the_run_before_any_request(run, server, tmp_path):
+    config = tmp_path / "broken.json"
+    script = "import sys; sys.stderr.write('kv: no database here\\n'); sys.exit(3)"
+    config.write_text(json.dumps({"mcpServers": {"kv": {"command": sys.executable, "args": ["-c", script]}}}))
+    result = run([{"prompt": "hi"}], f"--mcp_config={config}", *LOCAL)
+    assert result.code == 2 and "MCP server 'kv'" in result.stderr and "no database here" in result.stderr
+    assert not server.chat_requests()
+
+
+def test_the_allowlist_offers_only_what_it_names_and_a_clash_is_refused_unless_prefixed(run, server, tmp_path):
+    stdio_config(tmp_path)
+    command = {"command": sys.executable, "args": ["kv_server.py"]}
+    allowed = tmp_path / "allowed.json"
+    allowed.write_text(json.dumps({"mcpServers": {"kv": {**command, "tools": ["get"]}}}))
+    result = run([{"prompt": call(("get", {"key": "a"}))}], f"--mcp_config={allowed}", *LOCAL, run_name="allowed")
+    assert result.code == 0, result.stderr
+    (row,) = result.trajectories
+    assert "get" in row["tool_stats"] and "put" not in row["tool_stats"]
+    assert '"name": "put"' not in row["conversations"][0]["value"]
+    missing = tmp_path / "missing.json"
+    missing.write_text(json.dumps({"mcpServers": {"kv": {**command, "tools": ["get", "delete"]}}}))
+    refused = run([{"prompt": "hi"}], f"--mcp_config={missing}", *LOCAL, run_name="missing")
+    assert refused.code == 2 and "has no tool 'delete'" in refused.stderr
+    twice = tmp_path / "twice.json"
+    twice.write_text(json.dumps({"mcpServers": {"kv": command, "kv2": command}}))
+    clash = run([{"prompt": "hi"}], f"--mcp_config={twice}", *LOCAL, run_name="clash")
+    assert clash.code == 2 and "is in two toolsets: 'kv'" in clash.stderr and "'kv2'" in clash.stderr
+    prefixed = tmp_path / "prefixed.json"
+    prefixed.write_text(json.dumps({"mcpServers": {"kv": command, "kv2": {**command, "prefix": True}}}))
+    entries = [{"prompt": call(("put", {"key": "a", "value": "1"}), ("kv2__get", {"key": "a"}))}]
+    both = run(entries, f"--mcp_config={prefixed}", *LOCAL, run_name="prefixed")
+    assert both.code == 0, both.stderr
+    (row,) = both.trajectories
+    assert row["tool_stats"]["kv2__get"]["success"] == 1 and '"result": "no value for a"' in tool_results(row)
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@pytest.fixture
+def http_server(tmp_path):
+    port = free_port()
+    process = subprocess.Popen([sys.executable, str(KV), "http", str(port)], stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}/mcp"
+
+    def listening() -> bool:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            return True
+        except OSError:
+            return False
+
+    wait_for(listening, 30, "the HTTP MCP server")
+    yield url
+    process.terminate()
+    process.wait(10)
+
+
+def test_an_http_server_is_shared_by_every_sample(run, server, tmp_path, http_server):
+    config = tmp_path / "http.json"
+    config.write_text(json.dumps({"mcpServers": {"shared": {"url": http_server}}}))
+    first = run([{"prompt": call(("put", {"key": "a", "value": "shared"}))}], f"--mcp_config={config}", *LOCAL)
+    assert first.code == 0, first.stderr
+    second = run([{"prompt": call(("get", {"key": "a"}))}], f"--mcp_config={config}", *LOCAL, run_name="second")
+    assert second.code == 0, second.stderr
+    (row,) = second.trajectories
+    assert '"result": "shared"' in tool_results(row) and row["toolsets_used"] == ["file", "shared", "terminal"]
+
+
+# -- in bwrap --------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def readable_sdk():
+    """A folder every uid may read with the SDK for the system's Python (mcp_servers/readable_sdk.py)."""
+    if not readable_sdk_copy.system_python_fits():
+        pytest.skip("no system Python of this version to run the SDK's compiled modules in the sandbox")
+    folder = Path(tempfile.mkdtemp(prefix="batch-runner-test-mcp-"))
+    sdk = readable_sdk_copy.copy_sdk(folder)
+    shutil.copy(KV, folder / "kv_server.py")
+    os.chmod(folder / "kv_server.py", 0o644)
+    yield folder, sdk
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.fixture
+def bwrap():
+    try:
+        BwrapBackend.check(EnvironmentSettings(kind="bwrap"))
+    except SetupError as exc:
+        pytest.skip(f"bwrap cannot run on this machine: {exc}")
+
+
+def test_in_bwrap_a_server_is_the_sandbox_s_uid_without_network_unless_sandbox_network(
+    run, server, tmp_path, bwrap, readable_sdk
+):
+    folder, sdk = readable_sdk
+    config = folder / f"kv-{tmp_path.name}.json"
+    server_spec = {
+        "command": readable_sdk_copy.SYSTEM_PYTHON,
+        "args": ["kv_server.py"],
+        "env": {"PYTHONPATH": str(sdk)},
+        "readable": [str(sdk)],
+    }
+    config.write_text(json.dumps({"mcpServers": {"kv": server_spec}}))
+    port = 20000 + os.getpid() % 10000
+    connect = (
+        f"python3 -c \"import socket; socket.create_connection(('127.0.0.1', {port}), timeout=3); print('reached')\""
+    )
+    with socket.socket() as listener:  # on the host's loopback: reached only through the host's network
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(8)
+        host_port = listener.getsockname()[1]
+        probe = call(
+            ("terminal", {"command": "id -u"}),
+            ("whoami", {}),
+            ("reach", {"host": "127.0.0.1", "port": host_port}),
+            ("listen", {"port": port}),
+            ("terminal", {"command": connect}),
+        )
+        flags = (f"--mcp_config={config}", "--distribution=terminal_only", "--environment=bwrap")
+        closed = run([{"prompt": probe}], *flags, run_name="closed")
+        opened = run([{"prompt": probe}], *flags, "--sandbox_network=True", run_name="opened")
+    for result in (closed, opened):
+        assert result.code == 0, result.stderr
+    (row,) = closed.trajectories
+    results = tool_results(row)
+    assert '"output": "1000\\n"' in results  # the sample's commands' uid: the sandbox's
+    assert '"result": "uid=1000 pid=' in results  # the server's
+    assert "no connection" in results  # nothing of the host's network
+    assert "reached" not in results  # nor the sample's commands' (each has a network namespace of its own)
+    (row,) = opened.trajectories
+    results = tool_results(row)
+    # With --sandbox_network, the sample's network namespace (outward only: not the host's loopback) is the
+    # server's too: a command of the sample reaches what the server listens on.
+    assert "no connection" in results and "reached" in results
+    assert not processes_mentioning(str(config))

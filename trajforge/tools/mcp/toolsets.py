@@ -1,0 +1,164 @@
+"""MCP servers as toolsets: listed once at the run's start (a server that cannot start, or lists what the
+run cannot offer, is exit 2 before any request), registered as a toolset each with the schemas that
+listing gave (a Ray task registers them again from the run's settings, listing nothing), and per sample:
+every server connected once the task is in place (a stdio server started in the sample's sandbox), a
+session resource, so that it ends with the agent, before the clean room.
+
+What a server lists is bounded: MAX_PAGES pages of tools/list, MAX_TOOLS tools, a schema of at most
+MAX_SCHEMA bytes and MAX_DEPTH levels. A result is its text content, capped at RESULT_LIMIT bytes (head
+and tail kept, with a marker); other content is a note naming its kind and size.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import json
+from collections.abc import Callable
+from typing import Any
+
+import mcp_types as types
+
+from trajforge import registry, safejson
+from trajforge.environments import Backend, CappedOutput, EnvironmentSettings, backend_for
+from trajforge.environments.contract import Environment
+from trajforge.errors import SetupError, UsageError
+from trajforge.tools.mcp.connection import MESSAGE_LIMIT, Connection
+from trajforge.tools.mcp.servers import Server
+
+MAX_PAGES = 20
+MAX_TOOLS = 256
+MAX_SCHEMA = 64 << 10
+MAX_DEPTH = 32
+RESULT_LIMIT = 100_000
+Listing = dict[str, list[dict]]  # server name -> the OpenAI tool objects it offers, as named to the model
+
+
+async def connect(env: Environment | None, server: Server) -> Connection:
+    """A started, initialized connection: a stdio server spawned in `env`, an HTTP server reached from here."""
+    if not server.stdio:
+        return await Connection.http(server)
+    assert env is not None
+    try:
+        spawned = await env.spawn(list(server.command), server.env, server.readable, MESSAGE_LIMIT)
+    except (NotImplementedError, OSError) as exc:
+        raise RuntimeError(f"{server} did not start: {exc}") from None
+    return await Connection.stdio(server, spawned)
+
+
+async def listing(servers: tuple[Server, ...], backend: Backend) -> Listing:
+    """What each server offers, asked once at the run's start (a stdio server in an environment of the run's
+    backend, as a sample's); UsageError naming the server when it cannot start or lists what cannot be offered."""
+    found: Listing = {}
+    for server in servers:
+        env = await backend.open({}, f"mcp-{server.name}") if server.stdio else None
+        try:
+            connection = await connect(env, server)
+            try:
+                tools = await connection.list_tools(MAX_PAGES)
+            finally:
+                await connection.close()
+        except RuntimeError as exc:
+            raise UsageError(f"--mcp_config: {exc}") from None
+        finally:
+            if env is not None:
+                await env.close()
+        found[server.name] = offered(server, tools)
+    return found
+
+
+def started(servers: tuple[Server, ...], settings: EnvironmentSettings) -> Listing:
+    """At the run's start, in the driver: what each server offers, registered as its toolset."""
+    listed = asyncio.run(listing(servers, backend_for(settings)))
+    register(servers, listed)
+    return listed
+
+
+def offered(server: Server, tools: list[types.Tool]) -> list[dict]:
+    """The OpenAI tool objects of what `server` lists and its allowlist keeps; UsageError for one that cannot
+    be offered."""
+    if len(tools) > MAX_TOOLS:
+        raise UsageError(f"--mcp_config: {server} lists {len(tools)} tools, more than {MAX_TOOLS}")
+    by_name = {tool.name: tool for tool in tools}
+    missing = [name for name in server.allowed or () if name not in by_name]
+    if missing:
+        raise UsageError(f"--mcp_config: {server} has no tool {missing[0]!r} (it lists {', '.join(by_name) or 'none'})")
+    kept = [by_name[name] for name in server.allowed] if server.allowed is not None else tools
+    schemas = []
+    for tool in kept:
+        parameters = tool.input_schema if isinstance(tool.input_schema, dict) else {"type": "object"}
+        schema = {
+            "type": "function",
+            "function": {
+                "name": server.offered(tool.name),
+                "description": " ".join((tool.description or "").split()),
+                "parameters": parameters,
+            },
+        }
+        size = len(json.dumps(schema))
+        if size > MAX_SCHEMA or safejson.depth(schema) > MAX_DEPTH:
+            raise UsageError(
+                f"--mcp_config: {server}: the schema of {tool.name!r} is {size} bytes or deeper than {MAX_DEPTH} "
+                f"levels, more than a tool's may be ({MAX_SCHEMA} bytes)"
+            )
+        schemas.append(schema)
+    return schemas
+
+
+def register(servers: tuple[Server, ...], listed: Listing) -> None:
+    """Each server a toolset of the tools `listed` gave it (in the registry, beside the built-in ones)."""
+    for server in servers:
+        functions = [_tool(server, schema) for schema in listed.get(server.name, [])]
+        with registry.registering_as(f"--mcp_config {server.source}"):
+            if not functions:
+                raise registry.RegistryError(f"--mcp_config: {server} offers no tool")
+            registry.toolset(server.name, functions)
+
+
+def _tool(server: Server, schema: dict) -> Callable:
+    offered_name = schema["function"]["name"]
+    name = offered_name.removeprefix(f"{server.name}__") if server.prefix else offered_name
+
+    async def call(session: Any, **arguments: Any) -> dict:
+        connection = await session.resource(resource(server), lambda: connect(session.env, server))
+        return as_result(await connection.call(name, arguments), session.redact)
+
+    call.__name__ = call.__qualname__ = offered_name
+    call.tool_schema = schema  # type: ignore[attr-defined]  # Tool.of takes it as it is
+    session = inspect.Parameter("session", inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    anything = inspect.Parameter("arguments", inspect.Parameter.VAR_KEYWORD)
+    call.__signature__ = inspect.Signature([session, anything])  # type: ignore[attr-defined]  # the server checks
+    return call
+
+
+def resource(server: Server) -> str:
+    return f"mcp:{server.name}"
+
+
+async def open_servers(session: Any, servers: tuple[Server, ...]) -> None:
+    """Every server connected for this sample, before any model call; SetupError (the sample fails) naming
+    the one that does not start, with its stderr's tail."""
+    for server in servers:
+        try:
+            await session.resource(resource(server), lambda server=server: connect(session.env, server))
+        except RuntimeError as exc:
+            raise SetupError(session.redact(str(exc))) from None
+
+
+def as_result(result: types.CallToolResult, redact: Callable[[str], str]) -> dict:
+    """What the model reads: the text content (redacted, capped), a note for any other kind."""
+    parts = [item.text if isinstance(item, types.TextContent) else _note(item) for item in result.content]
+    if not parts and result.structured_content is not None:
+        parts = [safejson.dumps(result.structured_content).decode()]
+    capped = CappedOutput(RESULT_LIMIT)
+    capped.feed("\n".join(parts).encode(errors="surrogatepass"))
+    text = redact(capped.text())
+    return {"error": text or "the tool reported an error"} if result.is_error else {"result": text}
+
+
+def _note(item: Any) -> str:
+    kind = getattr(item, "type", type(item).__name__)
+    data = getattr(item, "data", None)
+    size = f", {len(data)} characters of base64" if isinstance(data, str) else ""
+    mime = getattr(item, "mime_type", None)
+    return f"[{kind} content{f' ({mime})' if mime else ''}{size}: not shown]"
