@@ -176,6 +176,10 @@ class BwrapEnvironment(LocalEnvironment):
         if self.userns is not None:  # a /tmp for both uids (sticky); the verifier's HOME in it is its own
             await asyncio.to_thread(_give, userns.VERIFIER_HOST_UID, self.verify_tmp)
             await asyncio.to_thread(os.chmod, self.verify_tmp, 0o1777)
+            # The verifier's uid passes into the workspace without a capability: git checks a repository's
+            # folders with access(), which ignores them. Its group is the verifier's, which no host user has.
+            await asyncio.to_thread(os.chown, self.workspace, -1, userns.VERIFIER_HOST_UID)
+            await asyncio.to_thread(os.chmod, self.workspace, 0o710)
             self.env = {**self.env, "AS_AGENT": userns.AS_AGENT}
         elif self.host_uid is not None:
             await asyncio.to_thread(_give, self.host_uid, self.verify_tmp)

@@ -4,7 +4,8 @@ another's memory or file descriptors: tracing it, reading or writing its memory,
 descriptors, comparing them, steering its pages. A hidden test that runs the model's code in a child
 can then trust its own stdout (the reward channel) and its own memory, whatever the host's Yama
 setting (none on many hosts: same-uid tracing allowed). io_uring goes too: its operations are never
-seen by seccomp at all. `local` gets none: it is no sandbox.
+seen by seccomp at all, and so does a user namespace of a command's own (root there, with every
+capability in it). `local` gets none: it is no sandbox.
 
 The filter is built once per process with libseccomp (pyseccomp, ctypes over libseccomp.so.2): it knows
 each architecture's numbers and kills a call made through another ABI (int 0x80, x32), which a
@@ -33,9 +34,9 @@ DENIED = (
     "io_uring_enter",
     "io_uring_register",
 )
+CLONE_NEWUSER = 0x10000000  # clone's and unshare's first argument; clone3 passes flags in memory: ENOSYS
 # Docker's own default profile goes when a profile is given: what it refused without a capability and
 # a sandbox should not do either (a user namespace of its own would hand back every capability in it).
-CLONE_NEWUSER = 0x10000000
 DOCKER_ALSO = ("keyctl", "add_key", "request_key", "bpf", "userfaultfd", "setns")
 
 
@@ -50,6 +51,13 @@ def bpf() -> bytes:
     for name in DENIED:
         with contextlib.suppress(ValueError, RuntimeError):  # a call this libseccomp does not know
             rules.add_rule(pyseccomp.ERRNO(errno.EPERM), name)
+    # No user namespace of a command's own, as in the docker profile: in one it holds every capability
+    # (mounts over the read-only system, raw sockets), with every kernel bug that exposes.
+    new_user = pyseccomp.Arg(0, pyseccomp.MASKED_EQ, CLONE_NEWUSER, CLONE_NEWUSER)
+    for name in ("clone", "unshare"):
+        rules.add_rule(pyseccomp.ERRNO(errno.EPERM), name, new_user)
+    with contextlib.suppress(ValueError, RuntimeError):
+        rules.add_rule(pyseccomp.ERRNO(errno.ENOSYS), "clone3")
     read, write = os.pipe()
     try:
         with os.fdopen(write, "wb") as handle:  # a few hundred bytes: the pipe's buffer holds them

@@ -38,10 +38,15 @@ WRITE_SCRIPT = f'if [ -e "$1" ]; then {NOT_SPECIAL}fi; mkdir -p -- "$(dirname --
 # expected answer a verify command compares with stays out of reach of a symlink to /proc/*/cmdline. It
 # gets a fresh HOME that no agent process could have prepared (mktemp makes it, after they are gone),
 # and Python reads neither a user site (a .pth file there runs at every start) nor the cwd (a json.py).
-# Git in the agent's repository would run what its .git/config names (an fsmonitor, hooks, a pager): off.
+# Git in the agent's repository would run what its config names: every repository's config is the
+# runner's by now (GIT_NEUTRAL); these hold besides, and for a repository git would find elsewhere.
 GIT_SAFE = {"core.fsmonitor": "false", "core.hooksPath": "/dev/null", "core.pager": "cat", "core.editor": "true"}
 GIT_SAFE |= {"core.sshCommand": "false", "diff.external": "false", "credential.helper": "", "gpg.program": "false"}
-GIT_SAFE |= {"core.attributesFile": "/dev/null", "safe.directory": "*"}  # the agent's repository, read by the verifier
+GIT_SAFE |= {"gpg.ssh.program": "false", "gpg.x509.program": "false", "gpg.ssh.defaultKeyCommand": "false"}
+GIT_SAFE |= {"log.showSignature": "false", "core.attributesFile": "/dev/null"}
+# The agent's repository, read by the verifier's uid; a folder that merely looks like a repository
+# (one the agent moved its .git to) is none unless a command names it with --git-dir.
+GIT_SAFE |= {"safe.directory": "*", "safe.bareRepository": "explicit"}
 GIT_VARIABLES = " ".join(
     [f"GIT_CONFIG_COUNT={len(GIT_SAFE)}"]
     + [
@@ -49,13 +54,26 @@ GIT_VARIABLES = " ".join(
         for n, (key, value) in enumerate(GIT_SAFE.items())
     ]
 )
-CLEAN_SHELL = (
+CLEAN_MAIN = (
     "c=$(cat) && exec </dev/null && HOME=$(mktemp -d) || exit 125; "
     'export HOME TMPDIR="$HOME" AS_AGENT="${AS_AGENT:-}" PYTHONNOUSERSITE=1 PYTHONSAFEPATH=1 '
-    f'GIT_CONFIG_NOSYSTEM=1 GIT_ATTR_NOSYSTEM=1 GIT_NO_REPLACE_OBJECTS=1 {GIT_VARIABLES}; eval "$c"'
+    f"GIT_CONFIG_NOSYSTEM=1 GIT_CONFIG_GLOBAL=/dev/null GIT_ATTR_NOSYSTEM=1 GIT_NO_REPLACE_OBJECTS=1 {GIT_VARIABLES}; "
+    'eval "$c"'
+)
+# First every descriptor above 2 is closed (bwrap's of the worker's user namespace): dash names only 3-9
+# in a redirection, so bash closes one above 9 and then runs the rest in sh (the command still waits on
+# stdin). Without bash such a descriptor stays open; only bwrap passes one.
+CLOSE_ALL = 'for f in /proc/$$/fd/*; do n=${f##*/}; case $n in *[!0-9]* | [0-2]) ;; *) eval "exec $n>&-" ;; esac; done'
+THEN_SH = CLOSE_ALL + '; exec sh -c "$1"'
+CLEAN_SHELL = (
+    'for f in /proc/$$/fd/*; do n=${f##*/}; case $n in *[!0-9]* | [0-2]) ;; [3-9]) eval "exec $n>&-" ;; '
+    "*) high=1 ;; esac; done; "
+    'if [ -n "${high:-}" ] && command -v bash >/dev/null; then '
+    f"exec bash -c {shlex.quote(THEN_SH)} bash {shlex.quote(CLEAN_MAIN)}; fi; {CLEAN_MAIN}"
 )
 # Removes, under $1, what would let a verifier read something other than the agent's work: symlinks
 # resolving outside $1 (/proc/self/cmdline, /dev, /etc), FIFOs, sockets and devices; prints each removed.
+# Then every git folder git would accept there goes through GIT_NEUTRAL.
 ESCAPES_SCRIPT = r"""root=$(cd "$1" && pwd -P) || exit 1
 find "$root" \( -type l -o -type p -o -type s -o -type b -o -type c \) -exec sh -c '
 root=$1; shift
@@ -65,15 +83,56 @@ for f; do
   fi
   rm -f -- "$f" && printf "%s\n" "${f#"$root"/}"
 done' sh "$root" {} + || exit 1
-find "$root" -name .git -type d -prune -exec sh -c "$GIT_NEUTRAL" sh {} +"""
-# In every repository of the workspace, attributes of the runner's own in $GIT_DIR/info/attributes, which
-# outranks every .gitattributes: no path has a diff, filter or merge driver, so no textconv, clean/smudge
-# filter or merge driver of the agent's .git/config runs when the verify command runs git, and `git diff`
-# shows the bytes that changed.
-GIT_NEUTRAL = """for g; do
+find "$root" \( -name .git -o -path '*/.git/*/HEAD' -type f \) -exec sh -c "$GIT_NEUTRAL" sh "$root" {} +"""
+# Every git folder of the workspace git would open: a `.git` folder and those in it (a submodule's in
+# modules/, a worktree's in worktrees/), the folder a `.git` file (`gitdir: ...`) or link names, and a
+# worktree's `commondir`. One that lies outside the workspace is no repository of the verifier's: the
+# `.git` file or `commondir` naming it goes (printed). In each, a config of the runner's replaces the
+# agent's (only the format a reader needs is kept: no filter, driver, program, hook or include of the
+# agent's is left to run, whatever its name), and attributes of the runner's in info/attributes, which
+# outrank every .gitattributes: no path has a diff, filter or merge driver, so `git diff` shows the bytes
+# that changed. The verifier's uid, which has no capability where git checks with access(), may pass
+# into each folder (objects and refs included).
+GIT_NEUTRAL = r"""root=$1; shift
+inside() { case "$1" in "$root"/*) return 0 ;; esac; return 1; }
+drop() { rm -rf -- "$1" && printf '%s\n' "${1#"$root"/}"; }
+KEEP='^(core\.repositoryformatversion|extensions\.(objectformat|refstorage|compatobjectformat))$'
+own() {
+  g=$1; kept=
+  if [ -f "$g/config" ] && [ ! -L "$g/config" ] && command -v git >/dev/null; then
+    kept=$(cd / && HOME=/ GIT_CONFIG_NOSYSTEM=1 GIT_CONFIG_GLOBAL=/dev/null \
+      git config --file "$g/config" --get-regexp "$KEEP")
+  fi
+  rm -rf -- "$g/config" "$g/config.worktree" || exit 1
+  { printf '[core]\n\tbare = false\n'
+    printf '%s\n' "$kept" | while read -r key value; do
+      case "$value" in "" | *[!A-Za-z0-9]*) continue ;; esac
+      printf '[%s]\n\t%s = %s\n' "${key%%.*}" "${key#*.}" "$value"
+    done; } > "$g/config" || exit 1
   if [ -L "$g/info" ] || { [ -e "$g/info" ] && [ ! -d "$g/info" ]; }; then rm -rf -- "$g/info"; fi
   mkdir -p -- "$g/info" && rm -rf -- "$g/info/attributes" || exit 1
   printf '* !diff !filter !merge\n' > "$g/info/attributes" || exit 1
+  for d in "$g/objects" "$g/refs"; do [ -d "$d" ] && chmod go+x "$d"; done
+  d=$g; while inside "$d"; do chmod go+x "$d"; d=${d%/*}; done
+}
+neutral() {
+  own "$1"
+  [ -e "$1/commondir" ] || [ -L "$1/commondir" ] || return 0
+  c=$(head -n 1 "$1/commondir"); case "$c" in /*) ;; *) c=$1/$c ;; esac
+  if c=$(readlink -f -- "$c") && [ -d "$c" ] && inside "$c"; then own "$c"; else drop "$1/commondir"; fi
+}
+for f; do
+  if [ "${f##*/}" = HEAD ]; then  # a submodule's or worktree's folder in a .git folder
+    g=${f%/HEAD}; case "$g" in */.git) continue ;; esac
+    if [ -d "$g/objects" ] || [ -f "$g/commondir" ]; then neutral "$g"; fi
+  elif [ -L "$f" ]; then
+    if g=$(readlink -f -- "$f") && [ -d "$g" ] && inside "$g"; then neutral "$g"; else drop "$f"; fi
+  elif [ -d "$f" ]; then
+    neutral "$f"
+  elif [ -f "$f" ]; then
+    g=$(sed -n 's/^gitdir: //p;q' "$f"); case "$g" in /*) ;; *) g=${f%/*}/$g ;; esac
+    if g=$(readlink -f -- "$g") && [ -d "$g" ] && inside "$g"; then neutral "$g"; else drop "$f"; fi
+  fi
 done"""
 NOTED = 20  # removed paths named in verification.output; the rest are counted
 
@@ -129,7 +188,8 @@ class CommandEnvironment(Environment):
         if not removed:
             return ""
         named = ", ".join(removed[:NOTED]) + (f" and {len(removed) - NOTED} more" if len(removed) > NOTED else "")
-        return f"[removed before verification (links out of the workspace, FIFOs, sockets, devices): {named}]\n"
+        what = "links out of the workspace, FIFOs, sockets, devices, git folders outside it"
+        return f"[removed before verification ({what}): {named}]\n"
 
     async def end_agent_processes(self) -> None:
         """End every process the agent's commands left running (a backend without a way says so in docs)."""
