@@ -40,15 +40,20 @@ UNTIL_FIRST_PROMPT = ("model", "base_url")
 Settings = TypeVar("Settings")
 
 
+def kept_rows(rescore: bool) -> tuple:
+    """RUN_SETTINGS as a resume reads them; with --rescore, what verification is may change (RESCORED)."""
+    if not rescore:
+        return RUN_SETTINGS
+    return tuple(dataclasses.replace(row, resume=MAY_CHANGE) if row.name in RESCORED else row for row in RUN_SETTINGS)
+
+
 def settle(
     flags: dict, kept: dict | None = None, where: Path | None = None, fresh: bool = False, rescore: bool = False
 ) -> dict:
     """The flags with RUN_SETTINGS settled against run.json (`kept`) or their defaults. `fresh`: no
     prompt of the run has finished, so --model and --base_url may still change; `rescore`: what
     verification is may change (RESCORED)."""
-    rows = RUN_SETTINGS
-    if rescore:
-        rows = tuple(dataclasses.replace(row, resume=MAY_CHANGE) if row.name in RESCORED else row for row in rows)
+    rows = kept_rows(rescore)
     if fresh and kept:
         rows = tuple(
             dataclasses.replace(row, resume=MAY_CHANGE) if row.name in UNTIL_FIRST_PROMPT else row for row in rows
@@ -311,7 +316,7 @@ def _built(flags: dict) -> RunConfig:
         judge=_judge(values),
         exports=exports,
         money=_money(values, run_dir),
-        changes=tuple(changes(RUN_SETTINGS, flags, kept)),
+        changes=tuple(changes(kept_rows(values["rescore"]), flags, kept)),
         retry_failed=tuple(choice(name, "retry_failed", RETRYABLE) for name in values["retry_failed"] or ()),
         plugins=loaded,
         mcp_servers=mcp_servers.read(values["mcp_config"] or [], values["command_timeout"], values["setup_timeout"]),

@@ -270,6 +270,8 @@ class BatchRunner:
             if config.n_samples == 1
             else f"{len(pending)} samples of {len(plan.unfinished)} prompts to run"
         )
+        if config.rescore:
+            todo = f"their samples verified again ({len(pending)} unfinished are left for a plain --resume)"
         self.console.print(f"Resuming {config.run_name}: {len(plan.done)} prompts already done, {todo}")
         held = Counter(plan.held.values())
         if held:
