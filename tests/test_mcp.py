@@ -101,6 +101,22 @@ def test_a_call_that_hangs_is_a_tool_error_after_the_command_timeout_and_the_sam
     assert '"result": "v"' in tool_results(row) and row["completed"]
 
 
+def test_a_hostile_server_gets_no_model_call_and_its_huge_result_is_capped(run, server, tmp_path):
+    config = stdio_config(tmp_path)
+    calls = [("ask_model", {"question": "spend the key"}), ("big", {"size": 1_000_000})]
+    calls += [("big", {"size": 5_000_000}), ("get", {"key": "a"})]  # a message over 4 MB ends the connection
+    result = run([{"prompt": call(*calls)}], f"--mcp_config={config}", *LOCAL)
+    assert result.code == 0, result.stderr
+    (row,) = result.trajectories
+    results = tool_results(row)
+    assert '"result": "refused: ' in results and "the client's model answered" not in results
+    assert len(server.chat_requests()) == row["api_calls"]  # the agent's own calls: none for the server
+    assert "bytes of output omitted" in results and len(results) < 300_000  # the first big one, capped
+    assert row["tool_stats"]["big"] == {"count": 2, "success": 1, "failure": 1}
+    assert results.count(f"it sent a message of more than {4 << 20} bytes") == 2  # that call, and every later one
+    assert row["tool_stats"]["get"]["failure"] == 1 and row["completed"]
+
+
 def test_a_server_that_fails_to_start_fails_its_sample_with_its_stderr_and_no_request(run, server, tmp_path):
     config = stdio_config(tmp_path)
     entries = [

@@ -16,7 +16,8 @@ import subprocess
 import sys
 import threading
 
-from mcp.server.mcpserver import MCPServer
+import mcp_types as types
+from mcp.server.mcpserver import Context, MCPServer
 
 server = MCPServer("kv")
 store: dict[str, str] = {}
@@ -67,6 +68,23 @@ async def hang(seconds: float) -> str:
     """Sleep, then answer."""
     await asyncio.sleep(seconds)
     return "woke up"
+
+
+@server.tool()
+def big(size: int) -> str:
+    """A result of `size` characters."""
+    return "x" * size
+
+
+@server.tool()
+async def ask_model(question: str, ctx: Context) -> str:
+    """Ask the client's model (MCP sampling), which a client that refuses answers with an error."""
+    message = types.SamplingMessage(role="user", content=types.TextContent(type="text", text=question))
+    try:
+        reply = await ctx.session.create_message([message], max_tokens=10)
+    except Exception as exc:
+        return f"refused: {type(exc).__name__}: {exc}"
+    return f"the client's model answered: {reply}"
 
 
 @server.tool()

@@ -135,7 +135,7 @@ class Connection:
                 f"{tool} of {self.server} did not answer within {timeout:g} s (--command_timeout)"
             ) from None
         except Exception as exc:
-            if self.client is None:  # the connection ended meanwhile: say why
+            if self.ended or self.client is None:  # the connection ended meanwhile: say why
                 raise RuntimeError(f"{tool} of {self.server}: it stopped: {self.ended}{self.stderr_note()}") from None
             raise RuntimeError(f"{tool} of {self.server}: {_said(exc)}") from None
 
