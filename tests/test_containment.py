@@ -215,6 +215,36 @@ def test_a_daemon_that_leaves_its_sample_s_cgroup_is_gone_before_verification(ru
     assert not running_with(leaver) and not running_with(stayer)
 
 
+LINGERING_TOOL = '''
+import threading
+import time
+
+
+def linger(seconds: float) -> dict:
+    """Starts a thread that outlives the call, as a careless tool may.
+
+    Args:
+        seconds: how long the thread sleeps
+    """
+    threading.Thread(target=time.sleep, args=(seconds,), name="lingering").start()
+    return {"started": True}
+'''
+
+
+def test_a_worker_that_cannot_exit_after_its_samples_is_killed_and_the_run_ends(run_here, tmp_path):
+    """A thread left running (not a daemon) keeps a worker process from exiting: the run waits for it a
+    bounded time (pool.WIND_DOWN), kills it, says so, and ends with every output written."""
+    tools = tmp_path / "lingering.py"
+    tools.write_text(LINGERING_TOOL)
+    called = quote(json.dumps({"seconds": 3600}), safe="")
+    entries = [{"prompt": f"[mock call=linger:{called}] linger"}]
+    result = run_here(entries, f"--tools={tools}", "--environment=local", "--distribution=terminal_only")
+    assert result.code == 0, result.stderr
+    assert "had not exited 5 s after its samples ended and was killed" in result.stderr, result.stderr
+    assert '"started": true' in tool_results(result.trajectories[0])
+    assert (result.run_dir / "report.html").exists() and result.statistics["completed"] == 1
+
+
 def test_a_hostile_dataset_is_refused_before_any_request(run_here, server):
     deep = '{"prompt": "deep", "x": ' + "[" * 100_000 + "]" * 100_000 + "}"
     lines = [

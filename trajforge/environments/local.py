@@ -40,7 +40,7 @@ SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 TERM_GRACE = 2.0  # seconds a timed-out command's processes get to end after SIGTERM, before SIGKILL
 # Threads that remove a run's leftovers: a worker slot's disk (unmounted, its image deleted) is mostly
 # waiting on the kernel, and a run's end leaves one per slot, hundreds.
-REMOVERS = 16
+REMOVERS = 64
 
 
 async def run_process(

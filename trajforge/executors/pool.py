@@ -108,17 +108,21 @@ class ProcessPool:
     def busy(self) -> bool:
         return any(process.is_alive() for process in self.workers)
 
-    def stop(self, finished: bool) -> None:
+    def stop(self, finished: bool) -> int:
         """Finished workers exit by themselves (within WIND_DOWN); others get SIGTERM, which lets them
-        close their environments (within GRACE). Then SIGKILL: the wait is bounded either way."""
+        close their environments (within GRACE). Then SIGKILL: the wait is bounded either way. Returns
+        how many had to be killed."""
         self.tasks.cancel_join_thread()
         if not finished:
             for process in self.workers:
                 if process.is_alive():
                     process.terminate()
         deadline = time.monotonic() + (WIND_DOWN if finished else GRACE)
+        killed = 0
         for process in self.workers:
             process.join(max(deadline - time.monotonic(), 0.0))
             if process.is_alive():
                 process.kill()
                 process.join()
+                killed += 1
+        return killed

@@ -288,7 +288,8 @@ class RayPool:
     def busy(self) -> bool:
         return bool(self.running)
 
-    def stop(self, finished: bool) -> None:
+    def stop(self, finished: bool) -> int:
+        """Ends the run's Ray instance (or leaves the cluster); returns how many tasks it cancelled."""
         ray = self.ray
         for ref in self.running:  # none left when finished
             ray.cancel(ref, force=True)
@@ -298,3 +299,4 @@ class RayPool:
             ray.shutdown()
         if self.temp_dir:
             shutil.rmtree(self.temp_dir, ignore_errors=True)
+        return len(self.running)

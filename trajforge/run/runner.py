@@ -31,7 +31,7 @@ from trajforge.events import (
     SampleSkipped,
     SampleStarted,
 )
-from trajforge.executors.pool import ProcessPool
+from trajforge.executors.pool import WIND_DOWN, ProcessPool
 from trajforge.executors.ray_pool import RayPool
 from trajforge.executors.worker import Batch, WorkerSetup
 from trajforge.export.publish import Exports, publish
@@ -388,7 +388,11 @@ class BatchRunner:
             return True
         finally:
             signal.signal(signal.SIGTERM, previous if not outstanding else signal.SIG_IGN)
-            executor.stop(finished=not outstanding)
+            if executor.stop(finished=not outstanding) and not outstanding:
+                self.warn(
+                    f"a worker process had not exited {WIND_DOWN:g} s after its samples ended and was killed "
+                    "(a thread that a plugin or a --tools function started, still running?)"
+                )
             # A worker killed after its grace period leaves containers; each leaves its samples' disks.
             self.leftovers = removing_leftovers(self.config.environment)
 
