@@ -66,7 +66,7 @@ def test_a_stdio_server_s_state_is_its_sample_s_and_nothing_of_it_outlives_the_r
                 ("put", {"key": "a", "value": "one"}), ("get", {"key": "a"}), ("spawn_child", {"marker": marker})
             )
         },
-        {"prompt": call(("get", {"key": "a"})) + " another sample"},
+        {"prompt": call(("get", {"key": "a"}), ("variable", {"name": "KV_TOKEN"})) + " another sample"},
         {"prompt": "[mock calls=1] no kv tool"},
     ]
     result = run(entries, f"--mcp_config={config}", *LOCAL)
@@ -75,6 +75,9 @@ def test_a_stdio_server_s_state_is_its_sample_s_and_nothing_of_it_outlives_the_r
     stored, other, idle = rows
     assert '"result": "stored a"' in tool_results(stored) and '"result": "one"' in tool_results(stored)
     assert '"result": "no value for a"' in tool_results(other)  # its own server: nothing stored there
+    assert (
+        '"result": "[redacted]"' in tool_results(other) and other["tool_stats"]["variable"]["success"] == 1
+    )  # it got its env
     assert stored["tool_stats"]["get"] == {"count": 1, "success": 1, "failure": 0}
     assert idle["tool_stats"]["put"] == {"count": 0, "success": 0, "failure": 0}  # offered, not called
     assert len({tuple(row["tool_stats"]) for row in rows}) == 1 and "whoami" in idle["tool_stats"]

@@ -90,4 +90,6 @@ class RunConfig:
         search = self.tools.search
         keys = [None if self.model.api_key == NO_KEY else self.model.api_key, search.api_key if search else None]
         keys.append(self.judge.api_key)
+        # An MCP server's env and headers hold its keys: what it echoes of them is masked like the run's own.
+        keys += [value for server in self.mcp_servers for value in (*server.env.values(), *server.headers.values())]
         return Secrets(keys, self.ephemeral_system_prompt, [message["content"] for message in self.prefill])

@@ -43,6 +43,12 @@ def whoami() -> str:
 
 
 @server.tool()
+def variable(name: str) -> str:
+    """The value of one of the server's environment variables."""
+    return os.environ.get(name, f"no variable {name}")
+
+
+@server.tool()
 def reach(host: str, port: int) -> str:
     """Whether a TCP connection to host:port opens."""
     try:
