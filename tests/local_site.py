@@ -37,6 +37,11 @@ if (name) document.getElementById("greeting").textContent = `Hello, ${name}!`;
 </script></body></html>"""
 
 
+# One table row of 20,000 cells (200 KB): trafilatura's time grows with the square of it (~10 s here, about
+# 40 minutes at web_extract's 2 MB cap).
+WIDE_ROW = b"<html><body><table><tr>" + b"<td>a</td>" * 20_000 + b"</tr></table></body></html>"
+
+
 def _huge() -> bytes:
     paragraphs = "".join(
         f"<p>Paragraph {i}: the quick brown fox jumps over the lazy dog again.</p>" for i in range(60_000)
@@ -91,6 +96,7 @@ class LocalSite:
             "/article.html": ("text/html; charset=utf-8", ARTICLE.encode()),
             "/form.html": ("text/html; charset=utf-8", FORM.encode()),
             "/huge.html": ("text/html", self.huge),
+            "/wide-row.html": ("text/html", WIDE_ROW),
             "/plain.txt": ("text/plain; charset=utf-8", b"Just some plain text.\nSecond line."),
             "/data.json": ("application/json", b'{"answer": 42}'),
             "/binary.bin": ("application/octet-stream", bytes(range(256)) * 64),

@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
 import re
 import socket
 import time
+from pathlib import Path
 
-from local_site import SEARCH_KEY
+from conftest import wait_for
+from local_site import ARTICLE, FORM, SEARCH_KEY
 from tool_session import call, tool_session
 
+from trajforge.tools.page_text import html_text
 from trajforge.tools.search_providers import TAVILY_ENDPOINT, SearchProvider, search_provider
 from trajforge.tools.settings import ToolSettings
 from trajforge.tools.toolsets import available_toolsets
@@ -83,6 +88,45 @@ def test_a_hanging_server_meets_the_deadline_and_other_pages_still_come(site):
     hanging, article = result["results"]
     assert hanging["error"] == f"{site.url}/hang did not answer completely within 1s"
     assert "Anemones" in article["content"]
+
+
+def _extraction_helpers() -> list[str]:
+    """The states (R running, S waiting...) of this process's extraction helpers (tools/page_text.py)."""
+    states = []
+    for children in Path(f"/proc/{os.getpid()}/task").glob("*/children"):
+        for pid in children.read_text().split():
+            with contextlib.suppress(OSError):
+                if b"page_text.py" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                    states.append(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0])
+    return states
+
+
+def test_a_page_slow_to_extract_is_an_error_at_the_deadline_and_other_pages_still_come(site):
+    async def go() -> tuple[float, dict, dict]:
+        async with tool_session(allow_private_urls=True, fetch_timeout=1.0) as session:
+            started = time.monotonic()
+            first = await call(session, "web_extract", urls=[f"{site.url}/wide-row.html", f"{site.url}/article.html"])
+            elapsed = time.monotonic() - started
+            # The slow page's helper was killed, not left running (it would for ~10 s): the others wait for pages.
+            wait_for(lambda: (states := _extraction_helpers()) and "R" not in states, 3, "idle helpers only")
+            second = await call(session, "web_extract", urls=[f"{site.url}/article.html"])  # the worker goes on
+            return elapsed, first, second
+
+    elapsed, first, second = asyncio.run(go())
+    wide, article = first["results"]
+    assert elapsed < 5, elapsed  # not the ~10 s the page takes trafilatura
+    assert wide == {
+        "url": f"{site.url}/wide-row.html",
+        "error": f"{site.url}/wide-row.html: the page's text was not extracted within 1s",
+    }
+    assert "Anemones" in article["content"] and "Anemones" in second["results"][0]["content"]
+    assert not _extraction_helpers()  # and the session's end ends them all
+
+
+def test_an_honest_page_s_text_is_trafilatura_s_as_ever(site):
+    pages = extract([f"{site.url}/article.html", f"{site.url}/form.html"])["results"]
+    for page, html in zip(pages, (ARTICLE, FORM), strict=True):  # in this process, as web_extract did before
+        assert (page["title"], page["content"]) == html_text(html.encode(), page["url"])
 
 
 def test_a_closed_port_and_a_bad_url_list():

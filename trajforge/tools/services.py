@@ -16,6 +16,7 @@ from trajforge.secrets import Secrets
 from trajforge.tools.browser.client import BrowserClient
 from trajforge.tools.browser.guard import GuardProxy
 from trajforge.tools.browser.runtime import BrowserLauncher
+from trajforge.tools.extraction import Extractor
 from trajforge.tools.fetch import http_client
 from trajforge.tools.settings import ToolSettings
 
@@ -61,6 +62,11 @@ class ToolServices:
         """For the search provider the user configured, which may well run on this machine (SearXNG)."""
         return http_client(allow_private=True)
 
+    @functools.cached_property
+    def extractor(self) -> Extractor:
+        """web_extract's page texts, in processes of their own (extraction.py), started on first use."""
+        return Extractor()
+
     def redact(self, text: str) -> str:
         """For what is not saved with the prompt (log lines, error messages): masked, not counted."""
         return self.secrets.redact(text)
@@ -70,6 +76,8 @@ class ToolServices:
         for client in ("http", "search_http"):
             if client in self.__dict__:
                 await self.__dict__[client].aclose()
+        if "extractor" in self.__dict__:
+            await self.__dict__["extractor"].close()
         await self.model.close()
         if self.__dict__.get("judge") is not None:
             await self.__dict__["judge"].close()

@@ -8,8 +8,7 @@ from __future__ import annotations
 
 import asyncio
 
-import trafilatura
-
+from trajforge.tools.extraction import ExtractionError
 from trajforge.tools.fetch import FetchError, fetch
 from trajforge.tools.search_providers import HOW_TO_CONFIGURE, search
 from trajforge.tools.session import ToolSession
@@ -27,15 +26,6 @@ def search_configured(settings: ToolSettings) -> dict[str, str]:
 
 def _readable(media_type: str) -> bool:
     return media_type in HTML_TYPES or media_type.startswith("text/") or media_type in TEXT_TYPES
-
-
-def _html_text(html: bytes, url: str) -> tuple[str | None, str]:
-    """(title, main text) of a page; the whole visible text when no main content is recognised."""
-    found = trafilatura.bare_extraction(html, url=url, with_metadata=True, favor_recall=True)
-    document = None if isinstance(found, dict) else found  # a Document: no as_dict was asked
-    if document is not None and document.text:
-        return document.title, document.text
-    return (document.title if document is not None else None), trafilatura.html2txt(html)
 
 
 def _decode(body: bytes, charset: str | None) -> str:
@@ -58,8 +48,11 @@ async def _extract(session: ToolSession, url: str) -> dict:
     except FetchError as exc:
         return {"url": url, "error": str(exc)}
     if page.media_type in HTML_TYPES:
-        # Extraction is CPU-bound: off the event loop, so the worker's other prompts go on.
-        title, text = await asyncio.to_thread(_html_text, page.body, page.url)
+        # In the worker's extraction process, stopped at the deadline: some pages take trafilatura minutes.
+        try:
+            title, text = await session.services.extractor.text(page.body, page.url, settings.fetch_timeout)
+        except ExtractionError as exc:
+            return {"url": url, "error": f"{page.url}: {exc}"}
     else:
         title, text = None, _decode(page.body, page.charset)
     notes = []
