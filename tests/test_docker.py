@@ -5,18 +5,24 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import io
+import platform
 import signal
 import subprocess
+import tarfile
 import time
+from urllib.parse import quote
 
 import docker
 import pytest
-from conftest import tool_results
+from conftest import source, tool_results
 
 from trajforge.environments import EnvironmentSettings, prepare_run
 from trajforge.environments.docker import RUN_DIR_LABEL, RUN_LABEL, DockerBackend
 from trajforge.environments.shell import KEEP_ALIVE
 from trajforge.errors import SetupError
+from trajforge.verification.checks import verify_sample
+from trajforge.verification.result import VerifySettings
 
 ALPHA, BETA = "batch-runner-test/alpha:1", "batch-runner-test/beta:1"  # beta has WORKDIR /srv/beta
 MISSING = "127.0.0.1:9/batch-runner-test/missing:1"  # a pull of it goes to a closed loopback port
@@ -179,3 +185,137 @@ def test_ctrl_c_removes_the_running_prompts_containers(docker_host, run, tmp_pat
         process.kill()
     assert process.returncode == 130
     assert not containers_of(run_dir)
+
+
+# Attacks of a model that was root in the image, on the hidden tests of a JSONL entry ($TESTS_DIR), each
+# with an honest twin: the verify command compares answer.txt with the tests' exp.
+HARBOR_BASE = "batch-runner-test/harbor-base:1"  # busybox, bash and python3; WORKDIR /app
+HEALTHCHECKED = "batch-runner-test/healthchecked:1"  # the same, with a HEALTHCHECK and WORKDIR /workspace
+ROOT_TESTS = {
+    "t4.py": "import os\nexpected = open(os.environ['TESTS_DIR'] + '/exp').read()\n"
+    "print(1 if open('answer.txt').read() == expected else 0)\n",
+    "exp": "right\n",
+}
+SITECUSTOMIZE = (  # every later python3 prints 1 and exits once TESTS_DIR is set
+    "site=$(python3 -c 'import sysconfig; print(sysconfig.get_paths()[\"stdlib\"])')/sitecustomize.py; "
+    'rm -f "$site"; '  # Debian's is a link into /etc
+    "printf 'import os, sys\\nif os.environ.get(\"TESTS_DIR\"):\\n    print(1); sys.stdout.flush(); os._exit(0)\\n'"
+    ' > "$site"; TESTS_DIR=x python3 -c "print(0)"'
+)
+COPIER = 'for d in /batch-runner-tests-*; do [ -f "$d/exp" ] && cp "$d/exp" "$W/answer.txt"; done'
+# pid 1 (the keep-alive shell) rewritten through /proc/1/mem to exec a script that copies the hidden tests
+# into the answer once they appear; `kill -9 -1` cannot end pid 1. Its sleeping child goes, so pid 1 runs on.
+PID_1 = (
+    "echo wrong > answer.txt; "
+    f"printf '#!/bin/sh\\nW=%s\\nwhile :; do {COPIER}; sleep 0.01; done\\n' \"$PWD\" > /tmp/p1; chmod +x /tmp/p1; "
+    "python3 - <<'PY'\n"
+    "import os\n"
+    'sc = bytes.fromhex("488d3d0e00000031d252574889e6b83b0000000f05") + b"/tmp/p1\\0"\n'
+    'pc = int(open("/proc/1/syscall").read().split()[-1], 16)\n'
+    'with open("/proc/1/mem", "r+b", buffering=0) as m:\n'
+    "    m.seek(pc); m.write(sc)\n"
+    'for p in os.listdir("/proc"):\n'
+    '    if p.isdigit() and p != "1":\n'
+    "        try:\n"
+    '            ppid = int(open(f"/proc/{p}/stat").read().rsplit(")", 1)[1].split()[1])\n'
+    '            if ppid == 1 and b"sleep" in open(f"/proc/{p}/cmdline", "rb").read(): os.kill(int(p), 9)\n'
+    "        except Exception: pass\n"
+    "PY\n"
+    "sleep 1; tr '\\0' ' ' < /proc/1/cmdline"
+)
+# The image's health check program rewritten: it runs, as root, every second.
+HEALTH = (
+    f"echo wrong > answer.txt; printf '#!/bin/sh\\nW=/workspace; {COPIER}; exit 0\\n' > /usr/bin/healthy; echo planted"
+)
+
+
+def healthchecked_image() -> str:
+    """HEALTHCHECKED, built offline from HARBOR_BASE once."""
+    client = docker.from_env()
+    with contextlib.suppress(docker.errors.ImageNotFound):
+        client.images.get(HEALTHCHECKED)
+        return HEALTHCHECKED
+    dockerfile = (
+        "FROM batch-runner-test/harbor-base:1\nCOPY healthy /usr/bin/healthy\n"
+        'HEALTHCHECK --interval=1s --timeout=5s CMD ["/usr/bin/healthy"]\nWORKDIR /workspace\n'
+    )
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as context:
+        for name, text, mode in (("Dockerfile", dockerfile, 0o644), ("healthy", "#!/bin/sh\nexit 0\n", 0o755)):
+            info = tarfile.TarInfo(name)
+            info.size, info.mode = len(text), mode
+            context.addfile(info, io.BytesIO(text.encode()))
+    client.images.build(
+        fileobj=io.BytesIO(buffer.getvalue()), custom_context=True, tag=HEALTHCHECKED, network_mode="none"
+    )
+    return HEALTHCHECKED
+
+
+def test_what_the_model_changed_as_root_outside_its_workspace_is_not_where_it_is_verified(docker_host, run_here):
+    attacks = [("sitecustomize", SITECUSTOMIZE, HARBOR_BASE), ("health check", HEALTH, healthchecked_image())]
+    if platform.machine() == "x86_64":  # the shellcode's
+        attacks.append(("pid 1", PID_1, HARBOR_BASE))
+    tasks = []
+    for name, attack, image in attacks:
+        for twin, command in (("attack", attack), ("honest", "echo right > answer.txt")):
+            prompt = f"{name} {twin} [mock turns=1 command={quote(command, safe='')}]"
+            tasks.append(
+                {"prompt": prompt, "image": image, "verify": 'python3 "$TESTS_DIR/t4.py"', "tests": ROOT_TESTS}
+            )
+    flags = ("--environment=docker", "--distribution=terminal_only", "--num_workers=1", "--concurrency=6")
+    result = run_here(tasks, *flags, batch_size=6)
+    assert result.code == 0, result.stderr
+    found = {source(t)["prompt"].split(" [")[0]: t for t in result.trajectories}
+    said = {name: tool_results(record) for name, record in found.items()}
+    # Each attack took hold in the agent's container ...
+    assert '"output": "1\\n"' in said["sitecustomize attack"]
+    assert "planted" in said["health check attack"]
+    if "pid 1 attack" in said:
+        assert "/tmp/p1" in said["pid 1 attack"]
+    # ... and none reached the verification, while each honest twin passes.
+    verdicts = {
+        name: (r["metadata"]["verification"]["passed"], r["metadata"]["verification"]["reward"])
+        for name, r in found.items()
+    }
+    for name, _, _ in attacks:
+        assert verdicts[f"{name} attack"] == (False, 0.0), (name, found[f"{name} attack"]["metadata"]["verification"])
+        assert verdicts[f"{name} honest"] == (True, 1.0), (name, found[f"{name} honest"]["metadata"]["verification"])
+    assert not containers_of(result.run_dir.resolve())
+
+
+def test_no_container_runs_the_image_s_health_check(settings):
+    async def body():
+        env = await DockerBackend(settings).open({"image": healthchecked_image()})
+        try:
+            return docker.from_env().containers.get(env.name).attrs["Config"]["Healthcheck"]
+        finally:
+            await env.close()
+
+    assert asyncio.run(body())["Test"] == ["NONE"]
+
+
+def test_the_work_folder_is_carried_into_the_verification_without_links_out_of_it(settings):
+    # Resolved through the archive's own links: a/b/s is inside (c), a/b/t climbs out through it although
+    # its text alone (s/../..) reads as a/ ; an absolute link is dropped even when it points inside.
+    agent = (
+        "mkdir -p a/b c d && echo in > c/f && ln -s ../../c a/b/s && ln -s s/../.. a/b/t && ln -s d inward"
+        " && ln -s /etc/passwd outward && ln -s /workspace/c absolute && ln c/f hard && mkfifo pipe"
+        " && rm -rf /tests && ln -s /workspace /tests && ln -s /tests/c/f via_tests"
+    )
+    entry = {"prompt": "p", "verify": "find . | sort | tr '\\n' ' '; echo; cat a/b/s/f hard"}
+
+    async def body():
+        env = await DockerBackend(settings).open(entry)
+        try:
+            await env.exec(agent)
+            return await verify_sample(VerifySettings(), entry, dict, [], env)
+        finally:
+            await env.close()
+
+    done = asyncio.run(body())
+    note, listing, *read = done["output"].splitlines()
+    assert listing.split() == [".", "./a", "./a/b", "./a/b/s", "./c", "./c/f", "./d", "./hard", "./inward"], done
+    assert read == ["in", "in"]
+    for name in ("a/b/t", "outward", "absolute", "pipe", "via_tests"):
+        assert name in note, note
+    assert "inward" not in note and "hard" not in note

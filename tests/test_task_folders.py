@@ -214,6 +214,36 @@ def test_an_agent_cannot_fake_the_reward_by_changing_what_test_sh_runs(docker_ho
     assert found["hello-honest"]["metadata"]["verification"]["passed"] is True
 
 
+SECRET_CMP = (
+    "#!/bin/bash\nif cmp -s /app/out.txt /tests/expected.txt; then echo 1; else echo 0; fi"
+    " > /logs/verifier/reward.txt\n"
+)
+
+
+def test_a_link_into_the_hidden_tests_is_not_carried_into_the_fresh_container(docker_host, run_here, server, tmp_path):
+    # In the agent's container /tests is its own link to /app, so /app/out.txt -> /tests/expected.txt looks
+    # internal there; in the fresh container it would read the real expected answer. The carried work
+    # folder is filtered on the host: an absolute link goes, whatever it points at; a relative one inside stays.
+    tasks = copy_examples(tmp_path)
+    for name in ("sum-numbers", "fix-greeting"):
+        shutil.rmtree(tasks / name)
+    for name in ("secret-link", "secret-honest", "secret-inward"):
+        shutil.copytree(tasks / "hello-file", tasks / name)
+        (tasks / name / "tests" / "expected.txt").write_text("the-secret-answer-7731\n")
+        (tasks / name / "tests" / "test.sh").write_text(SECRET_CMP)
+    shutil.rmtree(tasks / "hello-file")
+    steer(tasks / "secret-link", "rm -rf /tests; ln -s /app /tests && ln -s /tests/expected.txt /app/out.txt")
+    steer(tasks / "secret-honest", "echo the-secret-answer-7731 > /app/out.txt")
+    steer(tasks / "secret-inward", "mkdir d && echo the-secret-answer-7731 > d/answer && ln -s d/answer out.txt")
+    done = run_here(tasks, "--distribution=terminal_only")
+    assert done.code == 0, done.stderr + done.stdout
+    found = {name: records[0]["metadata"]["verification"] for name, records in samples(done.run_dir).items()}
+    assert (found["secret-link"]["passed"], found["secret-link"]["reward"]) == (False, 0.0), found["secret-link"]
+    assert "removed before verification" in found["secret-link"]["output"]
+    assert "out.txt" in found["secret-link"]["output"] and "expected" not in found["secret-link"]["output"]
+    assert found["secret-honest"]["passed"] is True and found["secret-inward"]["passed"] is True, found
+
+
 def test_no_reward_file_is_a_verification_error_not_a_crash(docker_host, run_here, server, tmp_path):
     tasks = copy_examples(tmp_path)
     for name in ("sum-numbers", "fix-greeting"):

@@ -110,6 +110,16 @@ class Environment(ABC):
         directory: where a task folder's tests run, out of reach of whatever else the agent changed."""
         raise NotImplementedError(f"{type(self).__name__} cannot verify a task folder; use docker")
 
+    async def verification_room(self) -> Environment:
+        """Where the sample's verification runs (its clean room, hidden tests and checks): this environment,
+        or where the backend makes one, a fresh_copy of it, which the caller closes."""
+        return self
+
+    async def remove_escapes(self) -> str:
+        """Remove from the working directory symlinks resolving outside it, FIFOs, sockets and devices
+        (and neutralise its git repositories' drivers); returns the note enter_clean_room returns."""
+        raise NotImplementedError(f"{type(self).__name__} cannot clean a workspace")
+
     @abstractmethod
     async def enter_clean_room(self) -> str:
         """Before verification: end every process the agent started, remove from the workspace symlinks

@@ -14,7 +14,7 @@ from dataclasses import replace
 from functools import partial
 
 import docker
-from docker.errors import DockerException, ImageNotFound, NotFound
+from docker.errors import APIError, DockerException, ImageNotFound, NotFound
 
 from trajforge.environments import (
     OUTPUT_LIMIT,
@@ -26,6 +26,7 @@ from trajforge.environments import (
     image_of,
     seccomp,
 )
+from trajforge.environments.carried import carried
 from trajforge.environments.contract import timeout_result
 from trajforge.environments.folder_task import IMAGE_PREFIX, FolderSettings, build_log
 from trajforge.environments.limits import MB, OWN, Limits
@@ -134,6 +135,7 @@ class DockerEnvironment(CommandEnvironment):
                 # No setuid program gives it back; the seccomp profile denies taking another process's
                 # memory or descriptors (seccomp.py), whatever the host's Yama setting.
                 security_opt=["no-new-privileges", f"seccomp={seccomp.docker_profile()}"],
+                healthcheck={"test": ["NONE"]},  # the image's own would run, as root, while verification runs
                 **container_limits(self.settings.limits),
                 **self.options,
                 detach=True,
@@ -193,12 +195,22 @@ class DockerEnvironment(CommandEnvironment):
         if made.exit_code:
             raise OSError(f"cannot make {path} in the container: {made.output.strip()}")
 
+    async def verification_room(self) -> DockerEnvironment:
+        # The agent was root in its container: what it changed outside its work folder (a sitecustomize.py,
+        # pid 1, the image's health check) stays there, with the container.
+        return await self.fresh_copy()
+
     async def fresh_copy(self) -> DockerEnvironment:
         if self.cwd == "/":
             raise OSError("the working directory is /: there is no work folder to carry into a fresh container")
+        # Nothing of the agent runs while its work folder is read: its container stops, whatever pid 1 became.
+        with contextlib.suppress(APIError):  # already stopped
+            await self._call(self.api.kill, self.name)
         stream, _ = await self._call(self.api.get_archive, self.name, self.cwd)
-        work = await self._call(_gathered, stream, CARRIED_MAX)
+        archive = await self._call(_gathered, stream, CARRIED_MAX)
+        work, dropped = await self._call(carried, archive, posixpath.basename(self.cwd))
         fresh = DockerEnvironment(self.client, self.image, self.cwd, self.settings, self.options)
+        fresh.dropped = tuple(dropped)
         try:
             await fresh.start()
             await fresh.run(["rm", "-rf", "--", self.cwd], self.settings.command_timeout)

@@ -52,6 +52,13 @@ class Redacted(Environment):
     async def fresh_copy(self) -> Environment:
         return Redacted(await self.inner.fresh_copy(), self.redact)
 
+    async def verification_room(self) -> Environment:
+        room = await self.inner.verification_room()
+        return self if room is self.inner else Redacted(room, self.redact)
+
+    async def remove_escapes(self) -> str:
+        return self.redact(await self.inner.remove_escapes())
+
     async def enter_clean_room(self) -> str:
         return self.redact(await self.inner.enter_clean_room())
 

@@ -162,6 +162,7 @@ class CommandEnvironment(Environment):
         """Run argv in the working directory, stderr merged into stdout, output capped at `limit` bytes."""
 
     clean = False  # set by enter_clean_room: every later command runs there
+    dropped: tuple[str, ...] = ()  # what fresh_copy left out of the work folder it carried (remove_escapes names it)
     cwd: str  # the working directory of every command, set by the backend
 
     @property
@@ -179,12 +180,15 @@ class CommandEnvironment(Environment):
         await self.end_agent_processes()
         self.clean = True
         await self.clean_variables()
+        return await self.remove_escapes()
+
+    async def remove_escapes(self) -> str:
         scan = ["env", f"GIT_NEUTRAL={GIT_NEUTRAL}", "sh", "-c", ESCAPES_SCRIPT, "sh", self.scan_root]
         found = await self.run(scan, self.settings.command_timeout)
-        removed = found.output.splitlines()
         if found.error or found.exit_code:
             why = (found.error or found.output).strip() or f"the scan exited {found.exit_code}"
             raise OSError(f"cannot clean the workspace before verification: {why}")
+        removed = [*self.dropped, *found.output.splitlines()]
         if not removed:
             return ""
         named = ", ".join(removed[:NOTED]) + (f" and {len(removed) - NOTED} more" if len(removed) > NOTED else "")

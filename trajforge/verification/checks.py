@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from trajectory import Turn
@@ -69,11 +70,25 @@ async def _verify(
         spec = own | {"judge": settings.judge}
     if not settings.verifier and spec is None:
         return unverified()
+    # 0. Where it runs: the sample's environment, or a fresh container of its image holding only the work
+    #    folder (docker: the agent was root in its own, so what it changed outside the work folder stays there).
+    room = await context.env.verification_room()
+    try:
+        return await _checked(settings, spec, view, replace(context, env=room), started, folders)
+    finally:
+        if room is not context.env:
+            await room.close()
+
+
+async def _checked(
+    settings: VerifySettings, spec: Any, view: View, context: CheckContext, started: float, folders: HostFolders
+) -> dict:
+    """The verification in `context.env`, the room it runs in."""
     # 1. The clean room: the agent's processes gone, escapes out of the workspace removed, and from here
     #    on every command with a fresh HOME, no user site, no cwd on sys.path, its text on stdin.
     removed = await context.env.enter_clean_room()
     # 2. The task's hidden tests, written only now into a fresh folder outside the workspace ($TESTS_DIR).
-    await reveal_tests(context.env, entry, folders)
+    await reveal_tests(context.env, context.entry, folders)
     # 3. The check itself: the Python verifier, or the entry's `verify` (a command: an object of that alone).
     if settings.verifier:
         from trajforge.verification.python_verifier import call_verifier  # forks: loaded only by runs that have one

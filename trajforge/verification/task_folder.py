@@ -1,10 +1,11 @@
 """Verification of a task folder's sample as Harbor does it, in our clean room.
 
-After the agent's last turn: the clean room in the agent's container (its processes ended, escapes out
-of the work folder removed), then a FRESH container of the task's image that holds only the agent's
-work folder (the image's WORKDIR) carried over. There tests/ becomes /tests, /logs/verifier is made
-empty, and `bash /tests/test.sh` runs with [verifier] env within the verifier's timeout. The reward is
-/logs/verifier/reward.txt (one number), else reward.json (its `reward`, else the mean of its numbers).
+After the agent's last turn its container stops, and a FRESH container of the task's image gets only
+the agent's work folder (the image's WORKDIR), filtered on the host: no link that leaves it, no FIFO or
+device (environments/carried.py); the output names what was dropped. There tests/ becomes /tests,
+/logs/verifier is made empty, and `bash /tests/test.sh` runs with [verifier] env within the verifier's
+timeout. The reward is /logs/verifier/reward.txt (one number), else reward.json (its `reward`, else the
+mean of its numbers).
 
 Why a fresh container: the agent had the first one, often as root, so it could replace a program test.sh
 calls, plant a sitecustomize.py or an /etc/ld.so.preload. None of that is in the new container; only
@@ -59,9 +60,9 @@ async def verify_folder(settings: VerifySettings, entry: dict, env: Environment,
     """The verification of a task folder's sample; `env` is the agent's container, still open."""
     folder = FolderSettings.of(entry)
     assert folder is not None
-    removed = await env.enter_clean_room()  # the agent's processes end before its work folder is copied
-    fresh = await env.fresh_copy()
+    fresh = await env.fresh_copy()  # the agent's container stops before its work folder is copied
     try:
+        removed = await fresh.remove_escapes()
         await fresh.put_folder("/tests", read_directory(Path(entry[KEY]["folder"]) / "tests"))
         await fresh.put_folder(LOGS, {})
         variables = [f"{name}={value}" for name, value in folder.verifier_env.items()]

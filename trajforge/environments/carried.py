@@ -1,0 +1,82 @@
+"""The agent's work folder as it is carried into a fresh container (DockerEnvironment.fresh_copy): the
+engine's tar of it, filtered here, on the host. No link is resolved in the container the agent had: there
+/tests or /etc may be the agent's own symlink, so `readlink -f` would call a link into the real /tests of
+the fresh container internal. Each link is resolved through the archive's own links, as the fresh
+container will see it, and kept only when it stays inside the work folder.
+
+Kept: directories, regular files, symlinks that stay inside, hardlinks to a regular file kept. Dropped,
+each named: symlinks that are absolute or climb out, hardlinks to anything else, FIFOs, devices."""
+
+from __future__ import annotations
+
+import io
+import posixpath
+import tarfile
+
+MAX_HOPS = 40  # links followed in one resolution (the kernel's ELOOP limit)
+
+
+def _parts(text: str) -> list[str]:
+    return [part for part in text.split("/") if part not in ("", ".")]
+
+
+def stays_inside(links: dict[str, str], directory: str, target: str) -> bool:
+    """Whether the link text `target`, in `directory` (a path below the work folder, "" for it), resolves
+    inside the work folder; `links` holds every symlink of the archive (path below it -> its text)."""
+    if target.startswith("/"):
+        return False
+    path, pending, hops = _parts(directory), _parts(target), 0
+    while pending:
+        part = pending.pop(0)
+        if part == "..":
+            if not path:
+                return False
+            path.pop()
+            continue
+        path.append(part)
+        text = links.get("/".join(path))
+        if text is not None:
+            hops += 1
+            if hops > MAX_HOPS or text.startswith("/"):
+                return False
+            path.pop()
+            pending = _parts(text) + pending
+    return True
+
+
+def carried(archive: bytes, root: str) -> tuple[bytes, list[str]]:
+    """(the tar of the work folder `root` (its top directory's name in `archive`) with only what may be
+    carried, the paths dropped, relative to the work folder)."""
+    with tarfile.open(fileobj=io.BytesIO(archive), mode="r:") as source:
+        members = source.getmembers()
+
+        def below(name: str) -> str | None:
+            """The member's path below the work folder ("" for the folder itself), None outside it."""
+            name = name.rstrip("/")
+            if name == root:
+                return ""
+            return name[len(root) + 1 :] if name.startswith(root + "/") and ".." not in name.split("/") else None
+
+        links = {path: member.linkname for member in members if member.issym() and (path := below(member.name))}
+        buffer, dropped, kept_files = io.BytesIO(), [], set()
+        with tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT) as out:
+            for member in members:
+                path = below(member.name)
+                if path is None:
+                    dropped.append(member.name)
+                    continue
+                if member.isdir() or member.isreg():
+                    keep = True
+                elif member.issym():
+                    keep = bool(path) and stays_inside(links, posixpath.dirname(path), member.linkname)
+                elif member.islnk():
+                    keep = below(member.linkname) in kept_files
+                else:  # FIFOs, character and block devices
+                    keep = False
+                if not keep:
+                    dropped.append(path or root)
+                    continue
+                if member.isreg():
+                    kept_files.add(path)
+                out.addfile(member, source.extractfile(member) if member.isreg() else None)
+    return buffer.getvalue(), dropped
