@@ -283,6 +283,17 @@ def bad_folder(tmp_path: Path, name: str) -> tuple[Path, str]:
     if name == "duplicate":
         shutil.copytree(task, tasks / "more" / "hello-file")
         return tasks, "the task name 'hello-file' is also"
+    if name == "add url":  # lowercase, flags, the URL on a continuation line: the engine would fetch it
+        (task / "environment" / "Dockerfile").write_text(
+            "FROM batch-runner-test/harbor-base:1\n# a comment\nadd --chmod=644 \\\n"
+            "  http://127.0.0.1:9/secret.txt \\\n  /secret.txt\nWORKDIR /app\n"
+        )
+        return tasks, "environment/Dockerfile line 3: ADD http://127.0.0.1:9/secret.txt"
+    if name == "add git":
+        (task / "environment" / "Dockerfile").write_text(
+            'FROM batch-runner-test/harbor-base:1\nADD ["git@github.com:a/b.git", "/src"]\n'
+        )
+        return tasks, "environment/Dockerfile line 2: ADD git@github.com:a/b.git"
     if name == "compose":
         (task / "environment" / "docker-compose.yaml").write_text("services: {}\n")
         return tasks, "docker-compose environments are not supported"
@@ -300,6 +311,8 @@ def bad_folder(tmp_path: Path, name: str) -> tuple[Path, str]:
         "big instruction",
         "duplicate",
         "compose",
+        "add url",
+        "add git",
     ],
 )
 def test_a_bad_task_folder_is_refused_at_load_naming_it(run_here, server, tmp_path, name):
@@ -308,6 +321,24 @@ def test_a_bad_task_folder_is_refused_at_load_naming_it(run_here, server, tmp_pa
     assert done.code == 2, done.stderr
     assert "hello-file" in done.stderr and said in done.stderr, done.stderr
     assert server.chat_requests() == []
+
+
+def test_a_local_add_builds_and_a_missing_base_image_is_not_pulled(docker_host, run_here, server, tmp_path):
+    tasks = copy_examples(tmp_path, unique=True)
+    shutil.rmtree(tasks / "sum-numbers")
+    hello = tasks / "hello-file" / "environment"
+    (hello / "note.txt").write_text("local\n")
+    (hello / "Dockerfile").write_text(
+        "FROM batch-runner-test/harbor-base:1\nADD note.txt /opt/\nRUN echo 'ADD http://127.0.0.1:9/x'\nWORKDIR /app\n"
+    )
+    # A base the engine does not have: it would pull it from its own network (here a closed loopback port).
+    (tasks / "fix-greeting" / "environment" / "Dockerfile").write_text("FROM 127.0.0.1:9/nothing/here:1\n")
+    done = run_here(tasks, "--check_tasks")
+    assert done.code == 1, done.stderr + done.stdout
+    log = (done.run_dir / "builds" / "fix-greeting.log").read_text()
+    assert log == "127.0.0.1:9/nothing/here:1: not on the Docker engine, and the runner pulls no image\n"
+    assert not (done.run_dir / "builds" / "hello-file.log").exists()
+    assert "1 of 2 tasks sound" in done.stdout  # hello-file, built with its local ADD
 
 
 def test_task_folders_refuse_an_environment_other_than_docker(run_here, server):

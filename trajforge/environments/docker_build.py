@@ -3,39 +3,36 @@ tag is the context's digest, so an image already there is not built again, unles
 names has changed since), with no network, within a deadline; the engine's output kept for a failure.
 
 The legacy builder's API (the SDK's `build`) is used: it takes `network_mode` for every RUN, and the
-engine cancels a build whose connection closes, which is how the deadline ends one."""
+engine cancels a build whose connection closes, which is how the deadline ends one. The engine would pull
+an image a FROM names that it does not have, from its own network: no build starts from one that is
+missing (task_images.py), and an ADD from a URL or git is refused at load (dockerfile.py)."""
 
 from __future__ import annotations
 
 import contextlib
 import io
 import json
-import re
 import threading
 
 import docker
 from docker.errors import DockerException, ImageNotFound
 
 from trajforge.environments.docker import connect
+from trajforge.environments.dockerfile import images
 
 RUNNER_LABEL = "batch-runner.harbor"  # on every image the runner built: `docker image prune --filter label=...`
 BASES_LABEL = "batch-runner.harbor.from"  # the ids of the images its FROM lines named, when it was built
-FROM = re.compile(r"^\s*FROM\s+(?:--\S+\s+)*(\S+)(?:\s+AS\s+(\S+))?", re.IGNORECASE | re.MULTILINE)
 
 
 def bases(client: docker.DockerClient, dockerfile: str) -> dict[str, str]:
-    """The images the Dockerfile's FROM lines name (not its own stages), each with its id on the engine
-    ("" when it is not there: the build pulls it, or fails)."""
+    """The images the Dockerfile's FROM and COPY --from name (not its own stages), each with its id on the
+    engine ("" when it is not there: the run refuses to build from it, pulling nothing)."""
     found: dict[str, str] = {}
-    stages: set[str] = set()
-    for image, stage in FROM.findall(dockerfile):
-        if image.lower() not in stages:
-            try:
-                found[image] = client.images.get(image).id
-            except DockerException:
-                found[image] = ""
-        if stage:
-            stages.add(stage.lower())
+    for image in images(dockerfile):
+        try:
+            found[image] = client.images.get(image).id
+        except DockerException:
+            found[image] = ""
     return found
 
 

@@ -24,6 +24,7 @@ from dataclasses import asdict, replace
 from pathlib import Path
 
 from trajforge.environments import AUTO, EnvironmentSettings, backend_class, choose
+from trajforge.environments.dockerfile import fetch_problem
 from trajforge.environments.folder_task import IMAGE_PREFIX, KEY, FolderSettings
 from trajforge.errors import SetupError, UsageError
 from trajforge.run.dataset import MAX_LISTED, Entry, load_dataset
@@ -240,8 +241,11 @@ def read_task(folder: Path, config: RunConfig, notes: set[str]) -> dict:
         raise ValueError(f"environment/{found[0]}: docker-compose environments are not supported; use one Dockerfile")
     settings, image = settings_of(toml, config, notes)
     if image is None:
-        if not (folder / "environment" / "Dockerfile").is_file():
+        dockerfile = folder / "environment" / "Dockerfile"
+        if not dockerfile.is_file():
             raise ValueError("has neither environment/Dockerfile nor [environment] docker_image")
+        if problem := fetch_problem(dockerfile.read_text(encoding="utf-8", errors="replace")):
+            raise ValueError(problem)
         image = image_tag(folder.name, build_context(folder / "environment"))
     task = {"name": folder.name, "folder": str(folder.resolve()), "task_toml": text, "digest": folder_digest(folder)}
     return {"prompt": prompt, "docker_image": image, KEY: task | {"settings": asdict(settings)}}

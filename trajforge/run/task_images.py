@@ -37,8 +37,11 @@ def build_images(entries: Iterable[dict], run_dir: str, say: Callable[[str], Non
         task, log = entry[KEY], Path(build_log(run_dir, entry))
         say(f"building the image of task {task['name']} ({number} of {len(missing)})")
         context = build_context(Path(task["folder"]) / "environment")
+        absent = [image for image, found in made_from[tag].items() if not found]
         if image_tag(task["name"], context) != tag:
             built, output = False, "environment/ changed since the run loaded it: run again\n"
+        elif absent:  # the engine would pull it, from its own network
+            built, output = False, f"{', '.join(absent)}: not on the Docker engine, and the runner pulls no image\n"
         else:
             timeout = FolderSettings.of(entry).build_timeout  # type: ignore[union-attr]
             built, output = build(context, tag, timeout, made_from[tag])
