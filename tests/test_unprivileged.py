@@ -218,6 +218,19 @@ def test_chromium_runs_unprivileged_in_bwrap_and_ends_with_the_browser(bwrap):  
     wait_for(lambda: not _chromium_status(), 10, "every Chromium process to end with the browser")
 
 
+def test_chromium_s_sandbox_makes_no_user_namespace_yet_starts_children(bwrap, tmp_path):  # noqa: F811
+    # Issue 35: a page that took the renderer could `unshare -Ur` and be root with every capability there.
+    from trajforge.tools.browser.sandbox import script
+
+    launcher = tmp_path / "launcher" / "chromium"
+    launcher.parent.mkdir()
+    launcher.write_text(script("/bin/sh"))  # the launcher runs sh in Chromium's place, with its arguments
+    launcher.chmod(0o700)
+    probe = "unshare -Ur true 2>/dev/null && echo made; sh -c 'echo child'"
+    done = subprocess.run([str(launcher), "-c", probe], capture_output=True, text=True, timeout=60)
+    assert (done.returncode, done.stdout) == (0, "child\n"), done
+
+
 # -- seccomp --------------------------------------------------------------------------------------
 TAKERS = ["process_vm_readv", "process_vm_writev", "pidfd_getfd", "kcmp", "ptrace"]
 
