@@ -215,18 +215,39 @@ def verification_passed(verification: dict | None) -> bool | None:
     return bool(verification.get("passed"))
 
 
+ADDED_USAGE = {"judge_tokens": 0, "judge_cost": 0.0}  # usage fields since the cost flag, at their zero values
+
+
+def current_usage(usage: dict) -> dict:
+    """A record's usage in this version's shape, the same keys in the same order as a new row's (the fields
+    added since it was written at their zero values): `usage` itself when it has them."""
+    if "cost_known" in usage and all(key in usage for key in ADDED_USAGE):
+        return usage
+    older = {key: value for key, value in usage.items() if key != "cost_known" and key not in ADDED_USAGE}
+    added = {key: usage.get(key, zero) for key, zero in ADDED_USAGE.items()}
+    return record_usage(older | {"cost": known_cost(usage)} | added)
+
+
+def current_verification(verification: dict) -> dict:
+    """A record's verification with the fields added since it was written (replay_diverged: false)."""
+    if not verification or "replay_diverged" in verification:
+        return verification
+    return verification | {"replay_diverged": False}
+
+
 def upgrade(record: dict) -> bool:
-    """Give a record of an older version (a null cost, null verification values, or none at all) this
-    version's shape, in place; whether it changed. A merge of an older run folder then writes rows that
-    load together with new ones."""
+    """Give a record of an older version (a null cost, null verification values, or none at all, fields
+    added since) this version's shape, in place; whether it changed. A merge of an older run folder then
+    writes rows that load together with new ones."""
     metadata = record["metadata"]
     usage, verification = metadata.get("usage") or {}, metadata.get("verification") or {}
-    if "cost_known" in usage and "verified" in verification:
+    current = current_usage(usage)
+    if current is usage and "verified" in verification and "replay_diverged" in verification:
         return False
-    if "cost_known" not in usage:
-        judge = {"judge_tokens": usage.get("judge_tokens", 0), "judge_cost": usage.get("judge_cost", 0.0)}
-        metadata["usage"] = record_usage(usage | judge | {"cost": known_cost(usage)})
-    if "verified" not in verification:
+    metadata["usage"] = current
+    if "verified" in verification:
+        with_verification(record, current_verification(verification))
+    else:
         passed = verification_passed(verification)
         with_verification(
             record,

@@ -17,7 +17,7 @@ from typing import Any
 
 import orjson
 
-from trajectory import ToolCall, Turn, conversations, system_turn
+from trajectory import ToolCall, Turn, conversations, current_usage, current_verification, system_turn
 from trajforge.safejson import dumps
 
 VERSION = 2
@@ -181,8 +181,14 @@ def from_journal(line: dict) -> Sample:
         )
         for turn in line["turns"]
     ]
+    fields = {key: line[key] for key in JOURNALLED if key != "turns"}
+    # Lines of an earlier version 2 lack the fields added to every row since: their zero values.
+    fields["usage"], fields["verification"] = (
+        current_usage(fields["usage"]),
+        current_verification(fields["verification"]),
+    )
     return Sample(
-        **{key: line[key] for key in JOURNALLED if key != "turns"},
+        **fields,
         turns=turns,
         discarded=line.get("discarded"),
         redactions=line.get("redactions") or {},
