@@ -76,7 +76,7 @@ class Extractor:
     async def text(self, html: bytes, url: str, timeout: float) -> tuple[str | None, str]:
         """(title, text) of the page, within `timeout` seconds of extraction; else ExtractionError."""
         async with self._turns:
-            helper = self._idle.pop() if self._idle else await _Helper.start()
+            helper = await self._helper()
             try:
                 answer = await asyncio.wait_for(helper.ask(html, url), timeout)
             except TimeoutError:
@@ -92,6 +92,15 @@ class Extractor:
         if "error" in answer:
             raise ExtractionError(answer["error"])
         return answer["title"], answer["text"]
+
+    async def _helper(self) -> _Helper:
+        """An idle helper still alive, else a new one."""
+        while self._idle:
+            helper = self._idle.pop()
+            if helper.process.returncode is None:
+                return helper
+            await helper.kill()  # ended while idle (killed from outside): collected
+        return await _Helper.start()
 
     async def close(self) -> None:
         while self._idle:
