@@ -205,6 +205,7 @@ SITECUSTOMIZE = (  # every later python3 prints 1 and exits once TESTS_DIR is se
 COPIER = 'for d in /batch-runner-tests-*; do [ -f "$d/exp" ] && cp "$d/exp" "$W/answer.txt"; done'
 # pid 1 (the keep-alive shell) rewritten through /proc/1/mem to exec a script that copies the hidden tests
 # into the answer once they appear; `kill -9 -1` cannot end pid 1. Its sleeping child goes, so pid 1 runs on.
+# (Refused now: pid 1 is not dumpable. Had it worked, it would have been stopped with the agent's container.)
 PID_1 = (
     "echo wrong > answer.txt; "
     f"printf '#!/bin/sh\\nW=%s\\nwhile :; do {COPIER}; sleep 0.01; done\\n' \"$PWD\" > /tmp/p1; chmod +x /tmp/p1; "
@@ -270,8 +271,8 @@ def test_what_the_model_changed_as_root_outside_its_workspace_is_not_where_it_is
     # Each attack took hold in the agent's container ...
     assert '"output": "1\\n"' in said["sitecustomize attack"]
     assert "planted" in said["health check attack"]
-    if "pid 1 attack" in said:
-        assert "/tmp/p1" in said["pid 1 attack"]
+    if "pid 1 attack" in said:  # ... but pid 1, non-dumpable, cannot be rewritten through /proc/1/mem
+        assert "PermissionError" in said["pid 1 attack"] and "/tmp/p1" not in said["pid 1 attack"]
     # ... and none reached the verification, while each honest twin passes.
     verdicts = {
         name: (r["metadata"]["verification"]["passed"], r["metadata"]["verification"]["reward"])

@@ -43,6 +43,17 @@ REPORT_PID = ["sh", "-c", 'echo $$ >&2; exec "$@" 2>&1', "sh"]
 # Removed once opened, before the command starts: no process of it finds the file in its workspace.
 FROM_FILE = ["sh", "-c", 'f=$1; shift; exec < "$f"; rm -f -- "$f"; exec "$@"', "sh"]
 KILL_GROUP = ["sh", "-c", 'kill -9 -"$1"', "sh"]
+# pid 1 runs KEEP_ALIVE's loop from a copy of the image's sh that no one in the container may read (mode
+# 0111, capabilities dropped): the kernel makes a process exec'd from an unreadable file non-dumpable, so
+# the agent, of the same uid but without CAP_SYS_PTRACE, cannot open /proc/1/mem to rewrite it. Where no
+# copy can be made or run, the plain loop. Verification never relies on it: it runs in a fresh container.
+GUARDED_KEEP_ALIVE = [
+    "sh",
+    "-c",
+    'd=$(mktemp -d) && cp /bin/sh "$d/sh" && chmod 111 "$d/sh" && "$d/sh" -c true && exec "$d/sh" -c "$0"; '
+    'exec sh -c "$0"',
+    KEEP_ALIVE[-1],
+]
 KILL_GRACE = 5.0  # seconds to wait for a killed command's output to end
 CARRIED_MAX = 1024 * MB  # bytes of a working directory fresh_copy carries over into a new container
 BUILD_LOG_TAIL = 4000  # characters of a failed build's output in the sample's error
@@ -125,7 +136,7 @@ class DockerEnvironment(CommandEnvironment):
             await self._call(
                 self.client.containers.run,
                 self.image,
-                entrypoint=KEEP_ALIVE,  # overrides any entrypoint of the image
+                entrypoint=GUARDED_KEEP_ALIVE,  # overrides any entrypoint of the image
                 name=self.name,
                 labels={RUN_LABEL: self.settings.run_name, RUN_DIR_LABEL: self.settings.run_dir},
                 working_dir=self.cwd,  # created by Docker when missing
