@@ -78,9 +78,9 @@ def distributions_table(unavailable: list):
         parts = []
         for toolset, pct in weights(name).items():
             if toolset in whole:
-                parts.append(f"[dim strike]{toolset} {pct}%[/][dim] (unavailable)[/]")
+                parts.append(f"[dim strike]{toolset} {pct:g}%[/][dim] (unavailable)[/]")
             else:
-                parts.append(f"{toolset} {pct}%" + (" (partly)" if toolset in partly else ""))
+                parts.append(f"{toolset} {pct:g}%" + (" (partly)" if toolset in partly else ""))
         table.add_row(name, ", ".join(parts))
     if not unavailable:
         table.caption = "Every toolset is available on this machine."

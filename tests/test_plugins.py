@@ -102,7 +102,7 @@ BROKEN = {
     ),
     "bad_percent": (
         "def register(registry):\n    registry.distribution('odd', {'terminal': 150})\n",
-        "distribution 'odd': 'terminal' needs a whole percent 0-100",
+        "distribution 'odd': 'terminal' needs a percent 0-100",
     ),
 }
 
@@ -215,3 +215,38 @@ def test_an_installed_package_s_entry_point_registers_without_a_flag(run, server
     (row,) = result.trajectories
     assert row["tool_stats"]["forecast"] == {"count": 1, "success": 1, "failure": 0}
     assert "sunny" in row["conversations"][3]["value"]
+
+
+def test_a_distribution_file_draws_the_toolsets_it_names_a_plugin_s_too(run, server, tmp_path):
+    chances = tmp_path / "support.json"
+    chances.write_text(json.dumps({"orders": 1, "terminal": 0.5, "web": 0}))
+    entries = [{"prompt": f"[mock call={call('lookup_order', order_id=f'A{i}')}] Where is A{i}?"} for i in range(6)]
+    result = run(entries, f"--plugins={ORDERS}", f"--distribution={chances}", "--seed=7")
+    assert result.code == 0, result.stderr
+    drawn = [row["toolsets_used"] for row in result.trajectories]
+    assert all("orders" in used and "web" not in used for used in drawn)  # probability 1 and 0
+    assert {"terminal" in used for used in drawn} == {True, False}  # 0.5: some samples each way (seed 7)
+    assert json.loads((result.run_dir / "run.json").read_text())["distribution"] == str(chances)
+    listed = subprocess.run(
+        [
+            sys.executable,
+            str(Path(__file__).parents[1] / "batch_runner.py"),
+            "--list_distributions",
+            f"--plugins={ORDERS}",
+            f"--distribution={chances}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+    )
+    assert "orders 100%" in listed.stdout and "terminal 50%" in listed.stdout
+
+
+@pytest.mark.parametrize("text", ['{"terminal": 2}', "[1]", "{}", '{"terminal": true}', "not json"])
+def test_a_bad_distribution_file_stops_the_run_naming_it(run, server, tmp_path, text):
+    chances = tmp_path / "odd.json"
+    chances.write_text(text)
+    result = run([{"prompt": "hello"}], f"--distribution={chances}")
+    assert result.code == 2 and "--distribution" in result.stderr and "odd.json" in result.stderr
+    assert not server.chat_requests()

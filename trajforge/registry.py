@@ -124,13 +124,13 @@ def toolset(name: str, tools: Any, check: Any = None) -> None:
     TOOLSETS.add(name, tools, check=check)
 
 
-def distribution(name: str, weights: dict[str, int]) -> None:
+def distribution(name: str, weights: dict[str, float]) -> None:
     """Each toolset switched on independently with its probability, in percent (0-100)."""
     if not isinstance(weights, dict) or not weights:
         raise RegistryError(f"{_origin}: distribution {name!r} needs a non-empty {{toolset: percent}} mapping")
     for toolset_name, percent in weights.items():
-        if not isinstance(percent, int) or isinstance(percent, bool) or not 0 <= percent <= 100:
-            raise RegistryError(f"{_origin}: distribution {name!r}: {toolset_name!r} needs a whole percent 0-100")
+        if not isinstance(percent, (int, float)) or isinstance(percent, bool) or not 0 <= percent <= 100:
+            raise RegistryError(f"{_origin}: distribution {name!r}: {toolset_name!r} needs a percent 0-100")
     DISTRIBUTIONS.add(name, dict(weights))
 
 

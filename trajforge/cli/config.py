@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import importlib.util
+import json
 import os
 import random
 from datetime import UTC, datetime
@@ -132,9 +133,31 @@ def load_plugins(flags: dict, kept: dict | None = None, where: Path | None = Non
     found = tuple(plugin for name in EXTENDING for plugin in plugins.read(BY_NAME[name].read(given[name]) or (), name))
     try:
         plugins.load(found)
+        chosen = flags["distribution"] if flags["distribution"] is not None else (kept or {}).get("distribution")
+        _distribution_file(chosen)
     except registry.RegistryError as exc:
         raise UsageError(str(exc)) from None  # it names the plugin or file
     return found
+
+
+def _distribution_file(value: object) -> None:
+    """--distribution=FILE.json, {toolset: probability from 0 to 1}: a distribution registered under the
+    path as given, so that it is a name --distribution accepts (and run.json keeps)."""
+    if not (isinstance(value, str) and value.endswith(".json")):
+        return
+    try:
+        chances = json.loads(Path(value).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise UsageError(f"--distribution: cannot read {value}: {exc}") from None
+    valid = (int, float)
+    if (
+        not isinstance(chances, dict)
+        or not chances
+        or not all(isinstance(p, valid) and not isinstance(p, bool) and 0 <= p <= 1 for p in chances.values())
+    ):
+        raise UsageError(f"--distribution: {value} must hold one JSON object {{toolset: probability from 0 to 1}}")
+    with registry.registering_as(f"--distribution {value}"):
+        registry.distribution(value, {name: chance * 100 for name, chance in chances.items()})
 
 
 def tool_settings(flags: dict) -> ToolSettings:

@@ -164,7 +164,7 @@ FLAGS: tuple[Flag, ...] = (
         "distribution",
         str,
         "default",
-        "the toolset distribution (--list_distributions)",
+        "the toolset distribution (--list_distributions), or a JSON file {toolset: probability}",
         RUN,
         _R,
         parse=v.registered("toolset_distributions", "names"),
