@@ -1,7 +1,8 @@
 """What verifying a task folder's sample costs in docker, as Harbor does it (the clean room, a fresh
 container of the task's image with the agent's work folder carried over, /tests, bash /tests/test.sh, the
-reward file read), beside a plain `verify` command in the agent's own container (the clean room, then the
-command): the median of each and their ratio.
+reward file read), beside a plain `verify` command of a JSONL entry (the clean room, then the command, in a
+fresh container of the image too since the red team's attacks on the agent's own): the median of each and
+their ratio. Run it on an older tree as well to see what the fresh container costs a JSONL entry.
 
     PYTHONPATH=. python bench/task_folders.py --repeats 10
 
