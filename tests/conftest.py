@@ -52,12 +52,15 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     items.sort(key=lambda item: item.path.name not in SLOW_FIRST)  # stable: the order within each file stays
 
 
-@pytest.fixture
-def server():
+def scripted_server():
     mock = MockServer()
     mock.base_url = mock.start()
     yield mock
     mock.stop()
+
+
+server = pytest.fixture(scripted_server, name="server")
+judge = pytest.fixture(scripted_server, name="judge")  # a second one: the judge's endpoint (--judge_base_url)
 
 
 @dataclass

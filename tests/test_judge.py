@@ -12,19 +12,10 @@ import pytest
 from conftest import ROOT, source
 from test_money import ledger
 
-from trajforge.mock.server import MockServer
 from trajforge.verification.judge import messages, read_verdict, rubric_of
 
 FLAGS = ["--distribution=terminal_only", "--environment=local", "--seed=7"]
 EXAMPLES = ROOT / "data" / "example_prompts.jsonl"
-
-
-@pytest.fixture
-def judge():
-    mock = MockServer()
-    mock.base_url = mock.start()
-    yield mock
-    mock.stop()
 
 
 def rubric(tmp_path, text: str = "Grade how well the answer solves the task.", name: str = "rubric.md") -> str:

@@ -9,7 +9,6 @@ import json
 import socket
 
 import orjson
-import pytest
 from conftest import as_record, source, write_dataset
 from test_judge import judged, rubric
 
@@ -18,16 +17,6 @@ from trajforge.runfolder.folder import RunFolder
 FLAGS = ["--distribution=terminal_only", "--environment=local", "--seed=7"]
 WRITES = "write the answer [mock alternate command=echo%2042%20>%20answer.txt]"  # every other sample writes it
 CHECK = {"check.sh": 'test "$(cat answer.txt)" = 42'}
-
-
-@pytest.fixture
-def judge():
-    from trajforge.mock.server import MockServer
-
-    mock = MockServer()
-    mock.base_url = mock.start()
-    yield mock
-    mock.stop()
 
 
 def batch_bytes(run_dir) -> dict[str, bytes]:
