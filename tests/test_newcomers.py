@@ -120,6 +120,16 @@ def test_summary_json_is_the_one_thing_on_stdout(run_here):
     assert plain.code == 1 and "Run run" in plain.stdout
 
 
+def test_check_tasks_with_summary_json_puts_its_verdict_on_stdout(run_here, server):
+    sound = {"prompt": "make answer.txt", "solution": "echo 42 > answer.txt", "verify": "grep -q 42 answer.txt"}
+    unsound = {"prompt": "anything passes", "solution": "true", "verify": "true"}
+    result = run_here([sound, unsound], "--check_tasks", "--environment=local", "--summary_json")
+    summary = json.loads(result.stdout)  # one JSON object, nothing else
+    assert result.code == summary["exit_status"] == 1 and (summary["tasks"], summary["sound"]) == (2, 1)
+    assert summary["unsound"] == [1] and summary["details"].endswith("task_check.jsonl")
+    assert "1 of 2 tasks sound" in " ".join(result.stderr.split()) and not server.chat_requests()
+
+
 def test_dry_run_checks_everything_and_prints_the_bounds_without_a_chat_request(run_here, server):
     server.models = ["test-model"]
     entries = [{"prompt": f"task {i}"} for i in range(3)]

@@ -163,4 +163,9 @@ def check_tasks(config: RunConfig, console: Console) -> int:
     if sound < len(checks):
         console.print(unsound_table(checks, entries))
     console.print(f"{sound} of {len(checks)} tasks sound (no model was called); details in {folder.path / FILE}")
-    return 0 if sound == len(checks) else 1
+    code = 0 if sound == len(checks) else 1
+    if config.summary_json:  # the console went to stderr
+        unsound = [check.index for check in checks if not check.ok]
+        summary = {"exit_status": code, "tasks": len(checks), "sound": sound, "unsound": unsound}
+        print(json.dumps(summary | {"details": str(folder.path / FILE)}))
+    return code
