@@ -6,6 +6,7 @@ should not send, each beside an honest twin; a transcript that tries to instruct
 from __future__ import annotations
 
 import json
+import re
 from collections import Counter
 
 import pytest
@@ -58,6 +59,9 @@ def test_the_example_prompts_judged_on_a_second_endpoint(run_here, server, judge
     assert stats["usage"]["judge_tokens"] == sum(r["metadata"]["usage"]["judge_tokens"] for r in lines)
     assert stats["usage"]["judge_cost"] == pytest.approx(sum(r["metadata"]["usage"]["judge_cost"] for r in lines))
     assert stats["usage"]["cost"] == pytest.approx(sum(ledger(result.run_dir)))  # the judge's calls were paid
+    page = (result.run_dir / "report.html").read_text()  # the report shows the judge's share (a card, per sample)
+    data = json.loads(re.search(r'id="report-data">(.*?)</script>', page, re.S).group(1))
+    assert data["statistics"]["usage"]["judge_cost"] == stats["usage"]["judge_cost"] and "judge_cost" in page
 
 
 def test_a_resume_after_a_budget_stop_pays_no_judge_twice(run_here, server, judge, tmp_path):

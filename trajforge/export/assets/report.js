@@ -53,6 +53,10 @@
       ["duration_seconds", "duration", seconds(stats.duration_seconds)],
       ["coverage", "reasoning coverage", percent(reasoning.coverage)],
     ];
+    if (usage.judge_tokens) {  // a judge's share of the tokens and cost above (--judge, a verify judge)
+      const judged = typeof usage.judge_cost === "number" ? "$" + usage.judge_cost.toFixed(4) : "unknown";
+      cards.push(["judge_cost", `judge: ${number(usage.judge_tokens)} tokens`, judged]);
+    }
     const verification = data.summary.verification || {};
     const verified = (verification.passed || 0) + (verification.failed || 0);
     if (verified) cards.push(["pass_rate", "pass rate", percent((verification.passed || 0) / verified)]);
@@ -218,6 +222,7 @@
       ["cost", typeof usage.cost === "number" ? "$" + usage.cost.toFixed(6) : "unknown"],
       ["finished at", t.timestamp],
     ];
+    if (usage.judge_tokens) meta.push(["judge", `${number(usage.judge_tokens)} tokens, $${(usage.judge_cost || 0).toFixed(6)}`]);
     if (item.verified !== "unverified") meta.push(["verification", item.verified + (t.reward === null ? "" : `, reward ${t.reward}`)]);
     const body = [
       el("h3", {}, `Prompt #${t.prompt_index}` + (t.sample_index ? `, sample ${t.sample_index}` : "")),
