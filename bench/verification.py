@@ -32,13 +32,16 @@ from pathlib import Path
 from trajforge.environments import EnvironmentSettings, backend_for
 
 try:  # this tree's layout
+    from trajforge.flags.values import verifier_spec
     from trajforge.verification.checks import verify_sample
-    from trajforge.verification.python_verifier import normalize
     from trajforge.verification.result import VerifySettings
     from trajforge.verification.tasks import prepare_task, reveal_tests
 except ImportError:  # a --before tree from before the package was laid out by role, and before tasks
     from trajforge.verifier import normalize
     from trajforge.verify import VerifySettings, verify_sample
+
+    def verifier_spec(value: str, flag: str) -> str:
+        return normalize(value)
 
     prepare_task = reveal_tests = None
 try:  # where a task's folders may lie (TASK has none, its files are inline)
@@ -106,6 +109,8 @@ async def measure_task(kind: str, repeats: int) -> dict[str, list[float]]:
             started = time.perf_counter()
             await prepare_task(env, TASK, FOLDERS, 60.0)
             times["task files+setup"].append(time.perf_counter() - started)
+            if hasattr(env, "enter_clean_room"):  # as verification does: the tests are the verifier's alone
+                await env.enter_clean_room()
             started = time.perf_counter()
             await reveal_tests(env, TASK, FOLDERS)
             times["task tests"].append(time.perf_counter() - started)
@@ -122,7 +127,7 @@ def kinds(docker: bool) -> tuple[str, ...]:
 def medians(args) -> dict[str, dict[str, list[float]]]:
     path = Path(tempfile.mkdtemp()) / "bench_verifier.py"
     path.write_text(VERIFIER)
-    verifier = normalize(f"{path}:check")
+    verifier = verifier_spec(f"{path}:check", "verifier")
     return {
         kind: asyncio.run(measure(kind, args.repeats, verifier))
         | (asyncio.run(measure_task(kind, args.repeats)) if prepare_task else {})
@@ -160,6 +165,12 @@ def main() -> None:
     parser.add_argument("--before", help="a tree of the code to compare with (git archive main | tar -x -C DIR)")
     parser.add_argument("--json", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    try:  # the built-in backends, registered as a run registers them (a --before tree has a fixed table)
+        from trajforge import plugins
+
+        plugins.load()
+    except ImportError:
+        pass
     if args.before:
         compare(args)
         return
