@@ -429,3 +429,14 @@ def test_a_python_verifier_is_refused_for_task_folders(run_here, server, tmp_pat
     assert done.code == 2
     assert "--verifier does not apply to task folders" in done.stderr
     assert server.chat_requests() == []
+
+
+def test_the_agent_finds_harbor_s_log_folder(docker_host, run_here, server, tmp_path):
+    tasks = copy_examples(tmp_path)
+    for name in ("sum-numbers", "fix-greeting"):
+        shutil.rmtree(tasks / name)
+    steer(tasks / "hello-file", "test -d /logs/agent && echo agent-logs-there")
+    done = run_here(tasks, "--distribution=terminal_only")
+    assert done.code == 0, done.stderr
+    (record,) = samples(done.run_dir)["hello-file"]
+    assert "agent-logs-there" in record["conversations"][3]["value"]

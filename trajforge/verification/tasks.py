@@ -16,10 +16,12 @@ import binascii
 import posixpath
 
 from trajforge.environments import Environment
+from trajforge.environments.folder_task import KEY as FOLDER_TASK
 from trajforge.errors import SetupFailed
 from trajforge.verification.host_folders import HostFolders
 
 TASK_FIELDS = ("files", "workspace", "setup", "tests", "solution")
+AGENT_LOGS = "/logs/agent"  # a task folder's (Harbor): where an agent may keep its logs
 SETUP_OUTPUT_CAP = 4000  # characters of a failed setup's output kept in the error
 
 
@@ -129,6 +131,8 @@ async def prepare_task(env: Environment, entry: dict, folders: HostFolders, time
         await env.write_files(files)
     except OSError as exc:  # e.g. "a" a file and "a/b" one too, or the workspace folder changed since the load
         raise SetupFailed(f"the task's files could not be written: {exc}") from None
+    if FOLDER_TASK in entry:  # Harbor's place for the agent's logs, there from the start as in Harbor's runs
+        await env.exec(f"mkdir -p {AGENT_LOGS}", timeout)
     setup = entry.get("setup")
     if not setup:
         return
