@@ -37,6 +37,8 @@ def install(pip: list, venv: Path, wheel: Path, wheels: Path) -> subprocess.Comp
     installed = subprocess.run([*into, wheel], capture_output=True, text=True)
     if installed.returncode == 0:
         return installed
+    for ours in wheels.glob("batch_runner-*.whl"):  # an earlier build's copy: pip would read its dependencies
+        ours.unlink()
     fetched = subprocess.run([*pip, "download", "-d", wheels, wheel], capture_output=True, text=True)
     assert fetched.returncode == 0, fetched.stdout + fetched.stderr
     return subprocess.run([*into, wheel], capture_output=True, text=True)
