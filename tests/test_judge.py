@@ -192,3 +192,16 @@ def test_check_tasks_calls_no_judge_and_says_so(run_here, server, judge, tmp_pat
         in result.jsonl("task_check.jsonl")[0]["outputs"]["oracle"]
     )
     assert server.requests == [] and judge.requests == []
+
+
+def test_a_judge_without_structured_output_is_asked_in_plain_text(run_here, server, judge, tmp_path):
+    judge.structured_output = False  # it refuses response_format with a 400, as some servers do
+    result = run_here([{"prompt": "write a haiku"}], *FLAGS, rubric(tmp_path), f"--judge_base_url={judge.base_url}")
+    assert result.code == 0, result.stdout + result.stderr
+    (row,) = result.trajectories
+    verification = row["metadata"]["verification"]
+    assert verification["verified"] and not verification["error"]
+    assert [verification["reward"]] == pytest.approx(scores(row))
+    statuses = [r["status"] for r in judge.chat_requests()]
+    assert statuses == [400, 200]  # refused once, then asked without it
+    assert "response_format" not in judge.chat_requests()[1]["body"]

@@ -24,11 +24,19 @@ QUOTED = re.compile(r"<<<BEGIN (\w+) (\w+)>>>\n.*?\n<<<END \1 \2>>>", re.S)
 DIRECTIVE = re.compile(r"\[judge\s+([^\]]*)\]")
 SCALE = re.compile(r"A score from (\S+) \(worst\) to (\S+) \(best\)")
 KINDS = ("text", "nan", "big", "string", "huge", "nested", "prose")
+GRADING = "You grade one answer to a task against a rubric."  # how verification/judge.py's system text begins
 
 
 def is_judge(request: dict) -> bool:
+    """A judge's request: the `verdict` response format, or (asked in plain text, of a server without
+    structured output) a system message that asks for a grade."""
     response_format = request.get("response_format")
-    return isinstance(response_format, dict) and (response_format.get("json_schema") or {}).get("name") == "verdict"
+    if isinstance(response_format, dict) and (response_format.get("json_schema") or {}).get("name") == "verdict":
+        return True
+    messages = request.get("messages") or []
+    first = messages[0] if messages and isinstance(messages[0], dict) else {}
+    content = first.get("content")
+    return first.get("role") == "system" and isinstance(content, str) and content.startswith(GRADING)
 
 
 def _directives(text: str) -> dict[str, str]:

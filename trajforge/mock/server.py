@@ -60,6 +60,8 @@ class MockServer:
         self.port = 0
         # What GET /models lists; None: no such route (404), as on servers without it, so no model is refused.
         self.models: list[str] | None = None
+        # A server without structured output: a request with `response_format` is refused with a 400.
+        self.structured_output = True
         self._ids = itertools.count()
         self._served: ThreadedServer | None = None
 
@@ -246,6 +248,9 @@ class MockServer:
         except mock_model.DirectiveError as error:
             self._log(path, request, 400, prompt, time.time())
             return await self._send(writer, 400, _error(400, str(error)))
+        if "response_format" in request and not self.structured_output:
+            self._log(path, request, 400, prompt, time.time())
+            return await self._send(writer, 400, _error(400, "response_format is not supported by this server"))
         return None
 
     def _log(self, path: str, request: dict, status: int, prompt: str = "", arrived: float = 0.0) -> None:

@@ -27,6 +27,7 @@ from typing import Any
 from trajectory import Turn
 from trajforge import safejson
 from trajforge.caller import Caller
+from trajforge.model.retry import ModelCallFailed
 from trajforge.model.usage import judged
 from trajforge.registry import Verdict, VerifierKind
 
@@ -157,8 +158,15 @@ def read_verdict(content: Any, scale: tuple[float, float]) -> tuple[float, str]:
 
 async def ask(chat, request: list[dict], rubric: Rubric, session, caller: Caller) -> tuple[float, str]:
     """One verdict: asked, and asked again once when the first is unusable; ValueError after two."""
+    structured: dict | None = {"response_format": RESPONSE_FORMAT}
     for attempt in range(2):
-        completion = await chat.complete(request, [], caller, extra={"response_format": RESPONSE_FORMAT})
+        try:
+            completion = await chat.complete(request, [], caller, extra=structured)
+        except ModelCallFailed as exc:  # a server without structured output refuses the request: ask in plain text
+            if structured is None or exc.kind not in ("http_400", "http_422"):
+                raise
+            structured = None
+            completion = await chat.complete(request, [], caller)
         session.count_usage(judged(completion.usage))
         content = completion.message.get("content")
         try:
