@@ -59,12 +59,13 @@ def main() -> None:
     small, large = sizes[0], sizes[-1]
     growth = math.log(large / small)
     for name, by_size in results.items():
-        ratios = {k: by_size[large][k] / (by_size[small][k] or 1e-9) for k in FIGURES}
+        # A figure that was 0 at the small size (a merge quicker than the watcher's look) has no ratio.
+        ratios = {k: by_size[large][k] / by_size[small][k] for k in FIGURES if by_size[small][k] and by_size[large][k]}
         print(f"{name:<20} {large} / {small} samples = {large / small:g}x:")
-        print("   ratio  " + "  ".join(f"{k}={ratios[k]:.2f}x" for k in FIGURES))
+        print("   ratio  " + "  ".join(f"{k}={ratios[k]:.2f}x" if k in ratios else f"{k}=-" for k in FIGURES))
         # cpu_ms and sys_ms are per sample: their totals grow by one power of the samples' ratio more.
-        exponents = {k: math.log(max(r, 1e-9)) / growth + (k in ("cpu_ms", "sys_ms")) for k, r in ratios.items()}
-        print("   k      " + "  ".join(f"{k}={exponents[k]:.2f}" for k in FIGURES if k != "wall_s"))
+        exponents = {k: math.log(r) / growth + (k in ("cpu_ms", "sys_ms")) for k, r in ratios.items()}
+        print("   k      " + "  ".join(f"{k}={exponents.get(k, math.nan):.2f}" for k in FIGURES if k != "wall_s"))
 
 
 if __name__ == "__main__":
