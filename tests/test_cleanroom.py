@@ -93,6 +93,11 @@ ATTACKS = [
         filtered() + " && mv .git realgit && echo 'gitdir: realgit' > .git",
         f"git status --porcelain > /dev/null 2>&1; {GIT_THEN_CMP}",
     ),
+    (  # the same, the file's second line part of the folder's name: git reads the whole file, not a line
+        "git_gitdir_two_lines",
+        filtered() + " && mkdir a && mv .git \"$(printf 'a\\nb')\" && printf 'gitdir: a\\nb\\n' > .git",
+        f"git status --porcelain > /dev/null 2>&1; {GIT_THEN_CMP}",
+    ),
     (
         "git_gitdir_link",
         filtered() + " && mv .git realgit && ln -s realgit .git",

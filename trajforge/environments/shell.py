@@ -41,7 +41,11 @@ WRITE_SCRIPT = f'if [ -e "$1" ]; then {NOT_SPECIAL}fi; mkdir -p -- "$(dirname --
 # Git in the agent's repository would run what its config names: every repository's config is the
 # runner's by now (GIT_NEUTRAL); these hold besides, and for a repository git would find elsewhere.
 GIT_SAFE = {"core.fsmonitor": "false", "core.hooksPath": "/dev/null", "core.pager": "cat", "core.editor": "true"}
-GIT_SAFE |= {"core.sshCommand": "false", "diff.external": "false", "credential.helper": "", "gpg.program": "false"}
+# diff.external is not among them: "false" would make every `git diff` print nothing; the agent's configs
+# are the runner's by the time anything runs (GIT_NEUTRAL), and they name no external diff.
+GIT_SAFE |= {"core.sshCommand": "false", "credential.helper": "", "gpg.program": "false"}
+# The agent wrote the object database: no commit-graph or multi-pack index of its may stand for the commits.
+GIT_SAFE |= {"core.commitGraph": "false", "core.multiPackIndex": "false"}
 GIT_SAFE |= {"gpg.ssh.program": "false", "gpg.x509.program": "false", "gpg.ssh.defaultKeyCommand": "false"}
 GIT_SAFE |= {"log.showSignature": "false", "core.attributesFile": "/dev/null"}
 # The agent's repository, read by the verifier's uid; a folder that merely looks like a repository
@@ -57,6 +61,7 @@ GIT_VARIABLES = " ".join(
 CLEAN_MAIN = (
     "c=$(cat) && exec </dev/null && HOME=$(mktemp -d) || exit 125; "
     'export HOME TMPDIR="$HOME" AS_AGENT="${AS_AGENT:-}" PYTHONNOUSERSITE=1 PYTHONSAFEPATH=1 '
+    'PYTHONPYCACHEPREFIX="$HOME/.pycache" '
     f"GIT_CONFIG_NOSYSTEM=1 GIT_CONFIG_GLOBAL=/dev/null GIT_ATTR_NOSYSTEM=1 GIT_NO_REPLACE_OBJECTS=1 {GIT_VARIABLES}; "
     'eval "$c"'
 )
@@ -96,6 +101,11 @@ find "$root" \( -name .git -o -path '*/.git/*/HEAD' -type f \) -exec sh -c "$GIT
 GIT_NEUTRAL = r"""root=$1; shift
 inside() { case "$1" in "$root"/*) return 0 ;; esac; return 1; }
 drop() { rm -rf -- "$1" && printf '%s\n' "${1#"$root"/}"; }
+# What a `.git` file or `commondir` names, read whole as git reads it (trailing newlines off); false for
+# text of more than one line or with a carriage return, which git would read as another path than its
+# first line: such a file goes.
+named() { c=$(cat -- "$1") || return 1; c=${c#"$2"}; case "$c" in *"
+"* | *"$(printf '\r')"* | "") return 1 ;; esac; printf '%s' "$c"; }
 KEEP='^(core\.repositoryformatversion|extensions\.(objectformat|refstorage|compatobjectformat))$'
 own() {
   g=$1; kept=
@@ -118,7 +128,8 @@ own() {
 neutral() {
   own "$1"
   [ -e "$1/commondir" ] || [ -L "$1/commondir" ] || return 0
-  c=$(head -n 1 "$1/commondir"); case "$c" in /*) ;; *) c=$1/$c ;; esac
+  c=$(named "$1/commondir" "") || { drop "$1/commondir"; return 0; }
+  case "$c" in /*) ;; *) c=$1/$c ;; esac
   if c=$(readlink -f -- "$c") && [ -d "$c" ] && inside "$c"; then own "$c"; else drop "$1/commondir"; fi
 }
 for f; do
@@ -130,7 +141,9 @@ for f; do
   elif [ -d "$f" ]; then
     neutral "$f"
   elif [ -f "$f" ]; then
-    g=$(sed -n 's/^gitdir: //p;q' "$f"); case "$g" in /*) ;; *) g=${f%/*}/$g ;; esac
+    case "$(head -c 8 -- "$f")" in "gitdir: ") ;; *) drop "$f"; continue ;; esac
+    g=$(named "$f" "gitdir: ") || { drop "$f"; continue; }
+    case "$g" in /*) ;; *) g=${f%/*}/$g ;; esac
     if g=$(readlink -f -- "$g") && [ -d "$g" ] && inside "$g"; then neutral "$g"; else drop "$f"; fi
   fi
 done"""
