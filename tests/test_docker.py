@@ -320,3 +320,19 @@ def test_the_work_folder_is_carried_into_the_verification_without_links_out_of_i
     for name in ("a/b/t", "outward", "absolute", "pipe", "via_tests"):
         assert name in note, note
     assert "inward" not in note and "hard" not in note
+
+
+def test_read_only_files_are_writable_again_in_the_verification(docker_host, run_here):
+    """The agent makes its answer and the file the verify command writes read-only (and equal): without
+    capabilities the verify command could not write its own file, and would compare the agent's two."""
+    attack = "echo same > out.txt && echo same > expected.txt && chmod 444 out.txt expected.txt"
+    verify = "echo right > expected.txt; cat answer.txt > out.txt 2>/dev/null; cmp -s out.txt expected.txt"
+    tasks = [
+        {"prompt": f"{name} [mock turns=1 command={quote(command, safe='')}]", "image": HARBOR_BASE, "verify": verify}
+        for name, command in (("attack", attack), ("honest", "echo right > answer.txt"))
+    ]
+    flags = ("--environment=docker", "--distribution=terminal_only", "--num_workers=1", "--concurrency=2")
+    result = run_here(tasks, *flags)
+    assert result.code == 0, result.stderr
+    passed = {source(t)["prompt"].split(" [")[0]: t["metadata"]["verification"]["passed"] for t in result.trajectories}
+    assert passed == {"attack": False, "honest": True}
