@@ -22,10 +22,7 @@ from urllib.parse import quote
 import pytest
 from conftest import tool_results, wait_for
 from mcp_servers import readable_sdk as readable_sdk_copy
-
-from trajforge.environments import EnvironmentSettings
-from trajforge.environments.bwrap import BwrapBackend
-from trajforge.errors import SetupError
+from test_sandbox import bwrap  # noqa: F401  (the fixture)
 
 KV = Path(__file__).parent / "mcp_servers" / "kv_server.py"
 LOCAL = ("--distribution=terminal_only", "--environment=local")
@@ -223,16 +220,9 @@ def readable_sdk():
     shutil.rmtree(folder, ignore_errors=True)
 
 
-@pytest.fixture
-def bwrap():
-    try:
-        BwrapBackend.check(EnvironmentSettings(kind="bwrap"))
-    except SetupError as exc:
-        pytest.skip(f"bwrap cannot run on this machine: {exc}")
-
-
+@pytest.mark.usefixtures("bwrap")
 def test_in_bwrap_a_server_is_the_sandbox_s_uid_without_network_unless_sandbox_network(
-    run, server, tmp_path, bwrap, readable_sdk
+    run, server, tmp_path, readable_sdk
 ):
     folder, sdk = readable_sdk
     config = folder / f"kv-{tmp_path.name}.json"
