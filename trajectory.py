@@ -215,7 +215,8 @@ def verification_passed(verification: dict | None) -> bool | None:
     return bool(verification.get("passed"))
 
 
-ADDED_USAGE = {"judge_tokens": 0, "judge_cost": 0.0}  # usage fields since the cost flag, at their zero values
+# Usage fields added since the cost flag, at their zero values: a judge's share of the totals (model/usage.py).
+ADDED_USAGE = {"judge_tokens": 0, "judge_cost": 0.0}
 
 
 def current_usage(usage: dict) -> dict:

@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
+from trajectory import ADDED_USAGE
 from trajforge.money.pricing import plausible, tokens
 
 USAGE_KEYS = ("prompt_tokens", "completion_tokens", "total_tokens", "reasoning_tokens", "cached_tokens")
 # A judge's share of the totals above (verification/judge.py): its calls' tokens and their known cost.
-JUDGE_KEYS = ("judge_tokens", "judge_cost")
+JUDGE_KEYS = tuple(ADDED_USAGE)
 
 
 def empty_usage() -> dict:
-    return dict.fromkeys(USAGE_KEYS, 0) | {"cost": 0.0, "judge_tokens": 0, "judge_cost": 0.0}
+    return dict.fromkeys(USAGE_KEYS, 0) | {"cost": 0.0} | ADDED_USAGE
 
 
 def judged(usage: dict) -> dict:
