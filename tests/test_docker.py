@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import http.client
 import io
 import platform
 import signal
@@ -336,3 +337,24 @@ def test_read_only_files_are_writable_again_in_the_verification(docker_host, run
     assert result.code == 0, result.stderr
     passed = {source(t)["prompt"].split(" [")[0]: t["metadata"]["verification"]["passed"] for t in result.trajectories}
     assert passed == {"attack": False, "honest": True}
+
+
+def test_no_output_is_lost_when_the_reply_s_headers_are_read_late(settings, monkeypatch):
+    # A loaded machine: this thread reads the exec's HTTP headers after the command already wrote its
+    # output. The SDK's reader lost what came in with the headers (10 of 20 outputs here were empty).
+    begin = http.client.HTTPResponse.begin
+
+    def late(response):
+        time.sleep(0.05)
+        return begin(response)
+
+    monkeypatch.setattr(http.client.HTTPResponse, "begin", late)
+
+    async def body():
+        env = await DockerBackend(settings).open({})
+        try:
+            return [(await env.exec(f"echo line{n}; echo more{n}")).output for n in range(10)]
+        finally:
+            await env.close()
+
+    assert asyncio.run(body()) == [f"line{n}\nmore{n}\n" for n in range(10)]

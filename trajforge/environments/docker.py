@@ -8,12 +8,16 @@ import asyncio
 import contextlib
 import os
 import posixpath
+import struct
 import uuid
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from functools import partial
+from typing import BinaryIO
 
 import docker
+import requests
 from docker.errors import APIError, DockerException, ImageNotFound, NotFound
 
 from trajforge.environments import (
@@ -54,6 +58,7 @@ GUARDED_KEEP_ALIVE = [
     'exec sh -c "$0"',
     KEEP_ALIVE[-1],
 ]
+FRAME_HEADER, STDERR = struct.Struct(">BxxxL"), 2  # a frame of an exec's output: stream number, length
 KILL_GRACE = 5.0  # seconds to wait for a killed command's output to end
 CARRIED_MAX = 1024 * MB  # bytes of a working directory fresh_copy carries over into a new container
 BUILD_LOG_TAIL = 4000  # characters of a failed build's output in the sample's error
@@ -166,15 +171,13 @@ class DockerEnvironment(CommandEnvironment):
             argv = [*FROM_FILE, staged, *argv]
         command = [*REPORT_PID, *argv]
         exec_id = (await self._call(self.api.exec_create, self.name, command, environment=self.exec_env or None))["Id"]
-        stream = await self._call(self.api.exec_start, exec_id, stream=True, demux=True)
+        response = await self._call(exec_stream, self.api, exec_id)
         output, pid = CappedOutput(limit), bytearray()
 
         def drain() -> None:
-            for out, err in stream:
-                if out:
-                    output.feed(out)
-                if err:
-                    pid.extend(err)
+            with response:
+                for stream, data in frames(response.raw._fp.fp):
+                    (pid.extend if stream == STDERR else output.feed)(data)
 
         reading = asyncio.get_running_loop().run_in_executor(self.readers, drain)
         try:
@@ -252,6 +255,32 @@ class DockerEnvironment(CommandEnvironment):
         # A failure here must not fail the prompt; the run's end (or --resume) removes leftovers by label.
         with contextlib.suppress(DockerException):
             self.api.remove_container(self.name, force=True, v=True)
+
+
+def exec_stream(api: docker.APIClient, exec_id: str) -> requests.Response:
+    """Start an exec attached to its output, as the SDK's exec_start does, and hand back the response whose
+    buffered reader holds the output. The SDK reads the socket beneath that buffer, so output that came in
+    with the headers was lost. That happens when this thread is slow to read them, as on a loaded
+    machine, and a command's output came back short or empty."""
+    response = api._post_json(
+        api._url("/exec/{0}/start", exec_id),
+        headers={"Connection": "Upgrade", "Upgrade": "tcp"},
+        data={"Tty": False, "Detach": False},
+        stream=True,
+    )
+    api._raise_for_status(response)
+    response.raw._fp.fp.raw._sock.settimeout(None)  # a command may be quiet for longer than the API timeout
+    return response
+
+
+def frames(reader: BinaryIO) -> Iterator[tuple[int, bytes]]:
+    """The (stream, bytes) frames of Docker's multiplexed output, until it ends."""
+    while len(header := reader.read(FRAME_HEADER.size)) == FRAME_HEADER.size:
+        stream, length = FRAME_HEADER.unpack(header)
+        data = reader.read(length)
+        yield stream, data
+        if len(data) < length:
+            return
 
 
 def _gathered(stream, limit: int) -> bytes:

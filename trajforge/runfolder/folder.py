@@ -65,7 +65,7 @@ def write_atomic(path: Path, write: Callable) -> None:
             os.fsync(handle.fileno())
         os.replace(temp, path)
     except BaseException:
-        os.unlink(temp)
+        temp.unlink(missing_ok=True)  # gone when an interrupt lands just after the rename
         raise
 
 
