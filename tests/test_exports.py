@@ -133,6 +133,11 @@ def test_every_export_loads_with_datasets_and_holds_the_trajectories(exported, t
     parquet = load(export / "trajectories.parquet", tmp_path)
     assert [row["prompt_index"] for row in parquet] == [r["prompt_index"] for r in kept]
     assert parquet[0]["metadata"]["source"] == kept[0]["metadata"]["source"]  # the entry as JSON text
+    meta, kept_meta = parquet[0]["metadata"], kept[0]["metadata"]
+    assert set(kept_meta) <= set(meta)  # every field of the record, the judge's and --rescore's included
+    assert {field: set(meta[field]) for field in ("usage", "verification")} == {
+        field: set(kept_meta[field]) for field in ("usage", "verification")
+    }
     assert parquet[0]["conversations"][2]["tool_calls"] == json.loads(kept[0]["conversations"][2]["tool_calls"])
     info = json.loads((export / "dataset_info.json").read_text())
     assert info["run"]["file_name"] == "llamafactory.json" and info["run"]["formatting"] == "sharegpt"

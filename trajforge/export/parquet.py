@@ -27,6 +27,7 @@ TURN = pa.struct(
 USAGE = pa.struct(
     [(key, pa.int64()) for key in ("prompt_tokens", "completion_tokens", "total_tokens", "reasoning_tokens")]
     + [("cached_tokens", pa.int64()), ("cost", pa.float64()), ("cost_known", pa.bool_())]
+    + [("judge_tokens", pa.int64()), ("judge_cost", pa.float64())]
 )
 VERIFICATION = pa.struct(
     [
@@ -36,6 +37,7 @@ VERIFICATION = pa.struct(
         ("output", pa.string()),
         ("duration_seconds", pa.float64()),
         ("error", pa.string()),
+        ("replay_diverged", pa.bool_()),
     ]
 )
 METADATA = pa.struct(
