@@ -18,11 +18,10 @@ from trajforge.verification.checks import verify_sample
 from trajforge.verification.result import VerifySettings
 
 SECRET = "SECRET-ANSWER-7d1f"
-# A repository whose committed check.txt the agent then changes.
-GIT_REPO = (
-    "git init -q . && echo pristine > check.txt && git add check.txt"
-    " && git -c user.email=a@b -c user.name=a commit -qm base && echo tampered > check.txt"
-)
+COMMIT = "git -c user.email=a@b -c user.name=a commit"
+# A repository with check.txt committed; then one whose check.txt the agent changed.
+COMMITTED = f"git init -q . && echo pristine > check.txt && git add check.txt && {COMMIT} -qm base"
+GIT_REPO = COMMITTED + " && echo tampered > check.txt"
 USER_SITE = "$(python3 -c 'import site; print(site.getusersitepackages())')"
 # Issue 35: a clean filter of the repository's config that copies the hidden answer to `answer` (relative
 # to the repository's work tree), named by .gitattributes.
@@ -366,3 +365,58 @@ def test_no_command_makes_a_user_namespace_of_its_own_yet_threads_and_children_w
     verify = f"test ! -e made.txt && ! unshare -Ur true 2>/dev/null && {threads} && sh -c 'echo child'"
     done = verify_in("bwrap", tmp_path, agent, verify)
     assert done["passed"] is True and done["output"].endswith("child\n"), done
+
+
+DIFF = "git diff --no-ext-diff --no-textconv --exit-code"
+# Issue 31, scope 5: how an agent hides a change from the git of a verify command, and the honest twin of
+# each: (what the agent does in the task's repository, the twin, the verify command). Passing is "nothing
+# changed" (or nothing new), so each attack passed before the clean room undid its hiding.
+HIDDEN_FROM_GIT = {
+    "assume_unchanged": ("echo tampered > check.txt && git update-index --assume-unchanged check.txt", "true", DIFF),
+    "skip_worktree": ("echo tampered > check.txt && git update-index --skip-worktree check.txt", "true", DIFF),
+    "against_head": (  # the same, asked against the commit
+        "echo tampered > check.txt && git update-index --assume-unchanged check.txt",
+        "true",
+        f"{DIFF} HEAD",
+    ),
+    "info_exclude": (
+        "echo new > new.txt && echo new.txt >> .git/info/exclude",
+        "true",
+        'test -z "$(git status --porcelain)"',
+    ),
+    "replace_ref": (  # the task's commit stands for one of the agent's, whose check.txt is the tampered one
+        f"echo tampered > check.txt && {COMMIT} -qam t && t=$(git rev-parse HEAD) && git reset -q --soft HEAD~1"
+        " && git replace HEAD $t",
+        "true",
+        f"{DIFF} HEAD",
+    ),
+    "graft": (  # the agent's commit has, by info/grafts, a parent of its own making with its tree
+        f"echo tampered > check.txt && {COMMIT} -qam t"
+        " && f=$(git -c user.email=a@b -c user.name=a commit-tree HEAD^{tree} -m f)"
+        ' && echo "$(git rev-parse HEAD) $f" > .git/info/grafts',
+        f"echo new > new.txt && git add new.txt && {COMMIT} -qm new",
+        f"{DIFF} HEAD~1 -- check.txt",
+    ),
+    "rewritten_tree": (  # the task commit's tree object rewritten to list the tampered check.txt (staged)
+        "echo tampered > check.txt && git add check.txt && t=$(git rev-parse HEAD^{tree}) && n=$(git write-tree)"
+        " && f=.git/objects/$(echo $t | cut -c1-2)/$(echo $t | cut -c3-) && chmod u+w $f"
+        " && cp .git/objects/$(echo $n | cut -c1-2)/$(echo $n | cut -c3-) $f",
+        "true",
+        f"{DIFF} HEAD",
+    ),
+    "gitignore": (  # docs/sandbox.md's recipe for "nothing new": a .gitignore of `*` hides itself and its folder
+        "mkdir new && echo new > new/new.txt && echo '*' > new/.gitignore",
+        "true",
+        'test -z "$(git status --porcelain --ignored --untracked-files=all)"',
+    ),
+}
+
+
+def test_what_git_shows_in_the_clean_room_is_not_the_agent_s_to_hide(kind, tmp_path):
+    verdicts = {}
+    for name, (attack, honest, verify) in HIDDEN_FROM_GIT.items():
+        for twin, agent in (("attack", attack), ("honest", honest)):
+            verdicts[name, twin] = verify_in(kind, tmp_path, f"{COMMITTED} && {agent}", verify)["passed"]
+    fooled = [name for name in HIDDEN_FROM_GIT if verdicts[name, "attack"] is not False]
+    refused = [name for name in HIDDEN_FROM_GIT if verdicts[name, "honest"] is not True]
+    assert (fooled, refused) == ([], []), verdicts

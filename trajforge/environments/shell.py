@@ -47,22 +47,27 @@ GIT_SAFE |= {"core.sshCommand": "false", "credential.helper": "", "gpg.program":
 # The agent wrote the object database: no commit-graph or multi-pack index of its may stand for the commits.
 GIT_SAFE |= {"core.commitGraph": "false", "core.multiPackIndex": "false"}
 GIT_SAFE |= {"gpg.ssh.program": "false", "gpg.x509.program": "false", "gpg.ssh.defaultKeyCommand": "false"}
-GIT_SAFE |= {"log.showSignature": "false", "core.attributesFile": "/dev/null"}
+GIT_SAFE |= {"log.showSignature": "false", "core.attributesFile": "/dev/null", "core.excludesFile": "/dev/null"}
+# An untracked cache the agent wrote into its index would answer `git status` for what is new.
+GIT_SAFE |= {"core.untrackedCache": "false"}
 # The agent's repository, read by the verifier's uid; a folder that merely looks like a repository
 # (one the agent moved its .git to) is none unless a command names it with --git-dir.
 GIT_SAFE |= {"safe.directory": "*", "safe.bareRepository": "explicit"}
-GIT_VARIABLES = " ".join(
-    [f"GIT_CONFIG_COUNT={len(GIT_SAFE)}"]
-    + [
-        f"GIT_CONFIG_KEY_{n}={key} GIT_CONFIG_VALUE_{n}={shlex.quote(value)}"
-        for n, (key, value) in enumerate(GIT_SAFE.items())
-    ]
-)
+# No system or global config or attributes, no replace refs (`git replace` would make an object id stand
+# for other content), and GIT_SAFE: for the verify command's git and the clean room's own.
+GIT_ENV = {"GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": "/dev/null", "GIT_ATTR_NOSYSTEM": "1"}
+GIT_ENV |= {"GIT_NO_REPLACE_OBJECTS": "1", "GIT_CONFIG_COUNT": str(len(GIT_SAFE))}
+GIT_ENV |= {
+    name: text
+    for n, (key, value) in enumerate(GIT_SAFE.items())
+    for name, text in ((f"GIT_CONFIG_KEY_{n}", key), (f"GIT_CONFIG_VALUE_{n}", value))
+}
+GIT_VARIABLES = " ".join(f"{name}={shlex.quote(value)}" for name, value in GIT_ENV.items())
 CLEAN_MAIN = (
     "c=$(cat) && exec </dev/null && HOME=$(mktemp -d) || exit 125; "
     'export HOME TMPDIR="$HOME" AS_AGENT="${AS_AGENT:-}" PYTHONNOUSERSITE=1 PYTHONSAFEPATH=1 '
     'PYTHONPYCACHEPREFIX="$HOME/.pycache" '
-    f"GIT_CONFIG_NOSYSTEM=1 GIT_CONFIG_GLOBAL=/dev/null GIT_ATTR_NOSYSTEM=1 GIT_NO_REPLACE_OBJECTS=1 {GIT_VARIABLES}; "
+    f"{GIT_VARIABLES}; "
     'eval "$c"'
 )
 # First every descriptor above 2 is closed (bwrap's of the worker's user namespace): dash names only 3-9
@@ -96,8 +101,9 @@ find "$root" \( -name .git -o -path '*/.git/*/HEAD' -type f \) -exec sh -c "$GIT
 # agent's (only the format a reader needs is kept: no filter, driver, program, hook or include of the
 # agent's is left to run, whatever its name), and attributes of the runner's in info/attributes, which
 # outrank every .gitattributes: no path has a diff, filter or merge driver, so `git diff` shows the bytes
-# that changed. The verifier's uid, which has no capability where git checks with access(), may pass
-# into each folder (objects and refs included).
+# that changed. No info/exclude hides a new file from `git status`, no info/grafts gives a commit other
+# parents, and no entry of the index is marked for git to pass over (unmark). The verifier's uid, which
+# has no capability where git checks with access(), may pass into each folder (objects and refs included).
 GIT_NEUTRAL = r"""root=$1; shift
 inside() { case "$1" in "$root"/*) return 0 ;; esac; return 1; }
 drop() { rm -rf -- "$1" && printf '%s\n' "${1#"$root"/}"; }
@@ -110,8 +116,7 @@ KEEP='^(core\.repositoryformatversion|extensions\.(objectformat|refstorage|compa
 own() {
   g=$1; kept=
   if [ -f "$g/config" ] && [ ! -L "$g/config" ] && command -v git >/dev/null; then
-    kept=$(cd / && HOME=/ GIT_CONFIG_NOSYSTEM=1 GIT_CONFIG_GLOBAL=/dev/null \
-      git config --file "$g/config" --get-regexp "$KEEP")
+    kept=$(cd / && git config --file "$g/config" --get-regexp "$KEEP")
   fi
   rm -rf -- "$g/config" "$g/config.worktree" || exit 1
   { printf '[core]\n\tbare = false\n'
@@ -120,18 +125,28 @@ own() {
       printf '[%s]\n\t%s = %s\n' "${key%%.*}" "${key#*.}" "$value"
     done; } > "$g/config" || exit 1
   if [ -L "$g/info" ] || { [ -e "$g/info" ] && [ ! -d "$g/info" ]; }; then rm -rf -- "$g/info"; fi
-  mkdir -p -- "$g/info" && rm -rf -- "$g/info/attributes" || exit 1
+  mkdir -p -- "$g/info" && rm -rf -- "$g/info/attributes" "$g/info/exclude" "$g/info/grafts" || exit 1
   printf '* !diff !filter !merge\n' > "$g/info/attributes" || exit 1
   for d in "$g/objects" "$g/refs"; do [ -d "$d" ] && chmod go+x "$d"; done
   d=$g; while inside "$d"; do chmod go+x "$d"; d=${d%/*}; done
 }
-neutral() {
-  own "$1"
+common() {
   [ -e "$1/commondir" ] || [ -L "$1/commondir" ] || return 0
   c=$(named "$1/commondir" "") || { drop "$1/commondir"; return 0; }
   case "$c" in /*) ;; *) c=$1/$c ;; esac
   if c=$(readlink -f -- "$c") && [ -d "$c" ] && inside "$c"; then own "$c"; else drop "$1/commondir"; fi
 }
+# The index's entries marked assume-unchanged or skip-worktree, which `git diff` and `git status` pass over,
+# lose the mark (`git ls-files -v` tags them h, s or S; NUL and newline swapped so that sed reads a path a
+# line). The config, hooks included, is the runner's by now, and GIT_ENV holds.
+unmark() {
+  [ -f "$1/index" ] && command -v git >/dev/null || return 0
+  for flag in --no-assume-unchanged --no-skip-worktree; do
+    (cd / && GIT_DIR=$1 git ls-files -v -z) | tr '\n\0' '\0\n' | sed -n 's/^[hsS] //p' | tr '\n\0' '\0\n' \
+      | (cd / && GIT_DIR=$1 git update-index -z "$flag" --stdin)
+  done
+}
+neutral() { own "$1"; common "$1"; unmark "$1"; }
 for f; do
   if [ "${f##*/}" = HEAD ]; then  # a submodule's or worktree's folder in a .git folder
     g=${f%/HEAD}; case "$g" in */.git) continue ;; esac
@@ -196,7 +211,8 @@ class CommandEnvironment(Environment):
         return await self.remove_escapes()
 
     async def remove_escapes(self) -> str:
-        scan = ["env", f"GIT_NEUTRAL={GIT_NEUTRAL}", "sh", "-c", ESCAPES_SCRIPT, "sh", self.scan_root]
+        git = [f"{name}={value}" for name, value in GIT_ENV.items()]
+        scan = ["env", "HOME=/", *git, f"GIT_NEUTRAL={GIT_NEUTRAL}", "sh", "-c", ESCAPES_SCRIPT, "sh", self.scan_root]
         found = await self.run(scan, self.settings.command_timeout)
         if found.error or found.exit_code:
             why = (found.error or found.output).strip() or f"the scan exited {found.exit_code}"
