@@ -27,8 +27,9 @@ from trajforge.environments import EnvironmentSettings, backend_for
 from trajforge.environments.docker import connect
 from trajforge.environments.docker_build import bases, build, current
 from trajforge.environments.folder_task import FolderSettings
-from trajforge.run.task_folders import build_context, folder_digest, image_tag
+from trajforge.run.task_folders import build_context, environment_of, folder_digest, image_tag
 from trajforge.verification.checks import verify_sample
+from trajforge.verification.host_folders import task_files
 from trajforge.verification.result import VerifySettings
 
 TASK = Path(__file__).resolve().parent.parent / "data" / "example_harbor" / "hello-file"
@@ -37,7 +38,8 @@ PLAIN = 'test "$(cat hello.txt)" = "Hello, world!"'
 
 def entries() -> tuple[dict, dict]:
     """The task folder's entry (as the load makes it) and a JSONL entry with a plain verify command."""
-    context = build_context(TASK / "environment")
+    files = task_files(TASK)
+    context = build_context(environment_of(files))
     tag = image_tag(TASK.name, context)
     client = connect()
     try:
@@ -50,7 +52,7 @@ def entries() -> tuple[dict, dict]:
     text = (TASK / "task.toml").read_text()
     toml = tomllib.loads(text)
     settings = FolderSettings(60.0, toml["verifier"]["timeout_sec"], 300.0, build=True)
-    task = {"name": TASK.name, "folder": str(TASK), "task_toml": text, "digest": folder_digest(TASK)}
+    task = {"name": TASK.name, "folder": str(TASK), "task_toml": text, "digest": folder_digest(files)}
     folder = {"prompt": "p", "docker_image": tag, "harbor": task | {"settings": asdict(settings)}}
     return folder, {"prompt": "p", "image": tag, "verify": PLAIN}
 

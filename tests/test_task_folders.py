@@ -10,8 +10,10 @@ import base64
 import contextlib
 import io
 import json
+import os
 import shutil
 import subprocess
+import tempfile
 import threading
 import time
 import uuid
@@ -22,6 +24,7 @@ import pytest
 from conftest import ROOT, source, tool_results
 
 from trajforge.run.task_folders import build_context, image_tag
+from trajforge.verification.host_folders import task_files
 
 EXAMPLE = ROOT / "data" / "example_harbor"
 FAKE_REWARD_C = ROOT / "tests" / "fixtures" / "harbor" / "fake_reward.c"
@@ -51,7 +54,7 @@ class Builds:
     def __init__(self, tasks: Path):
         import docker
 
-        self.ours = {image_tag(task.name, build_context(task / "environment")) for task in tasks.iterdir()}
+        self.ours = {image_tag(task.name, build_context(task_files(task, "environment"))) for task in tasks.iterdir()}
         self.client = docker.from_env()
         self.events = self.client.events(decode=True, filters={"type": "image", "event": "tag"})
         self.tags: list[str] = []
@@ -277,6 +280,11 @@ def bad_folder(tmp_path: Path, name: str) -> tuple[Path, str]:
     if name == "link out of environment":
         (task / "environment" / "up").symlink_to(tmp_path)
         return tasks, "environment/up is a link that leaves the task folder"
+    if name == "linked instruction":  # a link out is never followed: its target is not the prompt
+        (tmp_path / "elsewhere.md").write_text("Tell me the secret.\n")
+        (task / "instruction.md").unlink()
+        (task / "instruction.md").symlink_to(tmp_path / "elsewhere.md")
+        return tasks, "has no instruction.md (a regular file: a link is not followed)"
     if name == "big instruction":
         (task / "instruction.md").write_text("x" * 1_000_001)
         return tasks, "instruction.md is 1000001 bytes"
@@ -309,6 +317,7 @@ def bad_folder(tmp_path: Path, name: str) -> tuple[Path, str]:
         "link out of tests",
         "link out of environment",
         "big instruction",
+        "linked instruction",
         "duplicate",
         "compose",
         "add url",
@@ -440,3 +449,69 @@ def test_the_agent_finds_harbor_s_log_folder(docker_host, run_here, server, tmp_
     assert done.code == 0, done.stderr
     (record,) = samples(done.run_dir)["hello-file"]
     assert "agent-logs-there" in record["conversations"][3]["value"]
+
+
+NOBODY = 65534
+MARK = f"ROOTONLY{uuid.uuid4().hex[:12]}"  # in a file only root may read: never in a prompt, image or record
+
+
+@pytest.fixture
+def nobody_tasks(tmp_path):
+    """A folder for task folders owned by nobody (in /tmp, which every user can reach), and a 0600 root
+    file holding MARK in a 0700 root folder."""
+    if os.geteuid() != 0:
+        pytest.skip("a runner that is not root reads with its own rights already")
+    secret = tmp_path / "secret"
+    secret.mkdir(mode=0o700)
+    (secret / "secret.txt").write_text(MARK + "\n")
+    (secret / "secret.txt").chmod(0o600)
+    tasks = Path(tempfile.mkdtemp(prefix="nobody-tasks-", dir="/tmp"))
+    try:
+        tasks.chmod(0o755)
+        yield tasks, secret / "secret.txt"
+    finally:
+        shutil.rmtree(tasks)
+
+
+def owned_by_nobody(tasks: Path, names: list[str]) -> None:
+    """Copies of the example hello-file named `names` in `tasks`, all of it nobody's."""
+    for name in names:
+        shutil.copytree(EXAMPLE / "hello-file", tasks / name)
+    for path in [tasks, *tasks.rglob("*")]:
+        os.chown(path, NOBODY, NOBODY)
+
+
+def test_a_root_runner_reads_a_task_folder_with_its_owner_s_rights(docker_host, nobody_tasks, run_here, server):
+    """Issue 31, scope 2: a root runner read a task folder as root, so a file of it that only root may read
+    (here a hard link, which its owner could not make with fs.protected_hardlinks) went into the /tests of a
+    verification, the image built from environment/ or the oracle's /solution; and instruction.md, a link
+    to such a file, became the prompt. Read as the folder's owner, without following a link, the load
+    refuses each; the honest twin, the same folder with no such file, is read (by the helper, as nobody)
+    and passes."""
+    tasks, secret = nobody_tasks
+    places = {
+        "in-tests": "tests/hard.txt",
+        "in-environment": "environment/hard.txt",
+        "in-solution": "solution/hard.txt",
+    }
+    owned_by_nobody(tasks, [*places, "linked-instruction"])
+    for name, where in places.items():
+        os.link(secret, tasks / name / where)
+    (tasks / "linked-instruction" / "instruction.md").unlink()
+    (tasks / "linked-instruction" / "instruction.md").symlink_to(secret)
+    done = run_here(tasks, "--distribution=terminal_only")
+    assert done.code == 2, done.stdout + done.stderr
+    said = done.stderr
+    for name, where in places.items():
+        assert f"{name}: {tasks / name / where}: Permission denied" in said, said
+    assert said.count("uid 65534") == 3 and "linked-instruction: has no instruction.md" in said, said
+    assert server.chat_requests() == [] and MARK not in done.stdout + said
+
+    shutil.rmtree(tasks)
+    tasks.mkdir(mode=0o755)
+    owned_by_nobody(tasks, ["hello-file"])
+    steer(tasks / "hello-file", "echo 'Hello, world!' > hello.txt")
+    done = run_here(tasks, "--distribution=terminal_only", run_name="honest")
+    assert done.code == 0, done.stdout + done.stderr
+    (record,) = samples(done.run_dir)["hello-file"]
+    assert record["metadata"]["verification"]["passed"] is True, record["metadata"]["verification"]

@@ -3,8 +3,8 @@ solution (the oracle of --check_tasks) or nothing at all (the no-op that must fa
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from trajforge.agent.loop import AgentResult, PromptLimits, run_agent
 from trajforge.environments.folder_task import KEY, FolderSettings
@@ -12,7 +12,7 @@ from trajforge.model.chat import ChatModel
 from trajforge.model.usage import empty_usage
 from trajforge.tools import Tool
 from trajforge.tools.session import ToolSession
-from trajforge.verification.host_folders import read_directory
+from trajforge.verification.host_folders import task_files
 
 
 @dataclass(frozen=True)
@@ -69,7 +69,7 @@ class Oracle:
     async def __call__(self, session: ToolSession, entry: dict) -> AgentResult:
         command = entry.get("solution", "")
         if KEY in entry:  # a task folder's solution/ as Harbor puts it: /solution, solve.sh run with bash
-            solution = read_directory(Path(entry[KEY]["folder"]) / "solution")
+            solution = await asyncio.to_thread(task_files, entry[KEY]["folder"], "solution")
             await session.env.put_folder("/solution", solution)
             command = "bash /solution/solve.sh"
         done = await session.env.exec(command, self.timeout, capped=False)

@@ -9,16 +9,17 @@ down (hidden folders skipped; a task folder's own sub-folders are not searched).
 `digest` is what --resume matches (runfolder/folder.py: entry_key): the folder's files without tests/ and
 solution/, so fixing a test pays for nothing again. `settings` is FolderSettings (environments/
 folder_task.py). A folder that cannot be used stops the run at load, named, before any request.
+
+Every file of a task folder is read as verification/host_folders.py reads a dataset's folders: only its
+regular files, no symlink followed, and by a root runner with the rights of the folder's owner.
 """
 
 from __future__ import annotations
 
 import hashlib
-import io
 import math
 import os
 import re
-import tarfile
 import tomllib
 from dataclasses import asdict, replace
 from pathlib import Path
@@ -26,9 +27,11 @@ from pathlib import Path
 from trajforge.environments import AUTO, EnvironmentSettings, backend_class, choose
 from trajforge.environments.dockerfile import fetch_problem
 from trajforge.environments.folder_task import IMAGE_PREFIX, KEY, FolderSettings
+from trajforge.environments.shell import Executable, tar_archive
 from trajforge.errors import SetupError, UsageError
 from trajforge.run.dataset import MAX_LISTED, Entry, load_dataset
 from trajforge.runconfig import RunConfig
+from trajforge.verification.host_folders import task_files
 
 MAX_LEVELS = 6
 MAX_INSTRUCTION = 1_000_000  # bytes
@@ -56,6 +59,13 @@ def find_tasks(root: Path) -> list[Path]:
     return sorted(found)
 
 
+def regular(files: dict[str, bytes], name: str) -> bytes:
+    """The task folder's file `name` (of task_files); ValueError when it is none or no regular file."""
+    if name not in files:
+        raise ValueError(f"has no {name} (a regular file: a link is not followed)")
+    return files[name]
+
+
 def prompt_of(text: str) -> str:
     """instruction.md without its leading canary lines (an HTML comment or '#' line naming a canary)."""
     lines = text.splitlines(keepends=True)
@@ -81,50 +91,34 @@ def _inside(path: Path, root: Path) -> bool:
     return path.resolve().is_relative_to(root)
 
 
-def _files(root: Path, skip: tuple[str, ...] = ()) -> list[tuple[str, Path]]:
-    """(relative path, path) of every file and symlink under root, sorted; top-level names in `skip` left out."""
-    found = []
-    for where, dirs, names in os.walk(root):
-        here = Path(where)
-        if here == root:
-            dirs[:] = [d for d in dirs if d not in skip]
-        links = [d for d in dirs if (here / d).is_symlink()]
-        dirs[:] = sorted(d for d in dirs if d not in links)
-        for name in sorted(names + links):
-            if here == root and name in skip:
-                continue
-            found.append((str((here / name).relative_to(root)), here / name))
-    return sorted(found)
-
-
-def folder_digest(folder: Path) -> str:
-    """What --resume matches a task by: every file of the folder but tests/ and solution/ (path, whether
-    executable or a link, content)."""
+def folder_digest(files: dict[str, bytes]) -> str:
+    """What --resume matches a task by: every file of the folder (task_files) but tests/ and solution/
+    (path, whether executable, content)."""
     digest = hashlib.sha256()
-    for name, path in _files(folder, HIDDEN):
-        if path.is_symlink():
-            kind, data = b"link", os.readlink(path).encode()
-        else:
-            kind, data = (b"exec" if os.access(path, os.X_OK) else b"file"), path.read_bytes()
-        for part in (name.encode(), kind, len(data).to_bytes(8, "big"), data):
+    for name in sorted(files):
+        if name.split("/", 1)[0] in HIDDEN:
+            continue
+        data = files[name]
+        kind = b"exec" if isinstance(data, Executable) else b"file"
+        for part in (name.encode("utf-8", "surrogateescape"), kind, len(data).to_bytes(8, "big"), data):
             digest.update(part)
     return digest.hexdigest()
 
 
-def build_context(environment: Path) -> bytes:
-    """environment/ as the tar the engine builds from: sorted, owned by root, no times, so that its digest
-    names its content."""
-    buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT) as archive:
-        for name, path in _files(environment):
-            info = archive.gettarinfo(str(path), arcname=name)
-            info.mtime, info.uid, info.gid, info.uname, info.gname = 0, 0, 0, "", ""
-            if info.isfile():
-                with open(path, "rb") as handle:
-                    archive.addfile(info, handle)
-            elif info.issym() or info.isdir():
-                archive.addfile(info)
-    return buffer.getvalue()
+def build_context(files: dict[str, bytes]) -> bytes:
+    """environment/'s files (task_files) as the tar the engine builds from: sorted, each 0644 or 0755, owned
+    by root, no times, so that its digest names its content."""
+    return tar_archive(dict(sorted(files.items())))
+
+
+def environment_of(files: dict[str, bytes]) -> dict[str, bytes]:
+    """environment/'s files (paths relative to it) out of the task folder's."""
+    return {name.removeprefix("environment/"): data for name, data in files.items() if name.startswith("environment/")}
+
+
+def as_text(data: bytes, errors: str = "strict") -> str:
+    """A task folder's file as text, its line ends made "\n" (as Python's text files read them)."""
+    return data.decode("utf-8", errors).replace("\r\n", "\n").replace("\r", "\n")
 
 
 def image_tag(name: str, context: bytes) -> str:
@@ -215,19 +209,17 @@ def settings_of(toml: dict, config: RunConfig, notes: set[str]) -> tuple[FolderS
 
 def read_task(folder: Path, config: RunConfig, notes: set[str]) -> dict:
     """The entry of one task folder; ValueError saying why it cannot be used."""
+    files = task_files(folder)  # Unreadable (an OSError) when its owner cannot read it all
     try:
-        text = (folder / "task.toml").read_text(encoding="utf-8")
+        text = as_text(regular(files, "task.toml"))
         toml = tomllib.loads(text)
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+    except ValueError as exc:  # also UnicodeDecodeError, TOMLDecodeError
         raise ValueError(f"task.toml cannot be read: {exc}") from None
-    instruction = folder / "instruction.md"
-    if not instruction.is_file():
-        raise ValueError("has no instruction.md")
-    size = instruction.stat().st_size
-    if size > MAX_INSTRUCTION:
-        raise ValueError(f"instruction.md is {size} bytes, more than {MAX_INSTRUCTION}")
+    instruction = regular(files, "instruction.md")
+    if len(instruction) > MAX_INSTRUCTION:
+        raise ValueError(f"instruction.md is {len(instruction)} bytes, more than {MAX_INSTRUCTION}")
     try:
-        prompt = prompt_of(instruction.read_text(encoding="utf-8"))
+        prompt = prompt_of(as_text(instruction))
     except UnicodeDecodeError as exc:
         raise ValueError(f"instruction.md is not UTF-8 text ({exc.reason} at byte {exc.start})") from None
     if not prompt.strip():
@@ -235,19 +227,17 @@ def read_task(folder: Path, config: RunConfig, notes: set[str]) -> dict:
     for sub in ("environment", "tests", "solution"):
         if left := escapes(folder, sub):
             raise ValueError(f"{left} is a link that leaves the task folder")
-    if not (folder / "tests" / "test.sh").is_file():
-        raise ValueError("has no tests/test.sh")
+    regular(files, "tests/test.sh")
     if found := [name for name in COMPOSE if (folder / "environment" / name).exists()]:
         raise ValueError(f"environment/{found[0]}: docker-compose environments are not supported; use one Dockerfile")
     settings, image = settings_of(toml, config, notes)
     if image is None:
-        dockerfile = folder / "environment" / "Dockerfile"
-        if not dockerfile.is_file():
+        if "environment/Dockerfile" not in files:
             raise ValueError("has neither environment/Dockerfile nor [environment] docker_image")
-        if problem := fetch_problem(dockerfile.read_text(encoding="utf-8", errors="replace")):
+        if problem := fetch_problem(as_text(files["environment/Dockerfile"], "replace")):
             raise ValueError(problem)
-        image = image_tag(folder.name, build_context(folder / "environment"))
-    task = {"name": folder.name, "folder": str(folder.resolve()), "task_toml": text, "digest": folder_digest(folder)}
+        image = image_tag(folder.name, build_context(environment_of(files)))
+    task = {"name": folder.name, "folder": str(folder.resolve()), "task_toml": text, "digest": folder_digest(files)}
     return {"prompt": prompt, "docker_image": image, KEY: task | {"settings": asdict(settings)}}
 
 

@@ -13,7 +13,8 @@ from pathlib import Path
 from trajforge.environments.docker import connect
 from trajforge.environments.docker_build import bases, build, current
 from trajforge.environments.folder_task import KEY, FolderSettings, build_log
-from trajforge.run.task_folders import build_context, image_tag
+from trajforge.run.task_folders import as_text, build_context, image_tag
+from trajforge.verification.host_folders import task_files
 
 
 def build_images(entries: Iterable[dict], run_dir: str, say: Callable[[str], None]) -> int:
@@ -28,7 +29,10 @@ def build_images(entries: Iterable[dict], run_dir: str, say: Callable[[str], Non
     client = connect()
     try:
         # What each was built from, or is to be: the images its FROM lines name, as they are now.
-        made_from = {tag: bases(client, _dockerfile(entry)) for tag, entry in wanted.items()}
+        environments = {tag: _environment(entry) for tag, entry in wanted.items()}
+        made_from = {
+            tag: bases(client, as_text(files.get("Dockerfile", b""), "replace")) for tag, files in environments.items()
+        }
         missing = {tag: entry for tag, entry in wanted.items() if not current(client, tag, made_from[tag])}
     finally:
         client.close()
@@ -36,7 +40,7 @@ def build_images(entries: Iterable[dict], run_dir: str, say: Callable[[str], Non
     for number, (tag, entry) in enumerate(missing.items(), 1):
         task, log = entry[KEY], Path(build_log(run_dir, entry))
         say(f"building the image of task {task['name']} ({number} of {len(missing)})")
-        context = build_context(Path(task["folder"]) / "environment")
+        context = build_context(environments[tag])
         absent = [image for image, found in made_from[tag].items() if not found]
         if image_tag(task["name"], context) != tag:
             built, output = False, "environment/ changed since the run loaded it: run again\n"
@@ -55,8 +59,10 @@ def build_images(entries: Iterable[dict], run_dir: str, say: Callable[[str], Non
     return failed
 
 
-def _dockerfile(entry: dict) -> str:
+def _environment(entry: dict) -> dict[str, bytes]:
+    """The entry's environment/ as it is now (task_files); empty when it cannot be read (gone, or changed since
+    the load: the build says so)."""
     try:
-        return (Path(entry[KEY]["folder"]) / "environment" / "Dockerfile").read_text(encoding="utf-8", errors="replace")
+        return task_files(entry[KEY]["folder"], "environment")
     except OSError:
-        return ""  # gone since the load: the build says so
+        return {}

@@ -1,10 +1,12 @@
-"""A task's host folders (`workspace`, a directory-valued `tests`): where they may lie and how they are read.
+"""A task's host folders (`workspace`, a directory-valued `tests`; a task folder of Harbor's format, whole):
+where they may lie and how they are read.
 
 A folder is named relative to the dataset file's folder (or absolute), and must lie, every symlink followed,
 inside that folder or inside a --task_root folder: anything else is refused at load. It is read without
 following any symlink below it (one is left out: it could point anywhere), and, when the runner is root and
 the dataset file is not root's, by a short helper process (tree_reader.py) with the rights of the dataset
-file's owner: no file that only root may read reaches a sandbox because the runner is root.
+file's owner: no file that only root may read reaches a sandbox because the runner is root. A task folder
+is read the same way, within itself, with the rights of its own owner (task_files).
 """
 
 from __future__ import annotations
@@ -41,6 +43,12 @@ class Owner:
             return cls(uid, gid, ())
         return cls(uid, user.pw_gid, tuple(os.getgrouplist(user.pw_name, user.pw_gid)))
 
+    @classmethod
+    def reading(cls, found: os.stat_result) -> Owner | None:
+        """Whose rights what `found` describes (a dataset file, a task folder) is read with: its owner's when
+        the runner is root and the owner is not; None, the runner's own, otherwise."""
+        return cls.of(found.st_uid, found.st_gid) if os.geteuid() == 0 and found.st_uid != 0 else None
+
 
 @dataclass(frozen=True)
 class HostFolders:
@@ -57,8 +65,8 @@ class HostFolders:
             found = dataset_file.stat()
         except FileNotFoundError:
             return cls(base, ())
-        owner = Owner.of(found.st_uid, found.st_gid) if os.geteuid() == 0 and found.st_uid != 0 else None
-        return cls(base, tuple(dict.fromkeys([base, *(Path(root).resolve() for root in task_roots)])), owner)
+        roots = tuple(dict.fromkeys([base, *(Path(root).resolve() for root in task_roots)]))
+        return cls(base, roots, Owner.reading(found))
 
     def where(self, folder: str) -> Path:
         """`folder` (relative to the dataset file's folder, or absolute), every symlink followed."""
@@ -128,10 +136,12 @@ class HostFolders:
 NO_FOLDERS = HostFolders(Path("/"), ())  # for tasks without a dataset file: a folder of theirs is never read
 
 
-def read_directory(root: Path) -> dict[str, bytes]:
-    """Every regular file under `root` (a folder the runner itself chose, e.g. a task folder's tests/),
-    with the runner's rights, no symlink below it followed."""
-    return _files(read_tree(str(root), [str(root.resolve())]))
+def task_files(folder: str | Path, sub: str = ".") -> dict[str, bytes]:
+    """Every regular file of a task folder's `sub` (tests/, solution/, environment/; the whole folder by
+    default), as read(): `sub` must lie inside the folder as it is opened, no symlink below it is followed,
+    and a root runner reads with the rights of the folder's owner. Unreadable (an OSError) otherwise."""
+    base = Path(folder).resolve()
+    return HostFolders(base, (base,), Owner.reading(base.stat())).read(sub)
 
 
 def _files(records: Iterable[tuple[str, bool, bytes]]) -> dict[str, bytes]:

@@ -14,14 +14,14 @@ what the agent left in its work folder is (docs/tasks.md says what that still al
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
 import shlex
-from pathlib import Path
 
 from trajforge.environments import Environment
 from trajforge.environments.folder_task import KEY, FolderSettings
-from trajforge.verification.host_folders import read_directory
+from trajforge.verification.host_folders import task_files
 from trajforge.verification.result import CUT, OUTPUT_CAP, VerifySettings, result
 
 LOGS = "/logs/verifier"
@@ -63,7 +63,7 @@ async def verify_folder(settings: VerifySettings, entry: dict, env: Environment,
     fresh = await env.fresh_copy()  # the agent's container stops before its work folder is copied
     try:
         removed = await fresh.remove_escapes()
-        await fresh.put_folder("/tests", read_directory(Path(entry[KEY]["folder"]) / "tests"))
+        await fresh.put_folder("/tests", await asyncio.to_thread(task_files, entry[KEY]["folder"], "tests"))
         await fresh.put_folder(LOGS, {})
         variables = [f"{name}={value}" for name, value in folder.verifier_env.items()]
         command = shlex.join(["env", *variables, "bash", "/tests/test.sh"])
