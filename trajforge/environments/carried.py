@@ -5,15 +5,38 @@ the fresh container internal. Each link is resolved through the archive's own li
 container will see it, and kept only when it stays inside the work folder.
 
 Kept: directories, regular files, symlinks that stay inside, hardlinks to a regular file kept. Dropped,
-each named: symlinks that are absolute or climb out, hardlinks to anything else, FIFOs, devices."""
+each named: symlinks that are absolute or climb out, hardlinks to anything else, FIFOs, devices.
+
+The tars pass through files (in memory up to SPOOL bytes, on disk beyond), never whole in memory: a work
+folder near the carried bound costs the worker SPOOL bytes, not twice its size."""
 
 from __future__ import annotations
 
-import io
 import posixpath
 import tarfile
+import tempfile
+from collections.abc import Iterable
+from typing import IO
 
 MAX_HOPS = 40  # links followed in one resolution (the kernel's ELOOP limit)
+SPOOL = 8 << 20  # bytes of a tar kept in memory before it goes to a temporary file
+
+
+def spooled() -> IO[bytes]:
+    return tempfile.SpooledTemporaryFile(SPOOL)
+
+
+def gathered(chunks: Iterable[bytes], limit: int) -> IO[bytes]:
+    """The archive the engine streams, in a spooled file read from its start; OSError past `limit` bytes."""
+    archive, size = spooled(), 0
+    for chunk in chunks:
+        size += len(chunk)
+        if size > limit:
+            archive.close()
+            raise OSError(f"the working directory holds more than {limit >> 20} MB: it is not carried over")
+        archive.write(chunk)
+    archive.seek(0)
+    return archive
 
 
 def _parts(text: str) -> list[str]:
@@ -44,10 +67,10 @@ def stays_inside(links: dict[str, str], directory: str, target: str) -> bool:
     return True
 
 
-def carried(archive: bytes, root: str) -> tuple[bytes, list[str]]:
+def carried(archive: IO[bytes], root: str) -> tuple[IO[bytes], list[str]]:
     """(the tar of the work folder `root` (its top directory's name in `archive`) with only what may be
-    carried, the paths dropped, relative to the work folder)."""
-    with tarfile.open(fileobj=io.BytesIO(archive), mode="r:") as source:
+    carried, as a spooled file read from its start; the paths dropped, relative to the work folder)."""
+    with tarfile.open(fileobj=archive, mode="r:") as source:
         members = source.getmembers()
 
         def below(name: str) -> str | None:
@@ -58,7 +81,7 @@ def carried(archive: bytes, root: str) -> tuple[bytes, list[str]]:
             return name[len(root) + 1 :] if name.startswith(root + "/") and ".." not in name.split("/") else None
 
         links = {path: member.linkname for member in members if member.issym() and (path := below(member.name))}
-        buffer, dropped, kept_files = io.BytesIO(), [], set()
+        buffer, dropped, kept_files = spooled(), [], set()
         with tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT) as out:
             for member in members:
                 path = below(member.name)
@@ -82,4 +105,5 @@ def carried(archive: bytes, root: str) -> tuple[bytes, list[str]]:
                 # files over ones the agent made read-only (and then compare what the agent left there).
                 member.mode |= 0o700 if member.isdir() else 0o600 if member.isreg() else 0
                 out.addfile(member, source.extractfile(member) if member.isreg() else None)
-    return buffer.getvalue(), dropped
+    buffer.seek(0)
+    return buffer, dropped

@@ -30,7 +30,7 @@ from trajforge.environments import (
     image_of,
     seccomp,
 )
-from trajforge.environments.carried import carried
+from trajforge.environments.carried import carried, gathered
 from trajforge.environments.contract import timeout_result
 from trajforge.environments.folder_task import IMAGE_PREFIX, FolderSettings, build_log
 from trajforge.environments.limits import MB, OWN, Limits
@@ -221,17 +221,18 @@ class DockerEnvironment(CommandEnvironment):
         with contextlib.suppress(APIError):  # already stopped
             await self._call(self.api.kill, self.name)
         stream, _ = await self._call(self.api.get_archive, self.name, self.cwd)
-        archive = await self._call(_gathered, stream, CARRIED_MAX)
-        work, dropped = await self._call(carried, archive, posixpath.basename(self.cwd))
+        with await self._call(gathered, stream, CARRIED_MAX) as archive:
+            work, dropped = await self._call(carried, archive, posixpath.basename(self.cwd))
         fresh = DockerEnvironment(self.client, self.image, self.cwd, self.settings, self.options)
         fresh.dropped = tuple(dropped)
-        try:
-            await fresh.start()
-            await fresh.run(["rm", "-rf", "--", self.cwd], self.settings.command_timeout)
-            await fresh._call(self.api.put_archive, fresh.name, posixpath.dirname(self.cwd), work)
-        except BaseException:
-            await fresh.close()
-            raise
+        with work:
+            try:
+                await fresh.start()
+                await fresh.run(["rm", "-rf", "--", self.cwd], self.settings.command_timeout)
+                await fresh._call(self.api.put_archive, fresh.name, posixpath.dirname(self.cwd), work)
+            except BaseException:
+                await fresh.close()
+                raise
         return fresh
 
     async def _exit_code(self, exec_id: str) -> int:
@@ -281,15 +282,6 @@ def frames(reader: BinaryIO) -> Iterator[tuple[int, bytes]]:
         yield stream, data
         if len(data) < length:
             return
-
-
-def _gathered(stream, limit: int) -> bytes:
-    data = bytearray()
-    for chunk in stream:
-        data += chunk
-        if len(data) > limit:
-            raise OSError(f"the working directory holds more than {limit // MB} MB: it is not carried over")
-    return bytes(data)
 
 
 def build_failure(settings: EnvironmentSettings, entry: dict) -> SetupFailed:
