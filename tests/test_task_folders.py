@@ -165,6 +165,52 @@ def test_a_build_that_fails_is_setup_failed_with_its_output_kept(docker_host, ru
     assert server.chat_requests() == []
 
 
+def build_step(allocate_mb: int, print_mb: int) -> str:
+    """A Dockerfile's RUN: the CPUs it may use, `print_mb` MB of output, then `allocate_mb` MB of memory."""
+    code = (
+        "import os, sys; print('cpus=%d' % len(os.sched_getaffinity(0)), flush=True); "
+        f"[sys.stdout.write('y' * 99 + chr(10)) for _ in range({print_mb} * 10000)]; print('output-ends', flush=True); "
+        f"x = bytearray({allocate_mb} << 20); x[::4096] = b'y' * len(x[::4096]); print('allocated', flush=True)"
+    )
+    return f'RUN python3 -c "{code}"\n'
+
+
+def test_a_build_runs_within_the_task_s_limits_and_keeps_the_last_of_its_output(
+    docker_host, run_here, server, tmp_path
+):
+    """A hostile Dockerfile's RUN steps ran with no memory or CPU limit (the agent's container has the
+    task's), and its output was kept whole, in the runner's memory and in builds/<task>.log (100 MB of it
+    took the runner to 433 MB). Now the build has the task's memory and CPUs (hello-file: 512 MB, one CPU)
+    and only the last of its output is kept; the honest twin, a build within them, builds and is sound."""
+    tasks = copy_examples(tmp_path, unique=True)
+    shutil.rmtree(tasks / "sum-numbers")
+    shutil.rmtree(tasks / "fix-greeting")
+    shutil.copytree(tasks / "hello-file", tasks / "hello-honest")
+    base = "FROM batch-runner-test/harbor-base:1\nWORKDIR /app\n"
+    (tasks / "hello-file" / "environment" / "Dockerfile").write_text(base + build_step(800, 3))
+    (tasks / "hello-honest" / "environment" / "Dockerfile").write_text(base + build_step(64, 0))
+    done = run_here(tasks, "--check_tasks")
+    assert done.code == 1, done.stderr + done.stdout
+    assert "1 of 2 tasks sound" in done.stdout, done.stdout
+    log = (done.run_dir / "builds" / "hello-file.log").read_text()
+    assert len(log) < 300_000 and "bytes of the build's output are not kept" in log, log[:300]
+    assert "output-ends" in log and "\nallocated\n" not in log and "returned a non-zero code: 137" in log, log[-500:]
+    assert "\ncpus=1\n" not in log  # printed before the 3 MB: not kept
+    assert not (done.run_dir / "builds" / "hello-honest.log").exists()
+    assert server.chat_requests() == []
+
+
+def test_a_build_has_the_task_s_cpus(docker_host, run_here, server, tmp_path):
+    tasks = copy_examples(tmp_path, unique=True)
+    shutil.rmtree(tasks / "sum-numbers")
+    shutil.rmtree(tasks / "fix-greeting")
+    base = "FROM batch-runner-test/harbor-base:1\nWORKDIR /app\n"
+    (tasks / "hello-file" / "environment" / "Dockerfile").write_text(base + build_step(1, 0) + "RUN false\n")
+    done = run_here(tasks, "--check_tasks")
+    assert done.code == 1, done.stderr + done.stdout
+    assert "cpus=1\n" in (done.run_dir / "builds" / "hello-file.log").read_text()  # its task.toml: cpus = 1
+
+
 # Each plant is proved to work in the agent's own container (the commands after it show its effect there);
 # verification in a fresh container of the image must not see it.
 REPLACE_CAT = (

@@ -5,13 +5,19 @@ names has changed since), with no network, within a deadline; the engine's outpu
 The legacy builder's API (the SDK's `build`) is used: it takes `network_mode` for every RUN, and the
 engine cancels a build whose connection closes, which is how the deadline ends one. The engine would pull
 an image a FROM names that it does not have, from its own network: no build starts from one that is
-missing (task_images.py), and an ADD from a URL or git is refused at load (dockerfile.py)."""
+missing (task_images.py), and an ADD from a URL or git is refused at load (dockerfile.py).
+
+A RUN step runs in a container of the engine's defaults (root in the image, Docker's default capabilities
+and seccomp profile), bounded by the task's memory (the lower of task.toml's and --max_memory_mb, no swap)
+and CPUs: the legacy builder's API takes no process limit, no ulimit and no security option. Only the
+last OUTPUT_KEPT bytes of its output are kept, in memory and in the log."""
 
 from __future__ import annotations
 
 import contextlib
 import io
 import json
+import math
 import threading
 
 import docker
@@ -19,9 +25,13 @@ from docker.errors import DockerException, ImageNotFound
 
 from trajforge.environments.docker import connect
 from trajforge.environments.dockerfile import images
+from trajforge.environments.folder_task import FolderSettings
+from trajforge.tail import Tail
 
 RUNNER_LABEL = "batch-runner.harbor"  # on every image the runner built: `docker image prune --filter label=...`
 BASES_LABEL = "batch-runner.harbor.from"  # the ids of the images its FROM lines named, when it was built
+OUTPUT_KEPT = 256 * 1024  # bytes of a build's output kept (its last), in memory and in builds/<task>.log
+MB = 1024 * 1024
 
 
 def bases(client: docker.DockerClient, dockerfile: str) -> dict[str, str]:
@@ -53,12 +63,26 @@ def image_present(client: docker.DockerClient, tag: str) -> bool:
     return True
 
 
-def build(context: bytes, tag: str, timeout: float, made_from: dict[str, str]) -> tuple[bool, str]:
-    """Build `context` (an uncompressed tar holding a Dockerfile) as `tag`: (built, the engine's output).
-    The build has a client of its own, closed at the deadline, which ends the build on the engine too."""
+def build_limits(client: docker.DockerClient, settings: FolderSettings) -> dict:
+    """The container_limits of the build's RUN steps: the task's memory, swap included (none beyond it), and
+    its CPUs as a set of the engine's (cpus = 1.5: two of them)."""
+    limits: dict = {}
+    if settings.memory_mb:
+        limits["memory"] = limits["memswap"] = settings.memory_mb * MB
+    if settings.cpus:
+        count = min(math.ceil(settings.cpus), client.info().get("NCPU") or 1)
+        limits["cpusetcpus"] = f"0-{count - 1}"
+    return limits
+
+
+def build(context: bytes, tag: str, settings: FolderSettings, made_from: dict[str, str]) -> tuple[bool, str]:
+    """Build `context` (an uncompressed tar holding a Dockerfile) as `tag`, within the task's build timeout
+    and limits: (built, the last of the engine's output). The build has a client of its own, closed at the
+    deadline, which ends the build on the engine too."""
     client = connect()
-    said: list[str] = []
+    said = Tail(OUTPUT_KEPT)
     failed: list[str] = []
+    limits = build_limits(client, settings)
 
     def run() -> None:
         try:
@@ -67,15 +91,16 @@ def build(context: bytes, tag: str, timeout: float, made_from: dict[str, str]) -
                 custom_context=True,
                 tag=tag,
                 network_mode="none",
+                container_limits=limits,
                 rm=True,
                 forcerm=True,
                 decode=True,
                 labels={RUNNER_LABEL: "1", BASES_LABEL: json.dumps(made_from, sort_keys=True)},
             )
             for chunk in stream:
-                said.append(str(chunk.get("stream") or chunk.get("status") or ""))
+                said.feed(str(chunk.get("stream") or chunk.get("status") or "").encode())
                 if "error" in chunk:
-                    failed.append(str(chunk["error"]))
+                    failed.append(str(chunk["error"])[:OUTPUT_KEPT])
         except DockerException as exc:
             failed.append(str(exc))
         except Exception as exc:  # the connection closed under the stream at the deadline
@@ -83,15 +108,22 @@ def build(context: bytes, tag: str, timeout: float, made_from: dict[str, str]) -
 
     worker = threading.Thread(target=run, daemon=True)
     worker.start()
-    worker.join(timeout)
+    worker.join(settings.build_timeout)
     if worker.is_alive():
         with contextlib.suppress(Exception):
             client.api.close()
         worker.join(30)
-        return False, "".join(said) + f"\nthe build did not end within {timeout:g}s (build_timeout_sec)\n"
+        timeout = f"the build did not end within {settings.build_timeout:g}s (build_timeout_sec)"
+        return False, _output(said, [timeout])
     try:
         if failed:
-            return False, "".join(said) + "\n" + "\n".join(failed) + "\n"
-        return image_present(client, tag), "".join(said)
+            return False, _output(said, failed)
+        return image_present(client, tag), _output(said, [])
     finally:
         client.close()
+
+
+def _output(said: Tail, failed: list[str]) -> str:
+    """The build's output as kept: its last bytes (saying how many came before), then why it failed."""
+    cut = f"(the first {said.dropped} bytes of the build's output are not kept)\n" if said.dropped else ""
+    return cut + said.text() + "".join(f"\n{why}" for why in failed) + ("\n" if said.data or failed else "")

@@ -47,8 +47,7 @@ def build_images(entries: Iterable[dict], run_dir: str, say: Callable[[str], Non
         elif absent:  # the engine would pull it, from its own network
             built, output = False, f"{', '.join(absent)}: not on the Docker engine, and the runner pulls no image\n"
         else:
-            timeout = FolderSettings.of(entry).build_timeout  # type: ignore[union-attr]
-            built, output = build(context, tag, timeout, made_from[tag])
+            built, output = build(context, tag, FolderSettings.of(entry), made_from[tag])  # type: ignore[arg-type]
         if built:
             log.unlink(missing_ok=True)
             continue

@@ -24,27 +24,13 @@ from mcp import ClientSession
 from mcp.shared.message import SessionMessage
 
 from trajforge.environments.contract import Spawned
+from trajforge.tail import Tail
 from trajforge.tools.mcp.servers import Server
 
 MESSAGE_LIMIT = 4 << 20  # bytes of one message from a server: a result, a listing
 STDERR_TAIL = 2000  # bytes of a server's stderr kept, for the error that says why it stopped
 EXIT_GRACE = 0.2  # seconds a stdio server gets to exit once its stdin is closed (the SDK's does not), before SIGTERM
 Transport = Callable[[], AbstractAsyncContextManager[tuple[Any, Any]]]
-
-
-class Tail:
-    """The last bytes a stream wrote."""
-
-    def __init__(self, size: int = STDERR_TAIL):
-        self.size = size
-        self.data = bytearray()
-
-    def feed(self, chunk: bytes) -> None:
-        self.data += chunk
-        del self.data[: max(0, len(self.data) - self.size)]
-
-    def text(self) -> str:
-        return self.data.decode(errors="replace").strip()
 
 
 class Connection:
@@ -54,7 +40,7 @@ class Connection:
         self.server = server
         self.transport = transport
         self.spawned = spawned
-        self.stderr = Tail()
+        self.stderr = Tail(STDERR_TAIL)
         self.client: ClientSession | None = None
         self.ended = ""  # why the connection ended, once it has
         self.ready: asyncio.Future = asyncio.get_running_loop().create_future()
