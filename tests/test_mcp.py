@@ -265,3 +265,27 @@ def test_in_bwrap_a_server_is_the_sandbox_s_uid_without_network_unless_sandbox_n
     # server's too: a command of the sample reaches what the server listens on.
     assert "no connection" in results and "reached" in results
     assert not processes_mentioning(str(config))
+
+
+def test_what_the_dataset_or_the_agent_writes_in_the_workspace_never_runs_as_the_server(run, server, tmp_path):
+    """A `python -m` server looks for modules in its working folder first: a dataset's kv_server.py would
+    replace it, a statistics.py the agent writes would run in it at its first lazy import (with its env's
+    secrets). It starts in /, the workspace in MCP_WORKSPACE, without the working folder on sys.path."""
+    stdio_config(tmp_path)
+    config = tmp_path / "module.json"
+    module = {"command": sys.executable, "args": ["-m", "kv_server"], "env": {"PYTHONPATH": str(tmp_path)}}
+    config.write_text(json.dumps({"mcpServers": {"kv": module}}))
+    planted_server = "import sys\nsys.exit('the dataset planted kv_server.py')\n"
+    plant = "echo 'def mean(numbers): return \"planted\"' > statistics.py"
+    numbers = ("mean", {"numbers": [1, 2, 3]})
+    entries = [
+        {"prompt": call(("get", {"key": "a"})) + " dataset", "files": {"kv_server.py": planted_server}},
+        {"prompt": call(("terminal", {"command": plant}), numbers) + " agent"},
+        {"prompt": call(numbers, ("workspace_file", {"name": "data.txt"})) + " honest", "files": {"data.txt": "hi"}},
+    ]
+    result = run(entries, f"--mcp_config={config}", *LOCAL)
+    assert result.code == 0, result.stderr
+    dataset, agent, honest = sorted(result.trajectories, key=lambda row: row["prompt_index"])
+    assert '"result": "no value for a"' in tool_results(dataset)  # the configured server, not the dataset's
+    assert '"result": "2.0"' in tool_results(agent) and "planted" not in tool_results(agent)
+    assert '"result": "2.0"' in tool_results(honest) and '"result": "hi"' in tool_results(honest)  # reaches it

@@ -1,7 +1,7 @@
 """An MCP server written with the official SDK, for tests/test_mcp.py: a key-value store held in the
 server's memory (so a sample sees only what its own server process was told), and tools that show what
 the sandbox lets a server do (its uid, the network, which its sample's commands share), one that hangs,
-one that starts a child of its own.
+one that starts a child of its own, one that imports a module lazily, one that reads the workspace.
 
     python kv_server.py                    stdio
     python kv_server.py http PORT          streamable HTTP on 127.0.0.1:PORT
@@ -94,6 +94,21 @@ async def ask_model(question: str, ctx: Context) -> str:
 
 
 @server.tool()
+def mean(numbers: list[float]) -> str:
+    """The mean of some numbers, by a module imported when first needed."""
+    import statistics
+
+    return str(statistics.mean(numbers))
+
+
+@server.tool()
+def workspace_file(name: str) -> str:
+    """A file of the sample's workspace (MCP_WORKSPACE), read."""
+    with open(os.path.join(os.environ["MCP_WORKSPACE"], name)) as file:
+        return file.read()
+
+
+@server.tool()
 def spawn_child(marker: str) -> str:
     """Start a long-lived child process of its own, outside the server's process group."""
     child = subprocess.Popen(["sleep", "300", marker], start_new_session=True)
@@ -101,7 +116,8 @@ def spawn_child(marker: str) -> str:
 
 
 if __name__ == "__main__":
-    if os.path.exists("refuse_to_start"):  # a sample whose workspace holds it: this server fails to start there
+    # A sample whose workspace holds it: this server fails to start there.
+    if os.path.exists(os.path.join(os.environ.get("MCP_WORKSPACE", "."), "refuse_to_start")):
         sys.stderr.write("kv: refusing to start in this workspace\n")
         sys.exit(3)
     if len(sys.argv) > 1 and sys.argv[1] == "http":

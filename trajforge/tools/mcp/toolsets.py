@@ -32,6 +32,13 @@ MAX_SCHEMA = 64 << 10
 MAX_DEPTH = 32
 RESULT_LIMIT = 100_000
 Listing = dict[str, list[dict]]  # server name -> the OpenAI tool objects it offers, as named to the model
+# A stdio server starts in / with the sample's working folder in MCP_WORKSPACE: not in that folder, which
+# the dataset's files and the agent write, where `python -m` looks for modules first (also the ones it
+# imports later, once the agent has written there), npx for node_modules/.bin and uv for pyproject.toml.
+# Its Python puts neither its working folder nor its script's folder on sys.path, nor HOME's site-packages
+# (unless its env says otherwise: PYTHONSAFEPATH="" for a script importing modules beside it).
+FROM_ROOT = ["sh", "-c", 'MCP_WORKSPACE=$(pwd) && export MCP_WORKSPACE && cd / && exec "$@"', "mcp-server"]
+SERVER_VARIABLES = {"PYTHONSAFEPATH": "1", "PYTHONNOUSERSITE": "1"}
 
 
 async def connect(env: Environment | None, server: Server) -> Connection:
@@ -39,8 +46,9 @@ async def connect(env: Environment | None, server: Server) -> Connection:
     if not server.stdio:
         return await Connection.http(server)
     assert env is not None
+    variables = {**SERVER_VARIABLES, **server.env}
     try:
-        spawned = await env.spawn(list(server.command), server.env, server.readable, MESSAGE_LIMIT)
+        spawned = await env.spawn([*FROM_ROOT, *server.command], variables, server.readable, MESSAGE_LIMIT)
     except (NotImplementedError, OSError) as exc:
         raise RuntimeError(f"{server} did not start: {exc}") from None
     return await Connection.stdio(server, spawned)
