@@ -4,7 +4,9 @@ what a task brings costs (its files and setup before the agent, its hidden tests
     python bench/verification.py --repeats 20 [--docker] [--before /tmp/i22-before]
 
 For every backend, one environment is opened, a file written (the agent's work), then each kind of
-verification is timed `--repeats` times (median and max, in ms), beside one plain command for scale.
+verification is timed `--repeats` times (median and max, in ms), beside one plain command for scale; and
+a verify command that asks git what changed, in a workspace holding a repository of 2,000 files (not in
+docker: the test images have no git).
 The Python verifier forks a child from this process, which runs `env.exec` and `env.read_file` through
 the handle, as in a worker. A task (TASK: five small files, a setup command, one hidden test) is put in
 place in a fresh environment each time. Every figure is also given as a ratio to the plain command.
@@ -120,6 +122,33 @@ async def measure_task(kind: str, repeats: int) -> dict[str, list[float]]:
     return times
 
 
+# A workspace holding a repository of 2,000 committed files, one of them changed, verified by git: what the
+# clean room's git neutraliser costs (its config, attributes and index marks for each repository).
+REPOSITORY = (
+    "git init -q . && for d in $(seq 40); do mkdir d$d && for f in $(seq 50); do echo $d $f > d$d/f$f; done; done"
+    " && git add -A && git -c user.email=a@b -c user.name=a commit -qm base && echo changed > d1/f1"
+)
+GIT_VERIFY = {"prompt": "p", "verify": "! git diff --no-ext-diff --no-textconv --exit-code HEAD -- d1 > /dev/null"}
+
+
+async def measure_git(kind: str, repeats: int) -> dict[str, list[float]]:
+    settings = EnvironmentSettings(kind=kind, default_image="batch-runner-test/alpha:1", run_dir=tempfile.mkdtemp())
+    env = await backend_for(settings).open({})
+    times: dict[str, list[float]] = {"verify, git repo": []}
+    try:
+        assert (await env.exec(REPOSITORY, 120.0)).exit_code == 0
+        record = {"prompt_index": 0, "metadata": {"source": GIT_VERIFY}}
+        shown = (lambda: record) if "view" in inspect.signature(verify_sample).parameters else record
+        for _ in range(repeats):
+            started = time.perf_counter()
+            done = await verify_sample(VerifySettings(), GIT_VERIFY, shown, [], env)
+            times["verify, git repo"].append(time.perf_counter() - started)
+            assert done["passed"], done
+    finally:
+        await env.close()
+    return times
+
+
 def kinds(docker: bool) -> tuple[str, ...]:
     return ("local", "bwrap", *(("docker",) if docker else ()))
 
@@ -131,6 +160,7 @@ def medians(args) -> dict[str, dict[str, list[float]]]:
     return {
         kind: asyncio.run(measure(kind, args.repeats, verifier))
         | (asyncio.run(measure_task(kind, args.repeats)) if prepare_task else {})
+        | (asyncio.run(measure_git(kind, args.repeats)) if kind != "docker" else {})  # no git in the test images
         for kind in kinds(args.docker)
     }
 

@@ -397,6 +397,11 @@ HIDDEN_FROM_GIT = {
         f"echo new > new.txt && git add new.txt && {COMMIT} -qm new",
         f"{DIFF} HEAD~1 -- check.txt",
     ),
+    "shallow": (  # a shallow file only cuts history: HEAD~1 past it is an error, not the agent's commit
+        f"echo tampered > check.txt && {COMMIT} -qam t && git rev-parse HEAD > .git/shallow",
+        f"echo new > new.txt && git add new.txt && {COMMIT} -qm new",
+        f"{DIFF} HEAD~1 -- check.txt",
+    ),
     "rewritten_tree": (  # the task commit's tree object rewritten to list the tampered check.txt (staged)
         "echo tampered > check.txt && git add check.txt && t=$(git rev-parse HEAD^{tree}) && n=$(git write-tree)"
         " && f=.git/objects/$(echo $t | cut -c1-2)/$(echo $t | cut -c3-) && chmod u+w $f"

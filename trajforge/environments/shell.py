@@ -138,9 +138,10 @@ common() {
 }
 # The index's entries marked assume-unchanged or skip-worktree, which `git diff` and `git status` pass over,
 # lose the mark (`git ls-files -v` tags them h, s or S; NUL and newline swapped so that sed reads a path a
-# line). The config, hooks included, is the runner's by now, and GIT_ENV holds.
+# line; where none is marked, one look). The config, hooks included, is the runner's by now, and GIT_ENV holds.
 unmark() {
   [ -f "$1/index" ] && command -v git >/dev/null || return 0
+  (cd / && GIT_DIR=$1 git ls-files -v) | grep -q '^[hsS] ' || return 0
   for flag in --no-assume-unchanged --no-skip-worktree; do
     (cd / && GIT_DIR=$1 git ls-files -v -z) | tr '\n\0' '\0\n' | sed -n 's/^[hsS] //p' | tr '\n\0' '\0\n' \
       | (cd / && GIT_DIR=$1 git update-index -z "$flag" --stdin)
