@@ -186,7 +186,7 @@ def test_a_build_runs_within_the_task_s_limits_and_keeps_the_last_of_its_output(
     shutil.rmtree(tasks / "sum-numbers")
     shutil.rmtree(tasks / "fix-greeting")
     shutil.copytree(tasks / "hello-file", tasks / "hello-honest")
-    base = "FROM batch-runner-test/harbor-base:1\nWORKDIR /app\n"
+    base = f"FROM batch-runner-test/harbor-base:1\nWORKDIR /app\nRUN echo {uuid.uuid4().hex}\n"  # no cached step
     (tasks / "hello-file" / "environment" / "Dockerfile").write_text(base + build_step(800, 3))
     (tasks / "hello-honest" / "environment" / "Dockerfile").write_text(base + build_step(64, 0))
     done = run_here(tasks, "--check_tasks")
@@ -204,7 +204,7 @@ def test_a_build_has_the_task_s_cpus(docker_host, run_here, server, tmp_path):
     tasks = copy_examples(tmp_path, unique=True)
     shutil.rmtree(tasks / "sum-numbers")
     shutil.rmtree(tasks / "fix-greeting")
-    base = "FROM batch-runner-test/harbor-base:1\nWORKDIR /app\n"
+    base = f"FROM batch-runner-test/harbor-base:1\nWORKDIR /app\nRUN echo {uuid.uuid4().hex}\n"  # no cached step
     (tasks / "hello-file" / "environment" / "Dockerfile").write_text(base + build_step(1, 0) + "RUN false\n")
     done = run_here(tasks, "--check_tasks")
     assert done.code == 1, done.stderr + done.stdout
