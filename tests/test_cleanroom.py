@@ -307,12 +307,10 @@ def test_the_reward_is_what_the_verify_command_wrote_before_it_exited(kind, tmp_
     assert (late["reward"], late["output"], waited["reward"]) == (0.25, "0.25\n", 0.5), (late, waited)
 
 
-def test_git_diff_in_the_clean_room_shows_the_changed_bytes_whatever_the_agent_configured(tmp_path):
+def test_git_diff_in_the_clean_room_shows_the_changed_bytes_whatever_the_agent_configured(kind, tmp_path):
     """Row 6 of issue 31: a textconv of the agent's made `git diff --no-ext-diff` print nothing for a
     tampered file. In the clean room no driver of .git/config runs; the honest twin (no driver at all)
-    shows the same diff. (local: under bwrap with a root runner the verifier's uid cannot open the agent's
-    repository at all yet, so neither twin shows a diff there; the attack of ATTACKS fails in both.)"""
-    kind = "local"
+    shows the same diff."""
     hide = " && git config diff.x.textconv 'sh -c \"echo pristine\" sh' && echo '* diff=x' > .gitattributes"
     verify = "git diff --no-ext-diff; echo 0"
     for agent in (GIT_REPO + hide, GIT_REPO):

@@ -25,6 +25,7 @@ from conftest import ROOT, source, tool_results
 
 from trajforge.run.task_folders import build_context, image_tag
 from trajforge.verification.host_folders import task_files
+from trajforge.verification.tree_reader import Unreadable
 
 EXAMPLE = ROOT / "data" / "example_harbor"
 FAKE_REWARD_C = ROOT / "tests" / "fixtures" / "harbor" / "fake_reward.c"
@@ -561,3 +562,17 @@ def test_a_root_runner_reads_a_task_folder_with_its_owner_s_rights(docker_host, 
     assert done.code == 0, done.stdout + done.stderr
     (record,) = samples(done.run_dir)["hello-file"]
     assert record["metadata"]["verification"]["passed"] is True, record["metadata"]["verification"]
+
+
+def test_a_part_of_a_task_folder_that_became_a_link_out_is_not_read(tmp_path):
+    """The load refuses a link out of tests/, solution/ or environment/; one made after it (the folder's
+    owner swaps tests/ for a link to a folder of root's) is not followed at the copy either."""
+    task = tmp_path / "tasks" / "hello-file"
+    shutil.copytree(EXAMPLE / "hello-file", task)
+    assert "test.sh" in task_files(task, "tests")  # the honest twin
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "elsewhere" / "secret.txt").write_text(MARK)
+    shutil.rmtree(task / "tests")
+    (task / "tests").symlink_to(tmp_path / "elsewhere")
+    with pytest.raises(Unreadable, match="outside"):
+        task_files(task, "tests")
