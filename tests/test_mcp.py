@@ -1,19 +1,27 @@
 """--mcp_config (trajforge/tools/mcp/): MCP servers written with the official SDK (tests/mcp_servers/) as
 toolsets, called by the scripted model through the real runner. A stdio server runs per sample in its
 sandbox (its state is the sample's own; it and its children are gone after the run; in bwrap it is the
-sandbox's uid, without network unless --sandbox_network); an HTTP server is shared by every sample; the
-allowlist; a clash refused, or prefixed; a server that fails to start (for one sample: it fails with the
-server's stderr, no request for it; at the run's start: exit 2); a call that hangs is a tool error after
---command_timeout and the sample goes on; the values of a server's env are written nowhere."""
+sandbox's uid, without network unless --sandbox_network; in docker a process of the sample's container,
+with pipes over an exec, the files it reads copied in read-only, its process group ended with it); an HTTP
+server is shared by every sample; the allowlist; a clash refused, or prefixed; a server that fails to start
+(for one sample: it fails with the server's stderr, no request for it; at the run's start: exit 2); a call
+that hangs is a tool error after --command_timeout and the sample goes on; the values of a server's env are
+written nowhere."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import hashlib
+import io
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
 import sys
+import tarfile
 import tempfile
 import time
 from pathlib import Path
@@ -289,3 +297,123 @@ def test_what_the_dataset_or_the_agent_writes_in_the_workspace_never_runs_as_the
     assert '"result": "no value for a"' in tool_results(dataset)  # the configured server, not the dataset's
     assert '"result": "2.0"' in tool_results(agent) and "planted" not in tool_results(agent)
     assert '"result": "2.0"' in tool_results(honest) and '"result": "hi"' in tool_results(honest)  # reaches it
+
+
+# -- in docker -------------------------------------------------------------------------------------------
+
+ALPHA = "batch-runner-test/alpha:1"  # busybox only
+HARBOR_BASE = "batch-runner-test/harbor-base:1"  # busybox and the system's python3; WORKDIR /app
+
+
+@pytest.fixture(scope="module")
+def mcp_image(docker_host, readable_sdk) -> str:
+    """HARBOR_BASE with the SDK at /opt/mcp-sdk and the libraries its compiled modules load: an image a
+    stdio server runs in, built offline once for this SDK."""
+    import docker
+
+    _, sdk = readable_sdk
+    files = sorted(path for path in sdk.rglob("*") if path.is_file())
+    listed = "".join(f"{path.relative_to(sdk)} {path.stat().st_size}\n" for path in files)
+    tag = f"batch-runner-test/harbor-mcp:{hashlib.sha256(listed.encode()).hexdigest()[:12]}"
+    client = docker.from_env()
+    with contextlib.suppress(docker.errors.ImageNotFound):
+        client.images.get(tag)
+        return tag
+    libraries = set()
+    for path in (path for path in files if ".so" in path.name):
+        loaded = subprocess.run(["ldd", str(path)], capture_output=True, text=True).stdout
+        libraries.update(re.findall(r"=> (/\S+)", loaded))
+    dockerfile = f"FROM {HARBOR_BASE}\nCOPY sdk /opt/mcp-sdk\nCOPY root/ /\n".encode()
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as context:
+        info = tarfile.TarInfo("Dockerfile")
+        info.size = len(dockerfile)
+        context.addfile(info, io.BytesIO(dockerfile))
+        context.add(sdk, "sdk")
+        for library in libraries:
+            context.add(os.path.realpath(library), f"root{library}")
+    client.images.build(fileobj=io.BytesIO(buffer.getvalue()), custom_context=True, tag=tag, network_mode="none")
+    return tag
+
+
+def containers_of(run_dir: Path) -> list:
+    import docker
+
+    from trajforge.environments.docker import RUN_DIR_LABEL
+
+    return docker.from_env().containers.list(all=True, filters={"label": f"{RUN_DIR_LABEL}={run_dir}"})
+
+
+def test_in_docker_a_spawned_process_has_pipes_reads_its_files_and_ends_with_its_group(docker_host, tmp_path):
+    from trajforge.environments import EnvironmentSettings
+    from trajforge.environments.docker import DockerBackend
+
+    served = tmp_path / "served"
+    served.mkdir()
+    (served / "data.txt").write_text("from the host\n")
+    settings = EnvironmentSettings(
+        kind="docker", command_timeout=10.0, default_image=ALPHA, run_name="spawn", run_dir=str(tmp_path)
+    )
+    line = b"x" * 300_000 + b"\n"  # one line of many of Docker's frames, more than asyncio's default limit
+
+    async def body() -> tuple:
+        env = await DockerBackend(settings).open({})
+        try:
+            script = 'echo "$GREETING" >&2; sleep 300 & exec cat'  # the sleep: of its process group
+            spawned = await env.spawn(["sh", "-c", script], {"GREETING": "hi on stderr"}, (str(served),), 1 << 20)
+            process = spawned.process
+            process.stdin.write(line)
+            await process.stdin.drain()
+            echoed, said = await process.stdout.readline(), await process.stderr.readline()
+            data = f"{served}/data.txt"
+            attack = f"cat {data}; stat -c '%a %u' {data} {served}; echo no > {data} || chmod 666 {data} || echo kept"
+            seen = (await env.exec(attack)).output
+            running = (await env.exec("ps")).output
+            await spawned.end()
+            after = (await env.exec("ps")).output
+            ends = await env.spawn(["sh", "-c", "cat; exit 7"], {})  # ends by itself once its stdin ends
+            ends.process.stdin.write(b"bye\n")
+            await ends.process.stdin.drain()
+            ends.process.stdin.close()
+            rest = await asyncio.wait_for(ends.process.stdout.read(), 30)
+            await ends.end()
+            return echoed, said, seen, running, after, rest, process.returncode, ends.process.returncode
+        finally:
+            await env.close()
+
+    echoed, said, seen, running, after, rest, killed, exited = asyncio.run(body())
+    assert echoed == line and said == b"hi on stderr\n"  # stdout whole; stderr its own, without the pid line
+    # Readable at the same path, owned by nobody, read-only: the container's root, without capabilities,
+    # can neither write nor chmod it.
+    assert "from the host" in seen and "444 65534" in seen and "555 65534" in seen and "kept" in seen
+    assert "sleep 300" in running and "sleep 300" not in after and " cat" not in after  # its whole group
+    assert killed == 137 and rest == b"bye\n" and exited == 7
+    assert not containers_of(tmp_path)
+
+
+@pytest.mark.usefixtures("docker_host")
+def test_in_docker_a_server_runs_in_each_sample_s_container_and_one_that_fails_fails_its_sample(
+    run, server, tmp_path, mcp_image
+):
+    config = stdio_config(tmp_path, python=readable_sdk_copy.SYSTEM_PYTHON, env={"PYTHONPATH": "/opt/mcp-sdk"})
+    entries = [
+        {
+            "prompt": call(
+                ("put", {"key": "a", "value": "one"}), ("get", {"key": "a"}), ("variable", {"name": "MCP_WORKSPACE"})
+            )
+        },
+        {"prompt": call(("get", {"key": "a"})) + " another sample"},
+        {"prompt": call(("get", {"key": "a"})) + " refused", "files": {"refuse_to_start": ""}},
+    ]
+    flags = ("--environment=docker", f"--default_image={mcp_image}", "--distribution=terminal_only")
+    result = run(entries, f"--mcp_config={config}", *flags)
+    assert result.code == 1, result.stderr
+    rows = {row["prompt_index"]: tool_results(row) for row in result.trajectories}
+    assert sorted(rows) == [0, 1]
+    assert '"result": "one"' in rows[0] and '"result": "/app"' in rows[0]  # the container's work folder
+    assert '"result": "no value for a"' in rows[1]  # its own server: nothing stored there
+    (failed,) = result.jsonl("errors.jsonl")
+    assert failed["prompt_index"] == 2
+    assert "MCP server 'kv'" in failed["message"] and "refusing to start in this workspace" in failed["message"]
+    assert not any("refused" in json.dumps(request) for request in server.chat_requests())
+    assert not containers_of(result.run_dir) and not processes_mentioning(str(tmp_path / "kv_server.py"))

@@ -11,7 +11,7 @@ import asyncio
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, ClassVar, Protocol
 
 if TYPE_CHECKING:
     from trajforge.environments.settings import EnvironmentSettings
@@ -25,11 +25,32 @@ class ExecResult:
     timed_out: bool = False
 
 
+class Writer(Protocol):
+    """A spawned process's stdin: asyncio's StreamWriter, or what writes into a container (docker_exec)."""
+
+    def write(self, data: bytes) -> None: ...
+    async def drain(self) -> None: ...
+    def close(self) -> None: ...
+
+
+class SpawnedProcess(Protocol):
+    """A spawned process as its client sees it: asyncio's Process, or one in a container (docker_exec)."""
+
+    @property
+    def stdin(self) -> Writer | None: ...
+    @property
+    def stdout(self) -> asyncio.StreamReader | None: ...
+    @property
+    def stderr(self) -> asyncio.StreamReader | None: ...
+    @property
+    def returncode(self) -> int | None: ...
+
+
 @dataclass(frozen=True)
 class Spawned:
     """A long-running process of the sample (a stdio MCP server), started by Environment.spawn."""
 
-    process: asyncio.subprocess.Process  # its stdin, stdout and stderr are pipes
+    process: SpawnedProcess  # its stdin, stdout and stderr are pipes
     end: Callable[[], Awaitable[None]]  # ends it and every process it started (its process group)
 
 
@@ -92,7 +113,8 @@ class Environment(ABC):
         of the sample like its commands (its limits, uid, network policy), ended with them at the latest.
         `variables` are added to a command's; `read_only` host paths are readable at the same path."""
         raise NotImplementedError(
-            f"{type(self).__name__} cannot start a server in the sample (a stdio MCP server); use local or bwrap"
+            f"{type(self).__name__} cannot start a server in the sample (a stdio MCP server); "
+            "use local, bwrap or docker"
         )
 
     async def add_tests(self, files: dict[str, bytes]) -> None:

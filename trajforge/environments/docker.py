@@ -8,16 +8,12 @@ import asyncio
 import contextlib
 import os
 import posixpath
-import struct
 import uuid
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from functools import partial
-from typing import BinaryIO
 
 import docker
-import requests
 from docker.errors import APIError, DockerException, ImageNotFound, NotFound
 
 from trajforge.environments import (
@@ -31,7 +27,15 @@ from trajforge.environments import (
     seccomp,
 )
 from trajforge.environments.carried import carried, gathered
-from trajforge.environments.contract import timeout_result
+from trajforge.environments.contract import Spawned, timeout_result
+from trajforge.environments.docker_exec import (
+    STDERR,
+    ContainerProcess,
+    exec_stream,
+    frames,
+    output_reader,
+    readable_archive,
+)
 from trajforge.environments.folder_task import IMAGE_PREFIX, FolderSettings, build_log
 from trajforge.environments.limits import MB, OWN, Limits
 from trajforge.environments.local import COMMAND_VARIABLES
@@ -47,6 +51,9 @@ REPORT_PID = ["sh", "-c", 'echo $$ >&2; exec "$@" 2>&1', "sh"]
 # Removed once opened, before the command starts: no process of it finds the file in its workspace.
 FROM_FILE = ["sh", "-c", 'f=$1; shift; exec < "$f"; rm -f -- "$f"; exec "$@"', "sh"]
 KILL_GROUP = ["sh", "-c", 'kill -9 -"$1"', "sh"]
+# A process of the sample left running (spawn: a stdio MCP server): its pid first on stderr, as REPORT_PID
+# reports it, then its own stderr, apart from its stdout.
+SERVE = ["sh", "-c", 'echo $$ >&2; exec "$@"', "sh"]
 # pid 1 runs KEEP_ALIVE's loop from a copy of the image's sh that no one in the container may read (mode
 # 0111, capabilities dropped): the kernel makes a process exec'd from an unreadable file non-dumpable, so
 # the agent, of the same uid but without CAP_SYS_PTRACE, cannot open /proc/1/mem to rewrite it. Where no
@@ -58,8 +65,9 @@ GUARDED_KEEP_ALIVE = [
     'exec sh -c "$0"',
     KEEP_ALIVE[-1],
 ]
-FRAME_HEADER, STDERR = struct.Struct(">BxxxL"), 2  # a frame of an exec's output: stream number, length
 KILL_GRACE = 5.0  # seconds to wait for a killed command's output to end
+END_GRACE = 1.0  # seconds a killed server's output gets to end (a process it started outside its group holds it)
+READABLE_MAX = 256 * MB  # bytes of host files a server reads, copied into each sample's container
 CARRIED_MAX = 1024 * MB  # bytes of a working directory fresh_copy carries over into a new container
 BUILD_LOG_TAIL = 4000  # characters of a failed build's output in the sample's error
 
@@ -176,7 +184,7 @@ class DockerEnvironment(CommandEnvironment):
 
         def drain() -> None:
             with response:
-                for stream, data in frames(response.raw._fp.fp):
+                for stream, data in frames(output_reader(response)):
                     (pid.extend if stream == STDERR else output.feed)(data)
 
         reading = asyncio.get_running_loop().run_in_executor(self.readers, drain)
@@ -190,6 +198,56 @@ class DockerEnvironment(CommandEnvironment):
                 await asyncio.wait_for(asyncio.shield(reading), KILL_GRACE)
             return timeout_result(output.text(), timeout)
         return ExecResult(output.text(), await self._exit_code(exec_id))
+
+    async def spawn(
+        self, argv: list[str], variables: dict[str, str], read_only: tuple[str, ...] = (), limit: int = 1 << 16
+    ) -> Spawned:
+        """An exec in the container, as its commands run (the container's limits, user and network, no
+        capability), from its work folder, with stdin attached. `read_only` is copied in at the same paths
+        (readable_archive): the engine may be on another machine, where no host path could be mounted."""
+        try:
+            if read_only:
+                archive = await asyncio.to_thread(readable_archive, read_only, READABLE_MAX)
+                await self._call(self.api.put_archive, self.name, "/", archive)
+            command, variables = [*SERVE, *argv], {**self.exec_env, **variables}
+            created = await self._call(
+                self.api.exec_create, self.name, command, stdin=True, environment=variables, workdir=self.cwd
+            )
+            exec_id = created["Id"]
+            response = await self._call(exec_stream, self.api, exec_id)
+        except DockerException as exc:
+            raise OSError(f"cannot start it in the container: {_reason(exc)}") from None
+        process = ContainerProcess(response, limit)
+        watching = asyncio.ensure_future(self._watch(exec_id, process))
+        return Spawned(process, lambda: asyncio.shield(self._end_spawned(process, watching)))
+
+    async def _watch(self, exec_id: str, process: ContainerProcess) -> None:
+        """Once its output ended: its exit status, then the end of its streams."""
+        code = None
+        try:
+            await process.received
+            code = await self._exit_code(exec_id)
+        except (DockerException, RuntimeError):  # the container, or this environment, is gone
+            pass
+        finally:
+            process.ended(code)
+
+    async def _end_spawned(self, process: ContainerProcess, watching: asyncio.Future) -> None:
+        """Its process group killed; its output's end awaited END_GRACE at most (a process it started outside
+        its group may hold it: the container's end kills that one), then its connection closed."""
+        try:
+            with contextlib.suppress(TimeoutError):
+                pid = await asyncio.wait_for(asyncio.shield(process.pid), END_GRACE)
+                if pid.isdigit():
+                    with contextlib.suppress(DockerException, RuntimeError):  # RuntimeError: the environment closed
+                        kill = await self._call(self.api.exec_create, self.name, [*KILL_GROUP, pid])
+                        await self._call(self.api.exec_start, kill["Id"])
+                await asyncio.wait_for(asyncio.shield(process.received), END_GRACE)
+        finally:
+            process.shut()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(watching, END_GRACE)
+            process.close()
 
     async def add_tests(self, files: dict[str, bytes]) -> None:
         # A folder of a name no one could guess, made only after every process of the agent is gone.
@@ -256,32 +314,6 @@ class DockerEnvironment(CommandEnvironment):
         # A failure here must not fail the prompt; the run's end (or --resume) removes leftovers by label.
         with contextlib.suppress(DockerException):
             self.api.remove_container(self.name, force=True, v=True)
-
-
-def exec_stream(api: docker.APIClient, exec_id: str) -> requests.Response:
-    """Start an exec attached to its output, as the SDK's exec_start does, and hand back the response whose
-    buffered reader holds the output. The SDK reads the socket beneath that buffer, so output that came in
-    with the headers was lost. That happens when this thread is slow to read them, as on a loaded
-    machine, and a command's output came back short or empty."""
-    response = api._post_json(
-        api._url("/exec/{0}/start", exec_id),
-        headers={"Connection": "Upgrade", "Upgrade": "tcp"},
-        data={"Tty": False, "Detach": False},
-        stream=True,
-    )
-    api._raise_for_status(response)
-    response.raw._fp.fp.raw._sock.settimeout(None)  # a command may be quiet for longer than the API timeout
-    return response
-
-
-def frames(reader: BinaryIO) -> Iterator[tuple[int, bytes]]:
-    """The (stream, bytes) frames of Docker's multiplexed output, until it ends."""
-    while len(header := reader.read(FRAME_HEADER.size)) == FRAME_HEADER.size:
-        stream, length = FRAME_HEADER.unpack(header)
-        data = reader.read(length)
-        yield stream, data
-        if len(data) < length:
-            return
 
 
 def build_failure(settings: EnvironmentSettings, entry: dict) -> SetupFailed:

@@ -23,7 +23,7 @@ import mcp_types as types
 from mcp import ClientSession
 from mcp.shared.message import SessionMessage
 
-from trajforge.environments.contract import Spawned
+from trajforge.environments.contract import Spawned, SpawnedProcess
 from trajforge.tail import Tail
 from trajforge.tools.mcp.servers import Server
 
@@ -211,7 +211,7 @@ async def _ending_on_error(pump: Callable, read_send: Any) -> None:
         await read_send.aclose()
 
 
-def _exit_code(process: asyncio.subprocess.Process) -> str:
+def _exit_code(process: SpawnedProcess) -> str:
     return f" (exit status {process.returncode})" if process.returncode is not None else ""
 
 
