@@ -37,7 +37,8 @@ def settings(docker_host, tmp_path) -> EnvironmentSettings:
 
 
 def containers_of(run_dir) -> list:
-    return docker.from_env().containers.list(all=True, filters={"label": f"{RUN_DIR_LABEL}={run_dir}"})
+    """The run's containers, as listed: sparse, since inspecting each fails for one still being created."""
+    return docker.from_env().containers.list(all=True, sparse=True, filters={"label": f"{RUN_DIR_LABEL}={run_dir}"})
 
 
 def test_images_working_directories_and_labels(settings):

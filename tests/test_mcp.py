@@ -27,10 +27,15 @@ import time
 from pathlib import Path
 from urllib.parse import quote
 
+import docker
 import pytest
 from conftest import tool_results, wait_for
 from mcp_servers import readable_sdk as readable_sdk_copy
+from test_docker import ALPHA, HARBOR_BASE, containers_of
 from test_sandbox import bwrap  # noqa: F401  (the fixture)
+
+from trajforge.environments import EnvironmentSettings
+from trajforge.environments.docker import DockerBackend
 
 KV = Path(__file__).parent / "mcp_servers" / "kv_server.py"
 LOCAL = ("--distribution=terminal_only", "--environment=local")
@@ -301,16 +306,11 @@ def test_what_the_dataset_or_the_agent_writes_in_the_workspace_never_runs_as_the
 
 # -- in docker -------------------------------------------------------------------------------------------
 
-ALPHA = "batch-runner-test/alpha:1"  # busybox only
-HARBOR_BASE = "batch-runner-test/harbor-base:1"  # busybox and the system's python3; WORKDIR /app
-
 
 @pytest.fixture(scope="module")
 def mcp_image(docker_host, readable_sdk) -> str:
     """HARBOR_BASE with the SDK at /opt/mcp-sdk and the libraries its compiled modules load: an image a
     stdio server runs in, built offline once for this SDK."""
-    import docker
-
     _, sdk = readable_sdk
     files = sorted(path for path in sdk.rglob("*") if path.is_file())
     listed = "".join(f"{path.relative_to(sdk)} {path.stat().st_size}\n" for path in files)
@@ -336,18 +336,7 @@ def mcp_image(docker_host, readable_sdk) -> str:
     return tag
 
 
-def containers_of(run_dir: Path) -> list:
-    import docker
-
-    from trajforge.environments.docker import RUN_DIR_LABEL
-
-    return docker.from_env().containers.list(all=True, filters={"label": f"{RUN_DIR_LABEL}={run_dir}"})
-
-
 def test_in_docker_a_spawned_process_has_pipes_reads_its_files_and_ends_with_its_group(docker_host, tmp_path):
-    from trajforge.environments import EnvironmentSettings
-    from trajforge.environments.docker import DockerBackend
-
     served = tmp_path / "served"
     served.mkdir()
     (served / "data.txt").write_text("from the host\n")
