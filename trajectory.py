@@ -14,15 +14,29 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from trajforge import safejson
 
 EMPTY_THINK = "<think>\n\n</think>"
-# The record's JSON texts, json.dumps(..., ensure_ascii=False) made once: the merge renders every record.
-TEXT = json.JSONEncoder(ensure_ascii=False).encode
+
+
+def text_encoder(sort_keys: bool = False) -> Callable[[Any], str]:
+    """json.dumps(value, ensure_ascii=False, sort_keys=sort_keys), its C encoder made once: json.dumps and
+    JSONEncoder.encode make one per call, which costs as much as encoding the record's small texts (the
+    merge renders every record). The values are parsed JSON, never circular, so nothing checks for it."""
+    encoder = json.JSONEncoder(ensure_ascii=False, sort_keys=sort_keys)
+    make = json.encoder.c_make_encoder  # type: ignore[attr-defined]  # None where there is no C accelerator
+    if make is None:
+        return encoder.encode
+    chunks = make(None, encoder.default, json.encoder.encode_basestring, None, ": ", ", ", sort_keys, False, True)
+    return lambda value: "".join(chunks(value, 0))
+
+
+# The record's JSON texts, json.dumps(..., ensure_ascii=False).
+TEXT = text_encoder()
 NO_CALLS = "[]"
 _TAGGED = re.compile(r"<(think|REASONING_SCRATCHPAD)>(.*?)</\1>\s*", re.S)
 
@@ -121,11 +135,11 @@ def _arguments_value(raw: str):
 def turn_of(speaker: str, value: str, calls: Iterable[ToolCall] = (), finish_reason: str = "") -> dict:
     """One turn of `conversations`; every turn has these four keys, strings all. `tool_calls` is the
     JSON text of [{"id", "name", "arguments"}] (arguments as the model sent them), "[]" without calls."""
-    listed = [{"id": c.id, "name": c.name, "arguments": c.arguments} for c in calls]
+    listed = ", ".join(map(_listed, calls))
     return {
         "from": speaker,
         "value": value,
-        "tool_calls": TEXT(listed) if listed else NO_CALLS,
+        "tool_calls": f"[{listed}]" if listed else NO_CALLS,
         "finish_reason": finish_reason,
     }
 
@@ -137,13 +151,35 @@ def conversations(system: str, prompt: str, turns: list[Turn]) -> list[dict]:
     for turn in turns:
         value = f"<think>\n{turn.reasoning}\n</think>\n{turn.content}"
         for call in turn.calls:
-            body = TEXT({"name": call.name, "arguments": _arguments_value(call.arguments)})
-            value += f"\n<tool_call>\n{body}\n</tool_call>"
+            value += f"\n<tool_call>\n{_body(call)}\n</tool_call>"
         convo.append(turn_of("gpt", value, turn.calls, turn.finish_reason))
         if turn.calls:
-            responses = (TEXT({"tool_call_id": c.id, "name": c.name, "content": c.result}) for c in turn.calls)
-            convo.append(turn_of("tool", "\n".join(f"<tool_response>\n{r}\n</tool_response>" for r in responses)))
+            responses = "\n".join(f"<tool_response>\n{_response(call)}\n</tool_response>" for call in turn.calls)
+            convo.append(turn_of("tool", responses))
     return convo
+
+
+# A call's JSON texts, written around TEXT of the values they hold: the same text as TEXT of the whole
+# dict (its keys are plain), for a fraction of the time (the merge renders each call of every sample).
+def _listed(call: ToolCall) -> str:
+    """TEXT({"id": .., "name": .., "arguments": ..}): an entry of `tool_calls`."""
+    return f'{{"id": {_string(call.id)}, "name": {_string(call.name)}, "arguments": {_string(call.arguments)}}}'
+
+
+def _body(call: ToolCall) -> str:
+    """TEXT({"name": .., "arguments": parsed}): a call in the gpt turn's text."""
+    return f'{{"name": {_string(call.name)}, "arguments": {TEXT(_arguments_value(call.arguments))}}}'
+
+
+def _response(call: ToolCall) -> str:
+    """TEXT({"tool_call_id": .., "name": .., "content": result}): a result in the tool turn's text."""
+    return f'{{"tool_call_id": {_string(call.id)}, "name": {_string(call.name)}, "content": {TEXT(call.result)}}}'
+
+
+def _string(value: Any) -> str:
+    """TEXT(value) of a call's id, name or arguments: a string, encoded directly (or, should a record
+    hold something else there, whatever it holds)."""
+    return json.encoder.encode_basestring(value) if isinstance(value, str) else TEXT(value)
 
 
 def tool_stats(turns: list[Turn], tool_names: list[str]) -> tuple[dict, dict]:
@@ -222,7 +258,7 @@ ADDED_USAGE = {"judge_tokens": 0, "judge_cost": 0.0}
 def current_usage(usage: dict) -> dict:
     """A record's usage in this version's shape, the same keys in the same order as a new row's (the fields
     added since it was written at their zero values): `usage` itself when it has them."""
-    if "cost_known" in usage and all(key in usage for key in ADDED_USAGE):
+    if "cost_known" in usage and ADDED_USAGE.keys() <= usage.keys():
         return usage
     older = {key: value for key, value in usage.items() if key != "cost_known" and key not in ADDED_USAGE}
     added = {key: usage.get(key, zero) for key, zero in ADDED_USAGE.items()}

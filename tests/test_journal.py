@@ -17,7 +17,8 @@ import orjson
 import pytest
 from conftest import ROOT, run_cli
 
-from trajforge import journal
+from trajectory import ToolCall, Turn, conversations
+from trajforge import journal, safejson
 from trajforge.journal.sample import VERSION
 from trajforge.runfolder.folder import RunFolder
 
@@ -174,3 +175,35 @@ def test_an_old_folder_resumed_with_more_samples_keeps_its_lines_and_adds_new_on
     assert new_lines and all(line["version"] == VERSION for line in new_lines)
     stats = json.loads((folder / "statistics.json").read_text())
     assert stats["verification"]["verified_samples"] == 3
+
+
+def test_a_calls_texts_are_json_dumps_whatever_they_hold():
+    """The merge writes a call's texts around the encoded values (trajectory._listed, _body, _response):
+    the same text as json.dumps(..., ensure_ascii=False) of the whole dict, for hostile values too."""
+    odd = 'q"uo\\te\n\t\x00\x1f\x7f é ☕ \u2028 \ud800 <tool_call>'
+    calls = [
+        ToolCall(odd, odd, json.dumps({"x": [1.5, 1e16, 2**70, odd]}), {"r": [odd, 1e-7, float("nan"), None]}),
+        ToolCall("call_2", "terminal", "not json {", odd),
+        ToolCall(7, None, {"sent": "not text"}, []),  # type: ignore[arg-type]  # what a hand-made line may hold
+    ]
+
+    def as_main_wrote(call: ToolCall) -> tuple[str, str, str]:
+        def text(value):
+            return json.dumps(value, ensure_ascii=False)
+
+        try:  # as the record has held them: parsed when JSON the run's limits take (safejson.py)
+            arguments = safejson.parse(call.arguments)
+        except (TypeError, ValueError):
+            arguments = call.arguments
+        return (
+            text([{"id": call.id, "name": call.name, "arguments": call.arguments}]),
+            text({"name": call.name, "arguments": arguments}),
+            text({"tool_call_id": call.id, "name": call.name, "content": call.result}),
+        )
+
+    for call in calls:
+        gpt, tool = conversations("system", "prompt", [Turn("answer", "why", [call])])[2:]
+        listed, body, response = as_main_wrote(call)
+        assert gpt["tool_calls"] == listed
+        assert gpt["value"] == f"<think>\nwhy\n</think>\nanswer\n<tool_call>\n{body}\n</tool_call>"
+        assert tool["value"] == f"<tool_response>\n{response}\n</tool_response>"

@@ -159,7 +159,7 @@ def test_a_folder_without_batch_files_merges_to_nothing(tmp_path):
 
 def test_the_best_sample_and_the_preference_pair_of_an_entry():
     def sample(index, passed, reward, calls=3):
-        return Candidate(position=10 + index, passed=passed, reward=reward, api_calls=calls, sample_index=index)
+        return Candidate(("batch_0.jsonl", 10 + index), passed, reward, api_calls=calls, sample_index=index)
 
     tied = [sample(0, True, 1.0, calls=4), sample(1, True, 1.0), sample(2, True, 1.0), sample(3, True, 0.9, calls=1)]
     assert best(tied).sample_index == 1  # highest reward, then fewer model calls, then the lower index
@@ -168,3 +168,28 @@ def test_the_best_sample_and_the_preference_pair_of_an_entry():
     chosen, rejected = pair(mixed)
     assert (chosen.sample_index, rejected.sample_index) == (1, 2)  # the lowest reward fails; ties: lower index
     assert pair(tied) is None and pair([sample(0, False, 0.0)]) is None
+
+
+def test_keep_best_and_the_pairs_read_again_only_their_own_lines(tmp_path):
+    """The second pass (--keep=best, preference pairs) parses only the lines the first chose, in batch
+    order: a torn line among the others is warned of once, by the first pass."""
+    folder = RunFolder(tmp_path)
+
+    def verified(prompt: str, index: int, passed: bool) -> str:
+        line = record(prompt)
+        line["metadata"] |= {
+            "sample_index": index,
+            "verification": {"verified": True, "passed": passed, "reward": 1.0 * passed},
+        }
+        return json.dumps(line) + "\n"
+
+    folder.batch_file(0).write_text(verified("solve", 0, False) + '{"torn\n' + verified("solve", 1, True))
+    folder.batch_file(1).write_text(verified("other", 0, True))
+    warnings: list[str] = []
+    merge(folder, True, TOOLS, warnings.append, keep="best")
+    assert merged(folder) == ["solve", "other"]
+    pairs = [json.loads(line) for line in folder.preferences.read_text().splitlines()]
+    assert [(p["prompt"][0]["content"], p["chosen_reward"], p["rejected_reward"]) for p in pairs] == [
+        ("solve", 1.0, 0.0)
+    ]
+    assert warnings == ["batch_0.jsonl line 2 is incomplete (cut off by a crash?); ignoring it"]

@@ -9,7 +9,6 @@ preference pairs read its fields. Lines written before the journal had a version
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from functools import lru_cache
@@ -17,7 +16,7 @@ from typing import Any
 
 import orjson
 
-from trajectory import ToolCall, Turn, conversations, current_usage, current_verification, system_turn
+from trajectory import TEXT, ToolCall, Turn, conversations, current_usage, current_verification, system_turn
 from trajforge.safejson import dumps
 
 VERSION = 2
@@ -101,7 +100,7 @@ class Sample:
                 "timestamp": self.timestamp,
                 "exit_reason": self.exit_reason,
                 "usage": self.usage,
-                "source": json.dumps(self.entry, ensure_ascii=False),  # entries of other datasets have other keys
+                "source": TEXT(self.entry),  # entries of other datasets have other keys
             },
             "completed": self.completed,
             # max_turns, timeout, length, content_filter: a limit or a cut-off is an outcome, not an error

@@ -8,14 +8,14 @@ import json
 import os
 import re
 import secrets
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 import orjson
 
-from trajectory import verification_passed
+from trajectory import text_encoder, verification_passed
 from trajforge import journal
 from trajforge.errors import UsageError
 from trajforge.failures import BUDGET, CLASSES, failure_class
@@ -25,6 +25,7 @@ BATCH_FILE = re.compile(r"batch_(\d+)\.jsonl$")
 FILE_MODE = 0o666  # every file of the run folder: the umask decides, as for any file the user makes
 
 
+SORTED_TEXT = text_encoder(sort_keys=True)  # json.dumps(value, ensure_ascii=False, sort_keys=True)
 TASK_KEYS = ("files", "workspace", "setup", "tests")  # what the agent finds, and what judges it (verification/tasks.py)
 
 
@@ -35,7 +36,7 @@ def entry_key(entry: dict) -> str:
         return json.dumps(["harbor", entry["harbor"].get("digest")])
     key = [entry.get("prompt"), entry.get("image"), entry.get("docker_image"), entry.get("cwd")]
     task = {name: entry[name] for name in TASK_KEYS if name in entry}
-    return json.dumps([*key, task] if task else key, ensure_ascii=False, sort_keys=True)
+    return SORTED_TEXT([*key, task] if task else key)
 
 
 def sample_key(record: dict) -> tuple[str, int]:
@@ -156,12 +157,21 @@ class RunFolder:
         for _, line, record in self.located_lines(warn):
             yield line, record
 
-    def located_lines(self, warn: Callable[[str], None]) -> Iterator[tuple[rescored.Where, bytes, dict]]:
-        """((batch file, line number), raw line, record) of every finished prompt, with its newest verification."""
+    def located_lines(
+        self, warn: Callable[[str], None], only: Iterable[rescored.Where] | None = None
+    ) -> Iterator[tuple[rescored.Where, bytes, dict]]:
+        """((batch file, line number), raw line, record) of every finished prompt, with its newest
+        verification; with `only`, of those lines alone (no other is parsed, no file read past the last)."""
         newest = rescored.newest(self.path, warn)
+        numbers = _numbers_by_file(only) if only is not None else None
         for _, path in self.batch_files():
-            for number, line, record in self.numbered_lines(path, warn):
-                where = (path.name, number)
+            name, lines = path.name, self.raw_lines(path)
+            if numbers is not None:
+                if name not in numbers:
+                    continue
+                lines = _numbered(lines, numbers[name])
+            for number, line, record in self.parsed(path, lines, warn):
+                where = (name, number)
                 if where in newest:
                     line, record = rescored.applied(record, newest[where])
                 yield where, line, record
@@ -170,29 +180,36 @@ class RunFolder:
     def lines_in(path: Path, warn: Callable[[str], None]) -> Iterator[tuple[bytes, dict]]:
         """(raw line, record) of one batch file. A torn line (a write cut short by a crash) is
         skipped with a warning: that prompt simply runs again on --resume."""
-        for _, line, record in RunFolder.numbered_lines(path, warn):
+        for _, line, record in RunFolder.parsed(path, RunFolder.raw_lines(path), warn):
             yield line, record
 
     @staticmethod
-    def numbered_lines(path: Path, warn: Callable[[str], None]) -> Iterator[tuple[int, bytes, dict]]:
-        """(line number, raw line, record) of one batch file, as lines_in reads them."""
+    def raw_lines(path: Path) -> Iterator[tuple[int, bytes]]:
+        """(line number, line ending in a newline) of each non-blank line of one batch file, unparsed."""
         if not path.exists():
             return
         with open(path, "rb") as handle:
             for number, line in enumerate(handle, 1):
-                if not line.strip():
-                    continue
-                try:
-                    record = orjson.loads(line)
-                except orjson.JSONDecodeError:
-                    warn(f"{path.name} line {number} is incomplete (cut off by a crash?); ignoring it")
-                    continue
-                if isinstance(record, dict) and record.get("version", 1) > journal.VERSION:
-                    raise UsageError(
-                        f"{path} line {number} is a journal of version {record['version']}, written by a newer"
-                        f" batch-runner (this one reads up to {journal.VERSION}): upgrade to use this run folder"
-                    )
-                yield number, (line if line.endswith(b"\n") else line + b"\n"), record
+                if not line.isspace():  # strip()'s test without its copy of the line
+                    yield number, (line if line.endswith(b"\n") else line + b"\n")
+
+    @staticmethod
+    def parsed(
+        path: Path, lines: Iterable[tuple[int, bytes]], warn: Callable[[str], None]
+    ) -> Iterator[tuple[int, bytes, dict]]:
+        """(line number, raw line, record) of `lines` of one batch file, as lines_in reads them."""
+        for number, line in lines:
+            try:
+                record = orjson.loads(line)
+            except orjson.JSONDecodeError:
+                warn(f"{path.name} line {number} is incomplete (cut off by a crash?); ignoring it")
+                continue
+            if isinstance(record, dict) and record.get("version", 1) > journal.VERSION:
+                raise UsageError(
+                    f"{path} line {number} is a journal of version {record['version']}, written by a newer"
+                    f" batch-runner (this one reads up to {journal.VERSION}): upgrade to use this run folder"
+                )
+            yield number, line, record
 
     def load_settings(self) -> dict | None:
         """What run.json keeps, or None for a run folder without one (new, or made before it existed)."""
@@ -316,3 +333,21 @@ class BatchFiles:
         for fd in self.open.values():
             os.close(fd)
         self.open.clear()
+
+
+def _numbers_by_file(wanted: Iterable[rescored.Where]) -> dict[str, set[int]]:
+    """The line numbers of `wanted`, by batch file."""
+    numbers: dict[str, set[int]] = {}
+    for name, number in wanted:
+        numbers.setdefault(name, set()).add(number)
+    return numbers
+
+
+def _numbered(lines: Iterator[tuple[int, bytes]], numbers: set[int]) -> Iterator[tuple[int, bytes]]:
+    """The `lines` whose numbers are among `numbers`, read no further than the last of them."""
+    last = max(numbers)
+    for number, line in lines:
+        if number in numbers:
+            yield number, line
+        if number >= last:
+            return

@@ -3,7 +3,7 @@
 
 A pure filter over batch files: a later run can merge again with other settings without calling the
 model. It streams line by line, so memory stays flat however large the run folder is; --keep=best and
-preference pairs read the files a second time, for the lines the first pass chose.
+preference pairs read the files a second time, parsing only the lines the first pass chose.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 from trajectory import known_cost, verification_passed
 from trajforge import journal
+from trajforge.journal.rescored import Where
 from trajforge.journal.sample import Sample
 from trajforge.runfolder.folder import RunFolder, entry_key, write_atomic
 from trajforge.runfolder.preferences import Candidate, best, pair, preference_line
@@ -169,7 +170,7 @@ class Merge:
 
     def first_pass(self, handle, ids=None) -> None:
         """Count every line; write those `keep` keeps to `handle` (and their token lines to `ids`)."""
-        for position, (line, record) in enumerate(self.folder.batch_lines(self.warn)):
+        for position, line, record in self.folder.located_lines(self.warn):
             sample = journal.read(record, line)
             key = entry_key(sample.entry)
             passed = verification_passed(sample.verification)
@@ -192,7 +193,9 @@ class Merge:
         self.turns += len(sample.turns)
         self.with_reasoning += sum(1 for turn in sample.turns if turn.reasoning)
         for name, entry in sample.tool_stats.items():
-            known = self.tools.setdefault(name, {"count": 0, "success": 0, "failure": 0})
+            known = self.tools.get(name)
+            if known is None:  # a tool the run cannot offer now (a plugin's, in an earlier invocation)
+                known = self.tools[name] = {"count": 0, "success": 0, "failure": 0}
             if entry["count"] or entry["success"] or entry["failure"]:  # most of a row's tools: none
                 known["count"] += entry["count"]
                 known["success"] += entry["success"]
@@ -204,7 +207,8 @@ class Merge:
             totals.replay_diverged += bool(sample.verification.get("replay_diverged"))
             totals.passed[key, sample.sample_index] += passed
         totals.tokens.add(sample)
-        self.exits.update(sample.nonzero_exits)
+        if sample.nonzero_exits:  # most have none (Counter.update costs even then)
+            self.exits.update(sample.nonzero_exits)
         for kind, count in sample.redactions.items():
             totals.redactions[kind] = totals.redactions.get(kind, 0) + count
         reason = sample.discarded
@@ -231,17 +235,15 @@ class Merge:
 
 
 def _second_pass(
-    folder: RunFolder, warn, chosen: set[int], pairs: list, write_sample, write_best: bool, tokens: bool
+    folder: RunFolder, warn, chosen: set[Where], pairs: list, write_sample, write_best: bool, tokens: bool
 ) -> None:
     """Write the best samples (when `write_best`) and the preference pairs, reading the lines they are
     on. A pair is written as soon as both its samples have been read."""
     wanted = {position: index for index, both in enumerate(pairs) for position in (both[0].position, both[1].position)}
-    halves: dict[int, dict[int, Sample]] = {}  # pair index -> position -> sample
+    halves: dict[int, dict[Where, Sample]] = {}  # pair index -> position -> sample
 
     def write(trajectories, preferences, ids=None) -> None:
-        for position, (line, record) in enumerate(folder.batch_lines(warn)):
-            if position not in wanted and position not in chosen:
-                continue
+        for position, line, record in folder.located_lines(warn, only=wanted.keys() | chosen):
             sample = journal.read(record, line)
             if position in wanted:
                 index = wanted[position]

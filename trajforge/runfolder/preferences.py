@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from trajforge.export.openai import assistant_and_tool_messages
+from trajforge.journal.rescored import Where
 from trajforge.journal.sample import Sample
 
 
@@ -20,7 +21,7 @@ from trajforge.journal.sample import Sample
 class Candidate:
     """A verified sample that passed the merge's filters, as far as choosing among samples needs it."""
 
-    position: int  # its place among the batch lines, in batch order
+    position: Where  # its line: (batch file, line number)
     passed: bool
     reward: float
     api_calls: int

@@ -4,7 +4,6 @@ for statistics.json."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -26,7 +25,7 @@ def token_line(sample: Sample) -> bytes:
 def drift_of(sample: Sample) -> list[int]:
     """The sample's token_drift as a list (JSON text in the record; absent in older folders)."""
     text = sample.token_drift
-    value = json.loads(text) if isinstance(text, str) and text else text
+    value = orjson.loads(text) if isinstance(text, str) and text else text  # orjson: every record has one
     return value if isinstance(value, list) else []
 
 
