@@ -321,6 +321,9 @@ def bad_folder(tmp_path: Path, name: str) -> tuple[Path, str]:
     if name == "bad value":
         (task / "task.toml").write_text("[verifier]\ntimeout_sec = -1\n")
         return tasks, "[verifier] timeout_sec must be a number of seconds more than 0"
+    if name == "infinite build timeout":  # TOML has inf: named with its field, not a traceback
+        (task / "task.toml").write_text("[environment]\nbuild_timeout_sec = inf\n")
+        return tasks, "[environment] build_timeout_sec must be a number of seconds more than 0"
     if name == "link out of tests":
         (task / "tests" / "passwd").symlink_to("/etc/passwd")
         return tasks, "tests/passwd is a link that leaves the task folder"
@@ -361,6 +364,7 @@ def bad_folder(tmp_path: Path, name: str) -> tuple[Path, str]:
         "no instruction",
         "invalid toml",
         "bad value",
+        "infinite build timeout",
         "link out of tests",
         "link out of environment",
         "big instruction",
@@ -485,6 +489,103 @@ def test_a_python_verifier_is_refused_for_task_folders(run_here, server, tmp_pat
     assert done.code == 2
     assert "--verifier does not apply to task folders" in done.stderr
     assert server.chat_requests() == []
+
+
+def test_a_judge_is_refused_for_task_folders(run_here, server, tmp_path):
+    """--judge was left unused without a word (each task's test.sh verifies it), as --verifier is not."""
+    rubric = tmp_path / "rubric.md"
+    rubric.write_text("Score 10 when the file says hello.\n")
+    done = run_here(EXAMPLE, f"--judge={rubric}")
+    assert done.code == 2, done.stderr
+    assert "--judge does not apply to task folders: each is verified by its tests/test.sh" in done.stderr
+    assert server.chat_requests() == []
+
+
+def test_task_toml_times_never_loosen_the_runner_s(docker_host, run_here, server, tmp_path):
+    """task.toml's timeouts were the file's, however long: build_timeout_sec = 1e11 was an OverflowError
+    (exit 1) and 9e9 would hold the run at a build that never ends, before any sample; the agent's and
+    test.sh's likewise. Each is now the lower of the file's and the flag's default (said once), so the
+    honest twin, whose times are below them, keeps its own."""
+    tasks = copy_examples(tmp_path, unique=True)
+    shutil.rmtree(tasks / "sum-numbers")
+    shutil.rmtree(tasks / "fix-greeting")
+    shutil.copytree(tasks / "hello-file", tasks / "hello-honest")
+    toml = tasks / "hello-file" / "task.toml"
+    toml.write_text(
+        toml.read_text()
+        .replace("[agent]\ntimeout_sec = 120.0", "[agent]\ntimeout_sec = 1e11")
+        .replace("[verifier]\ntimeout_sec = 60.0", "[verifier]\ntimeout_sec = 9e9")
+        .replace("build_timeout_sec = 120.0", "build_timeout_sec = 1e11")
+    )
+    for name in ("hello-file", "hello-honest"):
+        steer(tasks / name, "echo 'Hello, world!' > hello.txt")
+    done = run_here(tasks, "--distribution=terminal_only")
+    assert done.code == 0, done.stderr + done.stdout
+    said = done.stdout + done.stderr
+    for note in (
+        "[agent] timeout_sec above --prompt_timeout (3600 s) cut to it",
+        "[verifier] timeout_sec above --verify_timeout (300 s) cut to it",
+        "[environment] build_timeout_sec above --setup_timeout (600 s) cut to it",
+    ):
+        assert said.count(note) == 1, said
+    found = samples(done.run_dir)
+    settings = {name: source(records[0])["harbor"]["settings"] for name, records in found.items()}
+    times = {
+        name: [value[key] for key in ("agent_timeout", "verify_timeout", "build_timeout")]
+        for name, value in settings.items()
+    }
+    assert times == {"hello-file": [3600, 300, 600], "hello-honest": [120, 60, 120]}, times
+    assert all(records[0]["metadata"]["verification"]["passed"] for records in found.values())
+
+
+class Listener:
+    """A TCP service on the host's loopback that records what connects to it (a registry's place)."""
+
+    def __init__(self):
+        import socket
+
+        self.socket = socket.create_server(("127.0.0.1", 0))
+        self.port = self.socket.getsockname()[1]
+        self.seen: list[bytes] = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        with contextlib.suppress(OSError):  # closed
+            while True:
+                connection, _ = self.socket.accept()
+                connection.settimeout(3)
+                with connection, contextlib.suppress(OSError):
+                    self.seen.append(connection.recv(2000))
+
+    def close(self) -> None:
+        self.socket.close()
+
+
+def test_a_task_folder_s_docker_image_is_never_pulled(docker_host, run_here, server, tmp_path):
+    """A task.toml's docker_image was pulled when missing, from wherever its name points: the engine sent a
+    TLS hello and GET /v2/ to a service on the host's loopback (as ADD <url> did before it was refused).
+    Now an image a task folder names must be on the engine: else exit 2 at load naming the folder and the
+    field, nothing sent anywhere; the honest twin names one that is there and is sound."""
+    listener = Listener()
+    try:
+        tasks = copy_examples(tmp_path)
+        shutil.rmtree(tasks / "sum-numbers")
+        toml = tasks / "hello-file" / "task.toml"
+        image = f"127.0.0.1:{listener.port}/internal/admin-endpoint:delete-everything"
+        toml.write_text(toml.read_text() + f'docker_image = "{image}"\n')
+        done = run_here(tasks, "--distribution=terminal_only")
+        assert done.code == 2, done.stderr + done.stdout
+        expected = f"{tasks / 'hello-file'}: [environment] docker_image {image!r} is not on the Docker engine"
+        assert expected in done.stderr and "fix-greeting" not in done.stderr, done.stderr
+        time.sleep(1)
+        assert listener.seen == [] and server.chat_requests() == []
+    finally:
+        listener.close()
+
+    toml.write_text(toml.read_text().replace(image, "batch-runner-test/harbor-base:1"))
+    done = run_here(tasks, "--check_tasks", run_name="honest")
+    assert done.code == 0, done.stderr + done.stdout
+    assert "2 of 2 tasks sound" in done.stdout
 
 
 def test_the_agent_finds_harbor_s_log_folder(docker_host, run_here, server, tmp_path):

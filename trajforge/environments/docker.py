@@ -88,13 +88,17 @@ def _reason(exc: DockerException) -> str:
     return str(getattr(exc, "explanation", None) or exc)
 
 
-def image_workdir(client: docker.DockerClient, image: str) -> str:
-    """Check the image is there (inspect, else pull); returns its WORKDIR."""
+def image_workdir(client: docker.DockerClient, image: str, pull: bool) -> str:
+    """Check the image is there (inspect, else pull when `pull`); returns its WORKDIR."""
     try:
         found = client.images.get(image)
     except ImageNotFound:
         if image.startswith(IMAGE_PREFIX):  # built by the run from a task folder, never pulled
             raise SetupError(f"image {image!r} was not built") from None
+        if not pull:  # a task folder's docker_image: the engine would fetch it from wherever its name points
+            raise SetupError(
+                f"image {image!r} is not on the Docker engine, and the runner pulls no image a task folder names"
+            ) from None
         try:
             found = client.images.pull(image)
         except DockerException as exc:
@@ -346,7 +350,7 @@ class DockerBackend(Backend):
         image = image_of(entry, self.settings)
         folder = FolderSettings.of(entry)
         try:
-            workdir = await self._once(f"image:{image}", image_workdir, client, image)
+            workdir = await self._once(f"image:{image}", image_workdir, client, image, folder is None)
         except SetupError:
             if folder and folder.build:
                 raise build_failure(self.settings, entry) from None

@@ -56,9 +56,10 @@ def current(client: docker.DockerClient, tag: str, made_from: dict[str, str]) ->
 
 
 def image_present(client: docker.DockerClient, tag: str) -> bool:
+    """Whether the engine has `tag` (a name it cannot look up, such as "UPPER:1", it has not)."""
     try:
         client.images.get(tag)
-    except ImageNotFound:
+    except DockerException:
         return False
     return True
 

@@ -25,6 +25,8 @@ from dataclasses import asdict, replace
 from pathlib import Path
 
 from trajforge.environments import AUTO, EnvironmentSettings, backend_class, choose
+from trajforge.environments.docker import connect
+from trajforge.environments.docker_build import image_present
 from trajforge.environments.dockerfile import fetch_problem
 from trajforge.environments.folder_task import IMAGE_PREFIX, KEY, FolderSettings
 from trajforge.environments.shell import Executable, tar_archive
@@ -140,12 +142,12 @@ def megabytes(value, key: str) -> float:
     return float(value)
 
 
-def _seconds(table: dict, section: str) -> float | None:
-    value = table.get("timeout_sec")
+def _seconds(table: dict, section: str, key: str) -> float | None:
+    value = table.get(key)
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value <= 0:
-        raise ValueError(f"[{section}] timeout_sec must be a number of seconds more than 0")
+        raise ValueError(f"[{section}] {key} must be a number of seconds more than 0")
     return float(value)
 
 
@@ -164,19 +166,21 @@ def _lower(file_value: float | None, flag_value: float) -> float:
 
 def settings_of(toml: dict, config: RunConfig, notes: set[str]) -> tuple[FolderSettings, str | None]:
     """The task's settings as this run resolves them, and its docker_image (None: built from
-    environment/). `notes` collects the flags that won over a task.toml value."""
+    environment/). `notes` collects the flags that won over a task.toml value, and the file's times cut to a
+    flag's default (each the lower of the two: a task folder's time never loosens the runner's)."""
     agent, verifier, environment = (_table(toml, name) for name in ("agent", "verifier", "environment"))
-    build = {"timeout_sec": environment.get("build_timeout_sec")}
     timeouts = {}
-    for field, section, table, flag, value in (
-        ("agent_timeout", "agent", agent, "prompt_timeout", config.prompt_timeout),
-        ("verify_timeout", "verifier", verifier, "verify_timeout", config.verify.timeout),
-        ("build_timeout", "environment", build, "setup_timeout", config.setup_timeout),
+    for field, section, table, key, flag, value in (
+        ("agent_timeout", "agent", agent, "timeout_sec", "prompt_timeout", config.prompt_timeout),
+        ("verify_timeout", "verifier", verifier, "timeout_sec", "verify_timeout", config.verify.timeout),
+        ("build_timeout", "environment", environment, "build_timeout_sec", "setup_timeout", config.setup_timeout),
     ):
-        in_file = _seconds(table, section)
+        in_file = _seconds(table, section, key)
         if in_file is not None and flag in config.given:
-            notes.add(f"--{flag} (given) wins over task.toml's [{section}] timeout")
-        timeouts[field] = value if in_file is None or flag in config.given else in_file
+            notes.add(f"--{flag} (given) wins over task.toml's [{section}] {key}")
+        elif in_file is not None and in_file > value:  # the file's time never loosens the flag's default
+            notes.add(f"task.toml's [{section}] {key} above --{flag} ({value:g} s) cut to it; pass --{flag} for more")
+        timeouts[field] = value if in_file is None or flag in config.given else min(in_file, value)
     env = verifier.get("env", {})
     if not isinstance(env, dict) or not all(isinstance(v, str) for v in env.values()):
         raise ValueError("[verifier] env must be a table of names to text")
@@ -245,8 +249,9 @@ def load_folders(config: RunConfig) -> tuple[list[Entry], list[str]]:
     """The entries of the task folders under --dataset_file (the first --max_samples), and the notes to
     print once (a flag that won over task.toml, a limit not enforced); UsageError naming each bad folder."""
     root = Path(config.dataset_file)
-    if config.verify.verifier:  # it would be left unused without a word: each folder's tests/test.sh verifies it
-        raise UsageError("--verifier does not apply to task folders: each is verified by its tests/test.sh")
+    for flag, given in (("verifier", config.verify.verifier), ("judge", config.verify.judge)):
+        if given:  # it would be left unused without a word: each folder's tests/test.sh verifies it
+            raise UsageError(f"--{flag} does not apply to task folders: each is verified by its tests/test.sh")
     folders = find_tasks(root)
     if config.max_samples is not None:
         folders = folders[: config.max_samples]
@@ -266,12 +271,15 @@ def load_folders(config: RunConfig) -> tuple[list[Entry], list[str]]:
         except (ValueError, OSError) as exc:
             bad.append(f"{folder}: {exc}")
     if bad:
-        shown = "\n  ".join(bad[:MAX_LISTED])
-        more = f"\n  ... and {len(bad) - MAX_LISTED} more" if len(bad) > MAX_LISTED else ""
-        raise UsageError(
-            f"--dataset_file: {len(bad)} task folder(s) cannot be used; nothing was sent:\n  {shown}{more}"
-        )
+        raise refused(bad)
     return entries, sorted(notes)
+
+
+def refused(bad: list[str]) -> UsageError:
+    """The load's error for the task folders in `bad` (each "folder: why")."""
+    shown = "\n  ".join(bad[:MAX_LISTED])
+    more = f"\n  ... and {len(bad) - MAX_LISTED} more" if len(bad) > MAX_LISTED else ""
+    return UsageError(f"--dataset_file: {len(bad)} task folder(s) cannot be used; nothing was sent:\n  {shown}{more}")
 
 
 def load_entries(config: RunConfig) -> tuple[list[Entry], list[str]]:
@@ -298,4 +306,29 @@ def environment_for(settings: EnvironmentSettings, entries: list[Entry]) -> tupl
         backend_class("docker").check(settings)
     except SetupError as exc:
         raise UsageError(f"{len(tasks)} task folder(s) need a Docker engine ({named}): {exc}") from None
+    if absent := absent_images(entries):
+        raise refused(absent)
     return settings, None
+
+
+def absent_images(entries: list[Entry]) -> list[str]:
+    """The task folders whose [environment] docker_image is not on the Docker engine, each with why: the
+    runner pulls none (the engine would fetch it from wherever its name points, the host's loopback too)."""
+    named = {entry.data["docker_image"]: entry.data[KEY]["folder"] for entry in entries if _named_image(entry)}
+    if not named:
+        return []
+    client = connect()
+    try:
+        return [
+            f"{folder}: [environment] docker_image {image!r} is not on the Docker engine, and the runner pulls no "
+            f"image a task folder names (the engine would fetch it from wherever the name points): docker pull it"
+            for image, folder in named.items()
+            if not image_present(client, image)
+        ]
+    finally:
+        client.close()
+
+
+def _named_image(entry: Entry) -> bool:
+    settings = FolderSettings.of(entry.data)
+    return settings is not None and not settings.build
