@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import secrets
 from urllib.parse import quote
 
 import pytest
@@ -195,8 +196,10 @@ done; echo done"""
 
 
 def test_no_argv_and_no_pid_1_shows_the_verify_command(kind, tmp_path):
-    # The verify command's text holds the secret (in a comment): no process shows it, pid 1 included.
-    verify = f"# {SECRET}\n" + NEEDLE_SCAN.replace("HEAD", SECRET[:6]).replace("TAIL", SECRET[6:])
+    # The verify command's text holds a secret (in a comment): no process shows it, pid 1 included. One of
+    # this test's own: local sees the host's processes, where other tests' commands show SECRET in argv.
+    secret = f"ARGV-{secrets.token_hex(8)}"
+    verify = f"# {secret}\n" + NEEDLE_SCAN.replace("HEAD", secret[:6]).replace("TAIL", secret[6:])
     done = verify_in(kind, tmp_path, "true", verify)
     assert done["passed"] is True and done["output"] == "done\n", done
 
