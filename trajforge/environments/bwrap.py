@@ -7,11 +7,12 @@ user's home, the run folder, the dataset, /run and every other place host socket
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import shutil
 import subprocess
 
-from trajforge.environments import OUTPUT_LIMIT, EnvironmentSettings, ExecResult, netns, seccomp, tmpfs, userns
+from trajforge.environments import OUTPUT_LIMIT, EnvironmentSettings, ExecResult, mountns, netns, seccomp, tmpfs, userns
 from trajforge.environments.contract import Spawned
 from trajforge.environments.limits import MB, Limits, confined, host_user
 from trajforge.environments.local import (
@@ -105,6 +106,9 @@ class BwrapEnvironment(LocalEnvironment):
             # clean room's, before the agent could fill the disk they share with the workspace.
             for tmp in (self.tmp, self.disk_verify):
                 os.makedirs(os.path.join(tmp, inside))
+        if self.disk is not None and self.disk.namespace is None:
+            with contextlib.suppress(OSError):  # else its commands start in the host's, as without a disk
+                self.disk.namespace = mountns.SlotMounts(mountns.holder_argv(system_mounts(), [self.disk.root])).open()
         if self.settings.sandbox_network:
             try:
                 self.network = netns.SampleNetwork().open()
@@ -124,6 +128,11 @@ class BwrapEnvironment(LocalEnvironment):
             self.tmp_mounted = tmpfs.mount(self.tmp, size, self.host_uid)
         return SANDBOX_TMP
 
+    @property
+    def slot(self) -> mountns.SlotMounts | None:
+        """The mount namespace of the sample's disk slot, where its commands' bwrap starts (none: the host's)."""
+        return self.disk.namespace if self.disk is not None else None
+
     def confined(self, argv: list[str]) -> list[str]:
         """bwrap itself in the sample's cgroup and limits, and (a root runner's) as the host's nobody."""
         return confined(argv, self.settings.limits, self.cgroup.paths, self.host_uid)
@@ -131,8 +140,10 @@ class BwrapEnvironment(LocalEnvironment):
     async def run(
         self, argv: list[str], timeout: float, stdin: bytes | None = None, limit: int = OUTPUT_LIMIT
     ) -> ExecResult:
+        slot = self.slot  # there the workspace is its folder of the disk (the host's path is a bind of it)
+        workspace = self.disk_workspace if slot is not None else self.workspace
         # The clean room's /tmp is a fresh folder: nothing the agent left there (a link into /tests) is seen.
-        binds = [(self.verify_tmp or self.tmp, SANDBOX_TMP), (self.workspace, self.workspace)]
+        binds = [(self.verify_tmp or self.tmp, SANDBOX_TMP), (workspace, self.workspace)]
         tests = ((self.tests_host, SANDBOX_TESTS),) if self.tests_host else ()  # read-only: no one edits them
         self.started += 1
         namespace = self.userns if self.clean else None  # the verification's: two uids where there are
@@ -141,10 +152,12 @@ class BwrapEnvironment(LocalEnvironment):
             who = tuple(userns.identity(namespace, verifier=True)) if namespace is not None else ()
             sandboxed = bwrap_argv(self.settings, binds, self.cwd, argv, tests, who, rules)
             # In the two-uid namespace bwrap itself maps the command to its host uid: it must be root to join.
-            limited = (
-                confined(sandboxed, self.settings.limits, self.cgroup.paths) if two_uids else self.confined(sandboxed)
-            )
+            uid = None if two_uids else self.host_uid
+            enter = tuple(slot.enter()) if slot is not None else ()
+            limited = confined(sandboxed, self.settings.limits, self.cgroup.paths, uid, enter)
             fds: tuple[int, ...] = (rules,) if namespace is None else (rules, namespace)
+            if slot is not None and slot.fd is not None:
+                fds += (slot.fd,)
             if self.network is not None:  # joined first, as root: bwrap then keeps it (--share-net)
                 limited, fds = self.network.enter(limited, fds)
             done = await run_process(limited, self.workspace, self.env, timeout, stdin, limit, None, fds, self.clean)
@@ -189,6 +202,14 @@ class BwrapEnvironment(LocalEnvironment):
         if self.userns is not None:  # the verifier's alone: the agent's uid cannot even list them
             await asyncio.to_thread(_give, userns.VERIFIER_HOST_UID, self.tests_host)
             await asyncio.to_thread(os.chmod, self.tests_host, 0o700)
+
+    def _tests_folder(self) -> str:
+        # Where the slot's namespace sees it: on the disk (made now, after every process of the agent is gone).
+        return (
+            self.disk.make_folder("tests")
+            if self.disk is not None and self.slot is not None
+            else super()._tests_folder()
+        )
 
     def _tests_path(self) -> str:
         return SANDBOX_TESTS

@@ -25,7 +25,7 @@ import tempfile
 import uuid
 from dataclasses import dataclass
 
-from trajforge.environments import tmpfs
+from trajforge.environments import mountns, tmpfs
 from trajforge.environments.limits import MB, RUNNER
 from trajforge.environments.settings import EnvironmentSettings
 from trajforge.errors import SetupError
@@ -53,6 +53,7 @@ class Disk:
 
     folder: str
     root: str
+    namespace: mountns.SlotMounts | None = None  # where bwrap's commands start (mountns.py), made on first use
 
     def make_folder(self, name: str) -> str:
         path = os.path.join(self.root, f"{name}-{uuid.uuid4().hex[:12]}")
@@ -72,6 +73,9 @@ class Disk:
         return set(os.listdir(self.root)) <= {"lost+found"}
 
     def drop(self) -> None:
+        if self.namespace is not None:
+            self.namespace.close()
+            self.namespace = None
         tmpfs.unmount(self.root)
         shutil.rmtree(self.folder, ignore_errors=True)
 
@@ -112,6 +116,7 @@ def take(settings: EnvironmentSettings, prefix: str) -> Disk:
         disk = free.pop()
         if os.path.ismount(disk.root):  # a later run of this process (--rescore) may have removed it as a leftover
             return disk
+        disk.drop()
     folder = tempfile.mkdtemp(prefix=prefix + "disk-")
     disk = Disk(folder, os.path.join(folder, "fs"))
     image = os.path.join(folder, "image")

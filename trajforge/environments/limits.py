@@ -210,9 +210,12 @@ def mapped(uid: int) -> bool:
     return any(inside <= uid < inside + count for inside, _, count in ranges)
 
 
-def confined(argv: list[str], limits: Limits, cgroups: list[str], uid: int | None = None) -> list[str]:
+def confined(
+    argv: list[str], limits: Limits, cgroups: list[str], uid: int | None = None, enter: tuple[str, ...] = ()
+) -> list[str]:
     """argv behind the steps its own process takes before it runs: join the sample's cgroups, take the
-    file size rlimit and, with `uid`, become that user (setpriv: groups, gid and uid, no way back). The
+    file size rlimit, run `enter` (a step that execs what follows it: nsenter into the slot's mount
+    namespace) and, with `uid`, become that user (setpriv: groups, gid and uid, no way back). The
     steps are in the exec chain of the spawned process, never a preexec_fn: one of those makes CPython
     fork() the whole (big, threaded) worker for every command instead of vfork()ing it. A command that
     cannot join its cgroup does not run (exit 125): out of it, nothing would bound or end it."""
@@ -221,6 +224,7 @@ def confined(argv: list[str], limits: Limits, cgroups: list[str], uid: int | Non
         steps.append(f"ulimit -f {limits.max_file_size_mb * MB // 512}")
     if uid is not None:
         argv = [*SETPRIV, f"--reuid={uid}", f"--regid={uid}", "--clear-groups", *NO_WAY_BACK, "--", *argv]
+    argv = [*enter, *argv]
     if not steps:
         return argv
     if argv[:2] == ["sh", "-c"] and len(argv) > 2:  # the command's own shell takes them: no second exec

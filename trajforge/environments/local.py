@@ -283,9 +283,8 @@ def workspace_cwd(workspace: str, cwd: str | None, absolute_ok: bool) -> str:
     return path
 
 
-def write_tests(settings: EnvironmentSettings, files: dict[str, bytes]) -> str:
-    """A fresh host folder holding `files` (their paths were checked at load: none leaves it)."""
-    root = make_workspace(settings, "tests-")
+def write_tests(root: str, files: dict[str, bytes]) -> str:
+    """`root`, a fresh host folder, holding `files` (their paths were checked at load: none leaves it)."""
     os.chmod(root, 0o755)  # readable by the sandbox's user (bound read-only), written by no one but us
     for name, data in files.items():
         path = os.path.join(root, os.path.normpath(name))
@@ -393,9 +392,13 @@ class LocalEnvironment(CommandEnvironment):
     async def add_tests(self, files: dict[str, bytes]) -> None:
         # The folder is made only now, after every process of the agent is gone: none could have watched for it.
         await self.end_agent_processes()
-        self.tests_host = await asyncio.to_thread(write_tests, self.settings, files)
+        self.tests_host = await asyncio.to_thread(lambda: write_tests(self._tests_folder(), files))
         self.tests_dir = self._tests_path()
         self.env["TESTS_DIR"] = self.tests_dir
+
+    def _tests_folder(self) -> str:
+        """A fresh folder for the hidden tests, outside the workspace."""
+        return make_workspace(self.settings, "tests-")
 
     def _verify_folder(self) -> str:
         """The clean room's /tmp: on the sample's disk where it has one, bounded together with the workspace

@@ -1,0 +1,93 @@
+"""The mount namespace a bwrap command starts from, one per disk slot (disk.py): the system's folders,
+/proc, /dev and the slot's disk, nothing else of the host.
+
+bwrap copies the mount namespace it is started in, reads the whole mount table (/proc/self/mountinfo)
+at each of its binds (a dozen per command) and detaches the copy of the host's tree at the end of its
+setup. Started in the host's namespace, every command paid for every mount of the machine: the other
+samples' disks and workspaces among them, hundreds with 200 samples in flight, and those of whatever
+else runs there. Started in this one, it pays for a dozen.
+
+The namespace is made once per slot, when bwrap first needs it, by a holder: bwrap run as the runner
+(root) with no namespace of its own but the mount namespace, binding these folders at their own paths
+(slaves of the host's: what the host mounts below them later is seen there too), and a shell that waits
+on its stdin. No command runs in it as it is: each enters it by a descriptor the worker keeps
+(`nsenter --mount=/proc/self/fd/N` in its own exec chain, after it joined its cgroup and before it drops
+to nobody) only to start its own bwrap there, which builds the sandbox from these folders as it would
+from the host's. The holder ends when its stdin closes: with the slot, or with the worker."""
+
+from __future__ import annotations
+
+import os
+import select
+import shutil
+import subprocess
+
+START_TIMEOUT = 30
+# The holder says its pid as the host's /proc sees it (bwrap gives it no PID namespace) and waits.
+HOLDER = ["sh", "-c", "read pid rest </proc/self/stat; echo $pid; read line"]
+
+
+def holder_argv(system: list[str], folders: list[str]) -> list[str]:
+    """bwrap's arguments for a holder: `system` (bwrap's own mounts of the system's folders), the host's
+    /proc and /dev (with what is mounted below them: a command's bwrap mounts a fresh /proc only where
+    one is wholly visible), and each of `folders` at its path, its parents passable by any uid."""
+    argv = [shutil.which("bwrap") or "bwrap", *system, "--bind", "/proc", "/proc", "--dev-bind", "/dev", "/dev"]
+    made: set[str] = set()
+    for folder in folders:
+        parent, parents = os.path.dirname(folder), []
+        while parent not in ("/", "") and parent not in made:
+            parents.append(parent)
+            parent = os.path.dirname(parent)
+        for path in reversed(parents):  # bwrap would make them 0700: the sandbox's uid passes through
+            argv += ["--perms", "0711", "--dir", path]
+            made.add(path)
+        argv += ["--bind", folder, folder]
+    return [*argv, "--", *HOLDER]
+
+
+class SlotMounts:
+    """A slot's mount namespace: made by open(), entered through enter(), gone with close()."""
+
+    def __init__(self, argv: list[str]):
+        self.argv = argv  # holder_argv's
+        self.holder: subprocess.Popen | None = None
+        self.fd: int | None = None  # the namespace, kept open: what each command enters
+
+    def open(self) -> SlotMounts:
+        """Start the holder; OSError when the namespace cannot be made. Blocking."""
+        self.holder = subprocess.Popen(
+            self.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL
+        )
+        try:
+            assert self.holder.stdout is not None
+            ready, _, _ = select.select([self.holder.stdout], [], [], START_TIMEOUT)
+            line = self.holder.stdout.readline() if ready else b""
+            if not line.strip().isdigit():
+                raise OSError("bwrap could not make the slot's mount namespace")
+            self.fd = os.open(f"/proc/{int(line)}/ns/mnt", os.O_RDONLY | os.O_CLOEXEC)
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def enter(self) -> list[str]:
+        """The step of an exec chain that enters the namespace (its descriptor must be passed on)."""
+        assert self.fd is not None, "the slot's mount namespace is not open"
+        return [shutil.which("nsenter") or "nsenter", f"--mount=/proc/self/fd/{self.fd}", "--"]
+
+    def close(self) -> None:
+        """End the holder (closing its stdin ends it). Blocking."""
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+        if self.holder is None:
+            return
+        for stream in (self.holder.stdin, self.holder.stdout):
+            if stream:
+                stream.close()
+        try:
+            self.holder.wait(5)
+        except subprocess.TimeoutExpired:
+            self.holder.kill()
+            self.holder.wait()
+        self.holder = None
