@@ -41,17 +41,17 @@ def entries() -> tuple[dict, dict]:
     files = task_files(TASK)
     context = build_context(environment_of(files))
     tag = image_tag(TASK.name, context)
+    text = (TASK / "task.toml").read_text()
+    toml = tomllib.loads(text)
+    settings = FolderSettings(60.0, toml["verifier"]["timeout_sec"], 300.0, build=True)
     client = connect()
     try:
         made_from = bases(client, (TASK / "environment" / "Dockerfile").read_text())
         if not current(client, tag, made_from):
-            built, said = build(context, tag, 300, made_from)
+            built, said = build(context, tag, settings, made_from)
             assert built, said
     finally:
         client.close()
-    text = (TASK / "task.toml").read_text()
-    toml = tomllib.loads(text)
-    settings = FolderSettings(60.0, toml["verifier"]["timeout_sec"], 300.0, build=True)
     task = {"name": TASK.name, "folder": str(TASK), "task_toml": text, "digest": folder_digest(files)}
     folder = {"prompt": "p", "docker_image": tag, "harbor": task | {"settings": asdict(settings)}}
     return folder, {"prompt": "p", "image": tag, "verify": PLAIN}

@@ -55,7 +55,9 @@ class Builds:
     def __init__(self, tasks: Path):
         import docker
 
-        self.ours = {image_tag(task.name, build_context(task_files(task, "environment"))) for task in tasks.iterdir()}
+        self.ours = {
+            image_tag(task.name, build_context(task_files(task.resolve(), "environment"))) for task in tasks.iterdir()
+        }
         self.client = docker.from_env()
         self.events = self.client.events(decode=True, filters={"type": "image", "event": "tag"})
         self.tags: list[str] = []
@@ -663,6 +665,24 @@ def test_a_root_runner_reads_a_task_folder_with_its_owner_s_rights(docker_host, 
     assert done.code == 0, done.stdout + done.stderr
     (record,) = samples(done.run_dir)["hello-file"]
     assert record["metadata"]["verification"]["passed"] is True, record["metadata"]["verification"]
+
+
+def test_a_task_folder_that_became_a_link_is_not_read(tmp_path):
+    """The copies read a task folder by the path the load resolved; its owner, who may write the folder
+    above it, swapped the task folder itself for a link to a folder only root may read: it was resolved
+    again and read, as root when root owns the target. Now it is refused; the folder as loaded is read."""
+    task = tmp_path / "tasks" / "hello-file"
+    shutil.copytree(EXAMPLE / "hello-file", task)
+    loaded = task.resolve()
+    assert "test.sh" in task_files(loaded, "tests")  # the honest twin
+    elsewhere = tmp_path / "elsewhere"
+    (elsewhere / "tests").mkdir(parents=True)
+    (elsewhere / "tests" / "secret.txt").write_text(MARK)
+    elsewhere.chmod(0o700)
+    task.rename(tmp_path / "tasks" / "moved")
+    task.symlink_to(elsewhere)
+    with pytest.raises(Unreadable, match="a task folder is read only where the load found it"):
+        task_files(loaded, "tests")
 
 
 def test_a_part_of_a_task_folder_that_became_a_link_out_is_not_read(tmp_path):

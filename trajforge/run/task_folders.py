@@ -213,7 +213,7 @@ def settings_of(toml: dict, config: RunConfig, notes: set[str]) -> tuple[FolderS
 
 def read_task(folder: Path, config: RunConfig, notes: set[str]) -> dict:
     """The entry of one task folder; ValueError saying why it cannot be used."""
-    files = task_files(folder)  # Unreadable (an OSError) when its owner cannot read it all
+    files = task_files(folder.resolve())  # Unreadable (an OSError) when its owner cannot read it all
     try:
         text = as_text(regular(files, "task.toml"))
         toml = tomllib.loads(text)

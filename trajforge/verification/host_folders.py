@@ -139,8 +139,11 @@ NO_FOLDERS = HostFolders(Path("/"), ())  # for tasks without a dataset file: a f
 def task_files(folder: str | Path, sub: str = ".") -> dict[str, bytes]:
     """Every regular file of a task folder's `sub` (tests/, solution/, environment/; the whole folder by
     default), as read(): `sub` must lie inside the folder as it is opened, no symlink below it is followed,
-    and a root runner reads with the rights of the folder's owner. Unreadable (an OSError) otherwise."""
-    base = Path(folder).resolve()
+    and a root runner reads with the rights of the folder's owner. `folder` is the path the load resolved:
+    a link put in its place since (by the folder's owner) is not followed. Unreadable (an OSError) otherwise."""
+    base = Path(folder)
+    if (now := base.resolve()) != base:
+        raise Unreadable(f"{folder} is {now} now: a task folder is read only where the load found it")
     return HostFolders(base, (base,), Owner.reading(base.stat())).read(sub)
 
 
