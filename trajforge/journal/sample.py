@@ -16,7 +16,16 @@ from typing import Any
 
 import orjson
 
-from trajectory import TEXT, ToolCall, Turn, conversations, current_usage, current_verification, system_turn
+from trajectory import (
+    TEXT,
+    ToolCall,
+    Turn,
+    conversations,
+    current_usage,
+    current_verification,
+    system_turn,
+    turn_of,
+)
 from trajforge.safejson import dumps
 
 VERSION = 2
@@ -118,7 +127,9 @@ class Sample:
         """Its line of trajectories.jsonl."""
         if self.legacy_line is not None:
             return self.legacy_line
-        return dumps(self.record()) + b"\n"
+        record = self.record()
+        system, *turns = record["conversations"]  # the system turn: the record's longest text, encoded once
+        return dumps(record | {"conversations": [_encoded(system["value"]), *turns]}, orjson.OPT_APPEND_NEWLINE)
 
     def journal(self) -> bytes:
         """Its line of a batch file: the version, the sample's fields, the batch file's own keys when set."""
@@ -200,6 +211,12 @@ def from_journal(line: dict) -> Sample:
 def _system(tools_json: bytes) -> str:
     """The system text of a tool list (cached by its JSON: most samples of a run are offered the same)."""
     return system_turn(orjson.loads(tools_json))
+
+
+@lru_cache(maxsize=64)
+def _encoded(system: str) -> orjson.Fragment:
+    """The JSON of the system turn of `system` (most samples of a run have the same), made once."""
+    return orjson.Fragment(dumps(turn_of("system", system)))
 
 
 def _legacy_prompt(record: dict) -> str:
