@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import importlib.util
 import io
 import json
 import os
@@ -46,11 +47,11 @@ def call(*calls: tuple) -> str:
     return "[mock call=" + ",".join(f"{name}:{quote(json.dumps(args), safe='')}" for name, args in calls) + "]"
 
 
-def stdio_config(folder: Path, name: str = "kv", python: str = sys.executable, **extra) -> Path:
-    """kv_server.py copied into `folder` (its path marks its processes) and a config starting it there."""
-    shutil.copy(KV, folder / "kv_server.py")
+def stdio_config(folder: Path, name: str = "kv", python: str = sys.executable, script: Path = KV, **extra) -> Path:
+    """`script` (kv_server.py) copied into `folder` (its path marks its processes) and a config starting it there."""
+    shutil.copy(script, folder / script.name)
     config = folder / f"{name}.json"
-    server = {"command": python, "args": ["kv_server.py"], **extra}
+    server = {"command": python, "args": [script.name], **extra}
     config.write_text(json.dumps({"mcpServers": {name: server}}))
     return config
 
@@ -406,3 +407,149 @@ def test_in_docker_a_server_runs_in_each_sample_s_container_and_one_that_fails_f
     assert "MCP server 'kv'" in failed["message"] and "refusing to start in this workspace" in failed["message"]
     assert not any("refused" in json.dumps(request) for request in server.chat_requests())
     assert not containers_of(result.run_dir) and not processes_mentioning(str(tmp_path / "kv_server.py"))
+
+
+# -- tools listed per sample -------------------------------------------------------------------------------
+
+WORLD = Path(__file__).parent / "mcp_servers" / "world_server.py"
+
+
+def world(**spec) -> dict:
+    """A dataset entry's `files`: the world.json from which world_server.py makes its tools."""
+    return {"world.json": json.dumps(spec)}
+
+
+def offered(row: dict) -> dict:
+    """{tool: its parameters} as the row's system turn offers them."""
+    system = row["conversations"][0]["value"]
+    tools = json.loads(system[system.index("<tools>\n") + len("<tools>\n") : system.index("\n</tools>")])
+    return {tool["name"]: tool["parameters"] for tool in tools}
+
+
+WORLDS = [
+    {
+        "prompt": call(("north", {"steps": 2}), ("look", {"room": "attic"})),
+        "files": world(rooms=["hall", "attic"], tools=["north"]),
+    },
+    {
+        "prompt": call(("south", {"steps": 1}), ("look", {"room": "cellar"})),
+        "files": world(rooms=["cellar", "vault"], tools=["south"]),
+    },
+    {"prompt": "no world.json: the tools of the run's start"},
+    {"prompt": call(("terminal", {"command": "true"})) + " clash", "files": world(tools=["terminal"])},
+]
+
+
+def test_each_sample_is_offered_the_tools_its_server_lists_for_it(run, server, tmp_path):
+    result = run(WORLDS, f"--mcp_config={stdio_config(tmp_path, 'world', script=WORLD)}", *LOCAL)
+    assert_offered_their_own(result, server)
+
+
+@pytest.mark.xdist_group("ray")  # test_ray.py's tests look for Ray's processes on the whole machine
+@pytest.mark.timeout(400)
+def test_ray_workers_offer_each_sample_the_tools_its_server_lists_for_it(run, server, tmp_path):
+    if importlib.util.find_spec("ray") is None:
+        pytest.skip("Ray is an optional extra: pip install -e '.[ray]'")
+    config = stdio_config(tmp_path, "world", script=WORLD)
+    result = run(WORLDS, f"--mcp_config={config}", *LOCAL, "--executor=ray", "--num_workers=2", timeout=200)
+    assert_offered_their_own(result, server)
+
+
+def assert_offered_their_own(result, server) -> None:
+    """WORLDS' run: two samples offered the tools (and schemas) their server listed for each, one the start's,
+    one whose listing has another toolset's tool failed before any model call."""
+    assert result.code == 1, result.stderr
+    (failed,) = result.jsonl("errors.jsonl")  # a name of another toolset: that sample fails, not the run
+    assert failed["prompt_index"] == 3
+    assert "lists 'terminal' for this sample, a tool of toolset 'terminal'" in failed["message"]
+    assert not any("clash" in json.dumps(request) for request in server.chat_requests())
+    rows = sorted(result.trajectories, key=lambda row: row["prompt_index"])
+    north, south, plain = rows
+    assert {"north", "look", "terminal"} <= offered(north).keys() and "south" not in offered(north)
+    assert offered(north)["look"]["properties"]["room"]["enum"] == ["hall", "attic"]  # the schema of its listing
+    assert "south" in offered(south) and "north" not in offered(south)
+    assert offered(south)["look"]["properties"]["room"]["enum"] == ["cellar", "vault"]
+    assert offered(plain)["look"]["properties"]["room"]["enum"] == ["hall", "porch"]
+    assert not {"north", "south"} & offered(plain).keys()
+    assert '"result": "north: walked 2 steps"' in tool_results(north) and "you are in the attic" in tool_results(north)
+    assert '"result": "south: walked 1 steps"' in tool_results(south) and "you are in the cellar" in tool_results(south)
+    assert north["tool_stats"]["north"] == {"count": 1, "success": 1, "failure": 0}
+    assert south["tool_stats"]["north"] == plain["tool_stats"]["south"] == {"count": 0, "success": 0, "failure": 0}
+    # The same keys in every row (the merge fills in a tool only some samples were offered), zeros included.
+    assert len({tuple(row["tool_stats"]) for row in rows}) == 1
+    assert len({tuple(row["tool_error_counts"]) for row in rows}) == 1
+    assert all(row["completed"] for row in rows)
+    tools = result.statistics["tool_statistics"]
+    assert tools["north"]["count"] == tools["south"]["count"] == 1 and tools["look"]["count"] == 2
+
+
+def test_a_sample_whose_server_lists_what_cannot_be_offered_fails_before_any_model_call(run, server, tmp_path):
+    config = stdio_config(tmp_path, "world", script=WORLD, tools=["look"])
+    look = call(("look", {"room": "hall"}))
+    entries = [
+        {"prompt": look + " without look", "files": world(look=False, tools=["north"])},
+        {"prompt": look + " too many", "files": world(tools=[f"t{i}" for i in range(300)])},
+        {"prompt": look + " honest", "files": world(tools=["north"])},
+    ]
+    result = run(entries, f"--mcp_config={config}", *LOCAL)
+    assert result.code == 1, result.stderr
+    failed = {line["prompt_index"]: line["message"] for line in result.jsonl("errors.jsonl")}
+    assert "MCP server 'world'" in failed[0] and "has no tool 'look' (it lists north)" in failed[0]
+    assert "lists 301 tools, more than 256" in failed[1]  # look and 300 more
+    assert not any(word in json.dumps(server.chat_requests()) for word in ("without look", "too many"))
+    (row,) = result.trajectories  # its allowlist keeps look alone of what it lists
+    assert "north" not in offered(row) and '"result": "you are in the hall"' in tool_results(row)
+
+
+# -- a hostile streamable-HTTP server ---------------------------------------------------------------------
+
+FLOOD = Path(__file__).parent / "mcp_servers" / "flood_server.py"
+
+
+@contextlib.contextmanager
+def flood_server(folder: Path, *mode: str):
+    """flood_server.py serving: its config file, and {flood: bytes the client took} once it is done."""
+    sent = folder / "sent.log"
+    process = subprocess.Popen([sys.executable, str(FLOOD), str(sent), *mode], stdout=subprocess.PIPE, text=True)
+    try:
+        assert process.stdout is not None
+        config = folder / "flood.json"
+        url = f"http://127.0.0.1:{int(process.stdout.readline())}/mcp"
+        config.write_text(json.dumps({"mcpServers": {"flood": {"url": url}}}))
+        taken: dict[str, int] = {}
+        yield config, taken
+    finally:
+        process.kill()
+        process.wait(10)
+    taken.update((name, int(size)) for name, size in (line.split() for line in sent.read_text().splitlines()))
+
+
+def test_an_http_server_s_floods_are_tool_errors_within_the_timeout_beside_an_honest_tool(run, server, tmp_path):
+    hostile = ["flood", "huge", "silent", "big_event", "bomb"]
+    calls = [("echo", {"text": "first"})]
+    calls += [each for name in hostile for each in ((name, {}), ("echo", {"text": f"after {name}"}))]
+    started = time.monotonic()
+    with flood_server(tmp_path) as (config, taken):
+        flags = (f"--mcp_config={config}", *LOCAL, "--command_timeout=10", "--max_turns=20")
+        result = run([{"prompt": call(*calls)}], *flags)
+    assert result.code == 0 and "Traceback" not in result.stderr, result.stderr
+    assert time.monotonic() - started < 150  # one call waits out --command_timeout; the others end at their cap
+    (row,) = result.trajectories
+    results = tool_results(row)
+    assert row["tool_stats"]["echo"] == {"count": 6, "success": 6, "failure": 0}  # the honest twin, after each
+    failed = {"count": 1, "success": 0, "failure": 1}
+    assert all(row["tool_stats"][name] == failed for name in hostile), row["tool_stats"]
+    assert results.count(f"a reply of more than {4 << 20} bytes") == 2  # flood, huge
+    assert "silent of MCP server 'flood'" in results and "did not answer within 10 s (--command_timeout)" in results
+    assert "echo: after bomb" in results and row["completed"]
+    # The runner stopped reading at its cap: it never held what the server would have sent.
+    assert taken["flood"] < 64 << 20 and taken["big_event"] < 64 << 20 and taken["huge"] < 64 << 20, taken
+
+
+def test_an_http_server_flooding_its_tools_list_stops_the_run_before_any_request(run, server, tmp_path):
+    with flood_server(tmp_path, "huge_list") as (config, taken):
+        result = run([{"prompt": "hi"}], f"--mcp_config={config}", *LOCAL)
+    assert result.code == 2 and "MCP server 'flood'" in result.stderr, result.stderr
+    assert f"a reply of more than {4 << 20} bytes" in result.stderr and "Traceback" not in result.stderr
+    assert not server.chat_requests()
+    assert taken["tools/list"] < 64 << 20

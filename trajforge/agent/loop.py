@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 from trajectory import Turn, split_reasoning
@@ -32,6 +32,7 @@ class AgentResult:
     model_reported: str = ""  # the model name the endpoint reported in its first reply that named one
     tokens: list[dict] | None = None  # with --token_ids: per model call, {prompt_token_ids, token_ids, logprobs}
     tokens_missing: str = ""  # with --token_ids: what the first reply without them lacked
+    tools: dict[str, Tool] = field(default_factory=dict)  # what the model was offered, by name
 
 
 # A final answer that ended for one of these reasons is cut off (max_tokens) or withheld by the
@@ -76,7 +77,7 @@ async def run_agent(
     listener)."""
     schemas = [t.schema for t in tools.values()]
     messages = [{"role": "user", "content": prompt}]
-    result = AgentResult([], 0, 0, "max_turns", empty_usage())
+    result = AgentResult([], 0, 0, "max_turns", empty_usage(), tools=tools)
     log = session.caller.log
     try:
         async with asyncio.timeout(timeout) as limit:

@@ -198,11 +198,10 @@ class Worker:
             self.started(unit_id(key, sample, self.setup.copies.get(index, 0)))
             agent = Agent(self.client, self.rules, tools)
             metadata = {"batch_num": batch_num, "model": self.config.model.model, "run_name": self.config.run_name}
-            recorder = TrajectoryRecorder(
-                index, entry, tools, toolsets, self.setup.tool_names, metadata | {"sample_index": sample}
-            )
+            metadata |= {"sample_index": sample}
+            recorder = TrajectoryRecorder(index, entry, toolsets, self.setup.tool_names, metadata)
             done = await self.pipeline.run(entry, self._caller(index, scope), agent, recorder)
-            await self.deliver((batch_num, index, sample), done, len(tools))
+            await self.deliver((batch_num, index, sample), done)
         except RunStopped as exc:
             self.stopped = True
             self.events.put(RunRefused(index, batch_num, self.services.redact(str(exc)), sample))
@@ -225,9 +224,9 @@ class Worker:
         else:
             self.events.put(SampleStarted(unit))
 
-    async def deliver(self, unit: tuple[int, int, int], done: Finished[Line], offered: int) -> None:
+    async def deliver(self, unit: tuple[int, int, int], done: Finished[Line]) -> None:
         """The line into its batch file (or onto its event), the pass counted, the driver told; `unit`:
-        (batch number, prompt index, sample index), `offered` how many tools the sample was offered."""
+        (batch number, prompt index, sample index)."""
         batch_num, index, sample = unit
         result, line = done.acted.result, done.record
         if self.files:
@@ -238,6 +237,7 @@ class Worker:
         called = sum(len(turn.calls) for turn in result.turns)
         carried = None if self.files else line.data  # travels with the event where the driver writes it
         outcome = line.discarded or result.exit_reason
+        offered = len(result.tools)
         self.events.put(PromptDone(index, batch_num, outcome, result.retries, carried, sample, passed, offered, called))
 
 

@@ -28,7 +28,7 @@ class AgentRules:
 
 @dataclass(frozen=True)
 class Agent:
-    """The model, offered `tools`, in the agent loop."""
+    """The model, offered `tools` (each MCP server's as it listed them for the sample), in the agent loop."""
 
     client: ChatModel
     rules: AgentRules
@@ -40,7 +40,7 @@ class Agent:
             self.client,
             session,
             entry["prompt"],
-            self.tools,
+            session.offered(self.tools),
             rules.max_turns,
             rules.preamble,
             max_tool_calls=rules.max_tool_calls,

@@ -10,7 +10,6 @@ from trajforge.agent.loop import AgentResult
 from trajforge.journal.sample import Sample, now
 from trajforge.model.tokens import drift_text
 from trajforge.pipeline.sample import Acted
-from trajforge.tools import Tool
 
 
 @dataclass(frozen=True)
@@ -23,11 +22,11 @@ class Line:
 
 @dataclass(frozen=True)
 class TrajectoryRecorder:
-    """Builds one sample's record; `tool_names` are every tool the run can offer (the keys of tool_stats)."""
+    """Builds one sample's record; `tool_names` are every tool the run can offer (the keys of tool_stats, with
+    any other its MCP servers listed for the sample)."""
 
     prompt_index: int
     entry: dict
-    tools: dict[str, Tool]
     toolsets: list[str]
     tool_names: list[str]
     metadata: dict  # batch_num, model, run_name, sample_index
@@ -40,14 +39,14 @@ class TrajectoryRecorder:
             sample_index=metadata["sample_index"],
             batch_num=metadata["batch_num"],
             entry=self.entry,
-            tools=[t.schema["function"] for t in self.tools.values()],
+            tools=[t.schema["function"] for t in result.tools.values()],
             toolsets=self.toolsets,
             turns=result.turns,
             api_calls=result.api_calls,
             exit_reason=result.exit_reason,
             usage=record_usage(result.usage),
             verification={},
-            tool_stats=tool_stats(result.turns, self.tool_names)[0],
+            tool_stats=tool_stats(result.turns, sorted({*self.tool_names, *result.tools}))[0],
             model=metadata["model"],
             model_reported=result.model_reported,
             run_name=metadata["run_name"],
@@ -61,7 +60,7 @@ class TrajectoryRecorder:
         return self.sample(result, seconds).record()
 
     def finish(self, acted: Acted) -> Line:
-        return batch_line(self.sample(acted.result, acted.seconds), acted, set(self.tools))
+        return batch_line(self.sample(acted.result, acted.seconds), acted, set(acted.result.tools))
 
 
 def batch_line(sample: Sample, acted: Acted, offered: set[str]) -> Line:

@@ -57,7 +57,7 @@ from trajforge.run.task_images import build_images
 from trajforge.runconfig import RunConfig
 from trajforge.runfolder.attempts import EXHAUSTED, AttemptLog, History, new_invocation, unit_id
 from trajforge.runfolder.folder import RunFolder, entry_key, passed, sample_key, write_json_atomic
-from trajforge.runfolder.merge import TrajectoryTotals, merge
+from trajforge.runfolder.merge import TrajectoryTotals, listed_tool_names, merge
 from trajforge.runfolder.state import RunState
 from trajforge.tools.mcp import toolsets as mcp
 from trajforge.tools.toolsets import available_toolsets, every_tool
@@ -205,6 +205,8 @@ class BatchRunner:
         observe = collected.observe if collected else None
         tokens = config.model.token_ids != "off" or self.folder.tokens.exists()
         names = prepared.tool_names
+        if config.mcp_servers:  # a sample is offered what its servers list for it: a tool others were not
+            names = listed_tool_names(self.folder, names)
         exports = Exports(self.folder, config.exports, config.run_name)
         try:
             totals = merge(

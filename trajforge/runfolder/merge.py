@@ -3,7 +3,9 @@
 
 A pure filter over batch files: a later run can merge again with other settings without calling the
 model. It streams line by line, so memory stays flat however large the run folder is; --keep=best and
-preference pairs read the files a second time, parsing only the lines the first pass chose.
+preference pairs read the files a second time, parsing only the lines the first pass chose. Every row's
+tool_stats has the same keys, `tool_names`: a tool a row lacks (one only some samples' MCP servers listed,
+see listed_tool_names) is filled in with zeros.
 """
 
 from __future__ import annotations
@@ -109,6 +111,18 @@ def _sum_usage(usage: dict, record_usage: dict, totals: TrajectoryTotals) -> Non
             usage[key] = usage.get(key, 0) + value
 
 
+ZERO = {"count": 0, "success": 0, "failure": 0}
+
+
+def listed_tool_names(folder: RunFolder, tool_names: list[str]) -> list[str]:
+    """`tool_names` and every other tool a finished sample's tool_stats has (one its MCP servers listed for
+    it alone), sorted: a pass over the batch files, for a run whose samples list their own tools."""
+    found = set(tool_names)
+    for _, record in folder.batch_lines(lambda _: None):  # the merge's own pass warns of a torn line
+        found.update(record.get("tool_stats") or {})
+    return sorted(found)
+
+
 def merge(
     folder: RunFolder,
     require_reasoning: bool,
@@ -150,7 +164,8 @@ class Merge:
         self.observe = observe
         self.sink = written
         self.totals = TrajectoryTotals()
-        self.tools = {name: {"count": 0, "success": 0, "failure": 0} for name in tool_names}
+        self.tool_names = tool_names
+        self.tools = {name: dict(ZERO) for name in tool_names}
         self.turns = self.with_reasoning = 0
         self.usage: dict = {}
         self.exits: Counter = Counter()
@@ -159,6 +174,7 @@ class Merge:
 
     def write(self, sample: Sample, handle, ids) -> None:
         """The sample into trajectories.jsonl (`handle`), its token ids into tokens.jsonl (`ids`), to the sink."""
+        self.fill(sample)
         if ids is not None:
             ids.write(token_line(sample))
         handle.write(sample.trajectory_line())
@@ -172,6 +188,7 @@ class Merge:
         """Count every line; write those `keep` keeps to `handle` (and their token lines to `ids`)."""
         for position, line, record in self.folder.located_lines(self.warn):
             sample = journal.read(record, line)
+            self.fill(sample)
             key = entry_key(sample.entry)
             passed = verification_passed(sample.verification)
             reason = self.count(sample, key, passed)
@@ -187,6 +204,13 @@ class Merge:
             if handle is not None and (self.keep == "all" or (self.keep == "passed" and passed)):
                 self.write(sample, handle, ids)
 
+    def fill(self, sample: Sample) -> None:
+        """Its tool_stats over every tool of the run, zeros for one it was not offered (a version-1 line's
+        record stays as it was written)."""
+        stats = sample.tool_stats
+        if sample.legacy is None and not stats.keys() >= set(self.tool_names):
+            sample.tool_stats = {name: stats.get(name) or dict(ZERO) for name in sorted({*self.tool_names, *stats})}
+
     def count(self, sample: Sample, key: str, passed: bool | None) -> str | None:
         """Add a finished sample to the counts; why it stays out of trajectories.jsonl (None: it may go in)."""
         totals = self.totals
@@ -195,7 +219,7 @@ class Merge:
         for name, entry in sample.tool_stats.items():
             known = self.tools.get(name)
             if known is None:  # a tool the run cannot offer now (a plugin's, in an earlier invocation)
-                known = self.tools[name] = {"count": 0, "success": 0, "failure": 0}
+                known = self.tools[name] = dict(ZERO)
             if entry["count"] or entry["success"] or entry["failure"]:  # most of a row's tools: none
                 known["count"] += entry["count"]
                 known["success"] += entry["success"]

@@ -19,6 +19,7 @@ from trajforge.environments import Environment
 from trajforge.environments.redacted import Redacted
 from trajforge.model.usage import add_usage, empty_usage
 from trajforge.secrets import Secrets
+from trajforge.tools import Tool
 
 if TYPE_CHECKING:  # the services hold the model client, whose imports the browser service does without
     from trajforge.model.chat import ChatModel
@@ -64,6 +65,7 @@ class ToolSession(Resources):
         self.redactions: Counter = Counter()  # secrets masked in what this prompt saves, by kind
         self.env: Environment = Redacted(env, self.redact)
         self.usage = empty_usage()
+        self.listed: dict[str, list[Tool]] = {}  # toolset -> what it listed for this sample (an MCP server's)
 
     @property
     def scope(self) -> str:
@@ -80,6 +82,16 @@ class ToolSession(Resources):
     def judge(self) -> ChatModel | None:
         """The judge's endpoint; None where nothing may call one (--check_tasks)."""
         return self._services.judge if self._services is not None else None
+
+    def offered(self, tools: dict[str, Tool]) -> dict[str, Tool]:
+        """`tools`, each toolset that listed its tools for this sample offering what it listed in their place."""
+        offered: dict[str, Tool] = {}
+        for tool in tools.values():
+            if tool.toolset in self.listed:
+                offered.update((each.name, each) for each in self.listed[tool.toolset])
+            else:
+                offered[tool.name] = tool
+        return offered
 
     def redact(self, text: str) -> str:
         return self.secrets.redact(text, self.redactions)

@@ -5,20 +5,24 @@ while a sample's tool calls come from the agent's tasks.
 A stdio server is a process of the sample (Environment.spawn): its stdout is read a line (one JSON-RPC
 message) at a time, at most MESSAGE_LIMIT bytes each; a longer one, like the server's exit, ends the
 connection, and every later call is a tool error saying so, with the tail of the server's stderr. A
-streamable HTTP server is reached from the runner. Requests a server sends the client (sampling, which
-would spend the run's model key; elicitation; roots) are refused, the SDK's default when no callback
-is given. A call is bounded by the server's call_timeout (--command_timeout).
+streamable HTTP server is reached from the runner; a reply from it is bounded alike (an event of an event
+stream by the SDK, any other body by CappedBodies, read as sent: not decompressed), and is an error of
+its request only. Requests a server sends the client (sampling, which would spend the run's model key;
+elicitation; roots) are refused, the SDK's default when no callback is given. A call is bounded by the
+server's call_timeout (--command_timeout).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any
 
 import anyio
+import httpx2
 import mcp_types as types
 from mcp import ClientSession
 from mcp.shared.message import SessionMessage
@@ -31,6 +35,9 @@ MESSAGE_LIMIT = 4 << 20  # bytes of one message from a server: a result, a listi
 STDERR_TAIL = 2000  # bytes of a server's stderr kept, for the error that says why it stopped
 EXIT_GRACE = 0.2  # seconds a stdio server gets to exit once its stdin is closed (the SDK's does not), before SIGTERM
 Transport = Callable[[], AbstractAsyncContextManager[tuple[Any, Any]]]
+# The SDK logs what it could not read of a reply (with a traceback, on stderr when nothing else handles it);
+# what matters of it reaches the user as the call's tool error, or the start's message.
+logging.getLogger("mcp").addHandler(logging.NullHandler())
 
 
 class Connection:
@@ -97,13 +104,22 @@ class Connection:
         return f"; its stderr ends: {tail}" if tail else ""
 
     async def list_tools(self, max_pages: int) -> list[types.Tool]:
-        """Every tool it lists, page by page (at most `max_pages`: a server paging forever gets no further)."""
+        """Every tool it lists, page by page (at most `max_pages`: a server paging forever gets no further),
+        each page within start_timeout; RuntimeError naming the server when it cannot list them."""
         client = self._client()
         tools: list[types.Tool] = []
         cursor = None
+        timeout = self.server.start_timeout
         for _ in range(max_pages):
             params = types.PaginatedRequestParams(cursor=cursor) if cursor else None
-            page = await asyncio.wait_for(client.list_tools(params=params), self.server.start_timeout)
+            try:
+                page = await asyncio.wait_for(client.list_tools(params=params), timeout)
+            except TimeoutError:
+                why = f"did not list its tools within {timeout:g} s (--setup_timeout)"
+                raise RuntimeError(f"{self.server} {why}") from None
+            except Exception as exc:
+                why = f"it stopped: {self.ended}" if self.ended or self.client is None else _said(exc)
+                raise RuntimeError(f"{self.server} could not list its tools: {why}{self.stderr_note()}") from None
             tools += page.tools
             cursor = page.next_cursor
             if not cursor:
@@ -217,10 +233,45 @@ def _exit_code(process: SpawnedProcess) -> str:
 
 @asynccontextmanager
 async def _http_streams(server: Server, client: Callable) -> AsyncIterator[tuple[Any, Any]]:
-    import httpx2
-
+    """The SDK's streams over HTTP, its replies bounded as a stdio server's messages are: an event of an event
+    stream by the SDK (max_sse_event_size), any other body by CappedBodies."""
+    headers = {**server.headers, "Accept-Encoding": "identity"}  # what is capped is what is parsed
     async with (
-        httpx2.AsyncClient(headers=server.headers, timeout=server.call_timeout) as http,
-        client(server.url, http_client=http) as (read, write),
+        httpx2.AsyncClient(headers=headers, timeout=server.call_timeout, transport=CappedBodies()) as http,
+        client(server.url, http_client=http, max_sse_event_size=MESSAGE_LIMIT) as (read, write),
     ):
         yield read, write
+
+
+class TooLong(httpx2.StreamError):  # what the SDK catches from a reply's body: it answers the request with it
+    pass
+
+
+class Capped(httpx2.AsyncByteStream):
+    """A body that ends with TooLong once longer than MESSAGE_LIMIT bytes, reading no more of it."""
+
+    def __init__(self, stream: httpx2.AsyncByteStream):
+        self.stream = stream
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        size = 0
+        async for chunk in self.stream:
+            size += len(chunk)
+            if size > MESSAGE_LIMIT:
+                raise TooLong(f"a reply of more than {MESSAGE_LIMIT} bytes")
+            yield chunk
+
+    async def aclose(self) -> None:
+        await self.stream.aclose()
+
+
+class CappedBodies(httpx2.AsyncHTTPTransport):
+    """Replies read as sent (not decoded: a small compressed body may unpack to gigabytes), each but an event
+    stream Capped, so that a flood is a tool error (or exit 2 at the start's listing) as its bytes arrive."""
+
+    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+        response = await super().handle_async_request(request)
+        headers = [(k, v) for k, v in response.headers.multi_items() if k.lower() != "content-encoding"]
+        events = response.headers.get("content-type", "").lower().startswith("text/event-stream")
+        stream = response.stream if events else Capped(response.stream)  # type: ignore[arg-type]
+        return httpx2.Response(response.status_code, headers=headers, stream=stream, extensions=response.extensions)

@@ -1,12 +1,15 @@
 """MCP servers as toolsets: listed once at the run's start (a server that cannot start, or lists what the
 run cannot offer, is exit 2 before any request), registered as a toolset each with the schemas that
-listing gave (a Ray task registers them again from the run's settings, listing nothing), and per sample:
-every server connected once the task is in place (a stdio server started in the sample's sandbox), a
-session resource, so that it ends with the agent, before the clean room.
+listing gave (the keys of tool_stats; a Ray task registers them again from the run's settings, listing
+nothing), and per sample: every server connected once the task is in place (a stdio server started in
+the sample's sandbox), a session resource, so that it ends with the agent, before the clean room, and
+asked for its tools again: what it lists then, with those schemas, is what the sample is offered of it
+(a server may offer each sample its own tools); a listing the run cannot offer fails that sample.
 
-What a server lists is bounded: MAX_PAGES pages of tools/list, MAX_TOOLS tools, a schema of at most
-MAX_SCHEMA bytes and MAX_DEPTH levels. A result is its text content, capped at RESULT_LIMIT bytes (head
-and tail kept, with a marker); other content is a note naming its kind and size.
+What a server lists is bounded, at the start and per sample alike: MAX_PAGES pages of tools/list,
+MAX_TOOLS tools, a schema of at most MAX_SCHEMA bytes and MAX_DEPTH levels. A result is its text content,
+capped at RESULT_LIMIT bytes (head and tail kept, with a marker); other content is a note naming its kind
+and size.
 """
 
 from __future__ import annotations
@@ -23,8 +26,10 @@ from trajforge import registry, safejson
 from trajforge.environments import Backend, CappedOutput, EnvironmentSettings, backend_for
 from trajforge.environments.contract import Environment
 from trajforge.errors import SetupError, UsageError
+from trajforge.tools import Tool
 from trajforge.tools.mcp.connection import MESSAGE_LIMIT, Connection
 from trajforge.tools.mcp.servers import Server
+from trajforge.tools.toolsets import every_tool
 
 MAX_PAGES = 20
 MAX_TOOLS = 256
@@ -63,7 +68,7 @@ async def listing(servers: tuple[Server, ...], backend: Backend) -> Listing:
         try:
             connection = await connect(env, server)
             try:
-                tools = await connection.list_tools(MAX_PAGES)
+                found[server.name] = offered(server, await connection.list_tools(MAX_PAGES))
             finally:
                 await connection.close()
         except RuntimeError as exc:
@@ -71,7 +76,6 @@ async def listing(servers: tuple[Server, ...], backend: Backend) -> Listing:
         finally:
             if env is not None:
                 await env.close()
-        found[server.name] = offered(server, tools)
     return found
 
 
@@ -83,14 +87,14 @@ def started(servers: tuple[Server, ...], settings: EnvironmentSettings) -> Listi
 
 
 def offered(server: Server, tools: list[types.Tool]) -> list[dict]:
-    """The OpenAI tool objects of what `server` lists and its allowlist keeps; UsageError for one that cannot
-    be offered."""
+    """The OpenAI tool objects of what `server` lists and its allowlist keeps; RuntimeError naming the server
+    for a listing that cannot be offered."""
     if len(tools) > MAX_TOOLS:
-        raise UsageError(f"--mcp_config: {server} lists {len(tools)} tools, more than {MAX_TOOLS}")
+        raise RuntimeError(f"{server} lists {len(tools)} tools, more than {MAX_TOOLS}")
     by_name = {tool.name: tool for tool in tools}
     missing = [name for name in server.allowed or () if name not in by_name]
     if missing:
-        raise UsageError(f"--mcp_config: {server} has no tool {missing[0]!r} (it lists {', '.join(by_name) or 'none'})")
+        raise RuntimeError(f"{server} has no tool {missing[0]!r} (it lists {', '.join(by_name) or 'none'})")
     kept = [by_name[name] for name in server.allowed] if server.allowed is not None else tools
     schemas = []
     for tool in kept:
@@ -105,8 +109,8 @@ def offered(server: Server, tools: list[types.Tool]) -> list[dict]:
         }
         size = len(json.dumps(schema))
         if size > MAX_SCHEMA or safejson.depth(schema) > MAX_DEPTH:
-            raise UsageError(
-                f"--mcp_config: {server}: the schema of {tool.name!r} is {size} bytes or deeper than {MAX_DEPTH} "
+            raise RuntimeError(
+                f"{server}: the schema of {tool.name!r} is {size} bytes or deeper than {MAX_DEPTH} "
                 f"levels, more than a tool's may be ({MAX_SCHEMA} bytes)"
             )
         schemas.append(schema)
@@ -144,13 +148,27 @@ def resource(server: Server) -> str:
 
 
 async def open_servers(session: Any, servers: tuple[Server, ...]) -> None:
-    """Every server connected for this sample, before any model call; SetupError (the sample fails) naming
-    the one that does not start, with its stderr's tail."""
+    """Every server connected for this sample and asked for its tools, before any model call: what each
+    lists, bounded and allowlisted as at the start, is what the sample is offered of it (`session.listed`).
+    SetupError (the sample fails) naming the server that does not start (with its stderr's tail), lists what
+    cannot be offered, or lists a tool another toolset has."""
+    ours = {server.name for server in servers}
+    owners = {name: tool.toolset for name, tool in every_tool().items() if tool.toolset not in ours}
     for server in servers:
         try:
-            await session.resource(resource(server), lambda server=server: connect(session.env, server))
+            connection = await session.resource(resource(server), lambda server=server: connect(session.env, server))
+            listed = offered(server, await connection.list_tools(MAX_PAGES))
         except RuntimeError as exc:
             raise SetupError(session.redact(str(exc))) from None
+        tools = [Tool.of(server.name, _tool(server, schema)) for schema in listed]
+        for tool in tools:
+            if tool.name in owners:
+                raise SetupError(
+                    f"{server} lists {tool.name!r} for this sample, a tool of toolset {owners[tool.name]!r} too "
+                    f'("prefix": true offers its tools as {server.name}__TOOL)'
+                )
+            owners[tool.name] = server.name
+        session.listed[server.name] = tools
 
 
 def as_result(result: types.CallToolResult, redact: Callable[[str], str]) -> dict:
