@@ -91,6 +91,11 @@ def _drop_free() -> None:
             disks.pop().drop()
 
 
+# A forked worker starts without its parent's free images (the driver's, kept after the MCP servers' start
+# listing): two processes taking one image empty each other's workspaces as each sample gives it back.
+os.register_at_fork(after_in_child=_free.clear)
+
+
 def unenforced(size_mb: int, kind: str, enforcer: str) -> str | None:
     """The warning to print once when --max_disk_mb cannot be enforced by the `kind` of environment here,
     whose limits `enforcer` enforces (its Backend.LIMITS: the runner's are local's and bwrap's)."""
