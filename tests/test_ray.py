@@ -7,6 +7,7 @@ import contextlib
 import importlib.util
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -19,6 +20,7 @@ import pytest
 from conftest import ROOT, Result, Runner, source, wait_for
 from test_money import answered_calls, assert_no_step_answered_twice, ledger, paid_calls
 from test_sandbox_network import probe_command, probe_here
+from test_task_folders import REPLACE_CAT, Builds, copy_examples, samples, steer
 
 from trajforge.environments import EnvironmentSettings, backend_for, netns
 from trajforge.mock.server import MockServer
@@ -229,11 +231,15 @@ def test_ray_executor_without_ray_says_how_to_install(run, server, tmp_path):
 
 
 @pytest.fixture(scope="module")
-def cluster():
+def cluster(request):
     """A Ray cluster of three nodes on this machine (a head without CPUs, where the drivers attach, and two
     worker nodes), shared by the tests that join one with --ray_address: the last tests of this module,
-    after those that check that a run leaves no Ray process behind."""
+    after those that check that a run leaves no Ray process behind. Its nodes' tasks reach the session's
+    Docker engine when there is one: a node's DOCKER_HOST is the one it was started with."""
     from ray.cluster_utils import Cluster
+
+    with contextlib.suppress(pytest.skip.Exception):  # no engine here: the tests that need one skip
+        request.getfixturevalue("docker_host")
 
     saved = {name: os.environ.get(name) for name in ("RAY_AUTH_MODE", "RAY_USAGE_STATS_ENABLED")}
     os.environ.update(RAY_AUTH_MODE="disabled", RAY_USAGE_STATS_ENABLED="0")  # the runs inherit them
@@ -347,3 +353,47 @@ def test_a_plugin_file_reaches_the_cluster_s_workers_with_the_run(run, server, c
     for row in result.trajectories:
         assert row["tool_stats"]["greet"] == {"count": 1, "success": 1, "failure": 0}
         assert "hello n" in row["conversations"][3]["value"]
+
+
+def test_task_folders_on_a_cluster_are_the_pool_s_built_once_and_resumed_without_building(
+    docker_host, run, server, cluster, tmp_path
+):
+    """Harbor task folders on the cluster: each image is built once by the driver before any batch is handed
+    out (--n_samples=2), the tasks on the worker nodes verify each sample in a fresh container (an agent that
+    replaced /bin/cat gains nothing there), every reward is the process pool's, and a resume builds nothing
+    and sends nothing."""
+    tasks = copy_examples(tmp_path, unique=True)
+    shutil.copytree(tasks / "hello-file", tasks / "hello-cat")
+    steer(tasks / "hello-file", "echo 'Hello, world!' > hello.txt")
+    steer(tasks / "hello-cat", REPLACE_CAT)
+    flags = ["--n_samples=2", "--distribution=terminal_only", "--seed=3", "--environment=docker"]
+    on_ray = [*flags, "--executor=ray", f"--ray_address={cluster.address}", "--num_workers=2"]
+    builds = Builds(tasks)
+    ray = run(tasks, *on_ray, run_name="ray", batch_size=2, timeout=RAY_RUN_TIMEOUT)
+    assert ray.code == 0, ray.stdout + ray.stderr
+    assert builds.count() == 4  # one per task, by the driver, for both samples and both worker nodes
+    pool = run(tasks, *flags, run_name="pool", batch_size=2, timeout=RAY_RUN_TIMEOUT)
+    assert pool.code == 0, pool.stdout + pool.stderr
+
+    def rewards(run_dir: Path) -> dict:
+        return {
+            (name, record["metadata"]["sample_index"]): (
+                record["metadata"]["verification"]["passed"],
+                record["metadata"]["verification"]["reward"],
+            )
+            for name, records in samples(run_dir).items()
+            for record in records
+        }
+
+    found = rewards(ray.run_dir)
+    assert found == rewards(pool.run_dir)
+    assert {key: value for key, value in found.items() if value[0]} == {
+        ("hello-file", 0): (True, 1.0),
+        ("hello-file", 1): (True, 1.0),
+    }
+    assert len(found) == 8 and found["hello-cat", 0] == (False, 0.0)
+
+    sent, builds = len(server.chat_requests()), Builds(tasks)
+    again = run(tasks, *on_ray, "--resume", run_name="ray", batch_size=2, timeout=RAY_RUN_TIMEOUT)
+    assert again.code == 0, again.stdout + again.stderr
+    assert len(server.chat_requests()) == sent and builds.count() == 0

@@ -6,6 +6,7 @@ beside the honest sample that passes."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import contextlib
 import io
@@ -17,14 +18,19 @@ import tempfile
 import threading
 import time
 import uuid
+from dataclasses import asdict, replace
 from pathlib import Path
 from urllib.parse import quote
 
 import pytest
 from conftest import ROOT, source, tool_results
 
+from trajforge.environments import EnvironmentSettings, backend_for
+from trajforge.environments.folder_task import FolderSettings
+from trajforge.errors import SetupFailed
 from trajforge.run.task_folders import build_context, image_tag
-from trajforge.verification.host_folders import task_files
+from trajforge.verification.host_folders import NO_FOLDERS, task_files
+from trajforge.verification.tasks import prepare_task
 from trajforge.verification.tree_reader import Unreadable
 
 EXAMPLE = ROOT / "data" / "example_harbor"
@@ -55,9 +61,8 @@ class Builds:
     def __init__(self, tasks: Path):
         import docker
 
-        self.ours = {
-            image_tag(task.name, build_context(task_files(task.resolve(), "environment"))) for task in tasks.iterdir()
-        }
+        built = [task.resolve() for task in tasks.iterdir() if (task / "environment").is_dir()]  # not a docker_image's
+        self.ours = {image_tag(task.name, build_context(task_files(task, "environment"))) for task in built}
         self.client = docker.from_env()
         self.events = self.client.events(decode=True, filters={"type": "image", "event": "tag"})
         self.tags: list[str] = []
@@ -697,3 +702,61 @@ def test_a_part_of_a_task_folder_that_became_a_link_out_is_not_read(tmp_path):
     (task / "tests").symlink_to(tmp_path / "elsewhere")
     with pytest.raises(Unreadable, match="outside"):
         task_files(task, "tests")
+
+
+def image_task(tasks: Path, name: str, image: str, environment: str = "") -> Path:
+    """A copy of hello-file that names its image in task.toml (used as it is, nothing built)."""
+    task = tasks / name
+    shutil.copytree(EXAMPLE / "hello-file", task)
+    shutil.rmtree(task / "environment")
+    toml = f'[verifier]\ntimeout_sec = 60.0\n\n[environment]\ndocker_image = "{image}"\n{environment}'
+    (task / "task.toml").write_text(toml)
+    return task
+
+
+def test_a_docker_image_task_runs_its_image_as_is_with_the_same_defences(docker_host, run_here, server, tmp_path):
+    """Nothing built; the image's WORKDIR, task.toml's memory, no network (allow_internet is not
+    --sandbox_network), and verification in a fresh container, where a replaced /bin/cat is not."""
+    tasks = tmp_path / "tasks"
+    limits = "memory_mb = 300\nallow_internet = true\n"
+    honest = image_task(tasks, "image-honest", "batch-runner-test/harbor-base:1", limits)
+    steer(honest, f"echo 'Hello, world!' > hello.txt; pwd; ls /sys/class/net; {LIMITS}")
+    steer(image_task(tasks, "image-cat", "batch-runner-test/harbor-base:1"), REPLACE_CAT)
+    builds = Builds(tasks)
+    done = run_here(tasks, "--distribution=terminal_only")
+    assert done.code == 0, done.stderr + done.stdout
+    assert builds.count() == 0 and not (done.run_dir / "builds").exists()
+    found = {name: records[0] for name, records in samples(done.run_dir).items()}
+    said = tool_results(found["image-honest"])
+    assert "/app\\n" in said and "lo\\n" in said and "eth0" not in said and str(300 * 1024 * 1024) in said
+    assert found["image-honest"]["metadata"]["verification"]["passed"] is True
+    assert "planted\\nHello, world!" in tool_results(found["image-cat"])  # took hold in the agent's container
+    assert (found["image-cat"]["metadata"]["verification"]["reward"]) == 0.0  # not in the fresh one
+
+
+def test_a_node_without_the_task_folder_or_its_image_fails_before_any_model_call(docker_host, tmp_path):
+    """A Ray node whose files or Docker engine are not the driver's: the sample is setup_failed, saying what
+    is missing where, before its first model call (not a verification that could not read tests/)."""
+    settings = EnvironmentSettings(kind="docker", run_dir=str(tmp_path), command_timeout=20)
+    task = {"name": "elsewhere", "folder": str(tmp_path / "not-here"), "task_toml": "", "digest": "x"}
+    folder = FolderSettings(agent_timeout=60, verify_timeout=60, build_timeout=60)
+    image = "batch-runner-test/harbor-base:1"
+    base = {"prompt": "p", "docker_image": image, "harbor": task | {"settings": asdict(folder)}}
+    built = base | {"docker_image": image_tag("elsewhere", uuid.uuid4().bytes)}
+    built["harbor"] = task | {"settings": asdict(replace(folder, build=True))}
+    named = base | {"docker_image": f"batch-runner-test/not-on-this-node-{uuid.uuid4().hex[:8]}:1"}
+
+    async def body():
+        backend = backend_for(settings)
+        with pytest.raises(SetupFailed, match="is not on this machine's Docker engine"):
+            await backend.open(built)
+        with pytest.raises(SetupFailed, match=r"the task's docker_image: .* the runner pulls no image"):
+            await backend.open(named)
+        env = await backend.open(base)
+        try:
+            with pytest.raises(SetupFailed, match=f"the task folder {tmp_path / 'not-here'} is not on this machine"):
+                await prepare_task(env, base, NO_FOLDERS, 20)
+        finally:
+            await env.close()
+
+    asyncio.run(body())

@@ -322,13 +322,18 @@ class DockerEnvironment(CommandEnvironment):
 
 def build_failure(settings: EnvironmentSettings, entry: dict) -> SetupFailed:
     """A task folder's sample whose image did not build: the build's output, kept in the run folder."""
-    log = build_log(settings.run_dir, entry)
+    log, image = build_log(settings.run_dir, entry), entry["docker_image"]
     try:
         with open(log, encoding="utf-8", errors="replace") as handle:
             said = handle.read()[-BUILD_LOG_TAIL:]
-    except OSError:
-        said = "(no build output was kept)"
-    return SetupFailed(f"the task's image {entry['docker_image']!r} did not build (output in {log}):\n{said}")
+    except OSError:  # no failed build: the image was built, on another engine (a Ray node's own)
+        where = os.environ.get("DOCKER_HOST") or "the default socket"
+        return SetupFailed(
+            f"the task's image {image!r} is not on this machine's Docker engine ({where}): the run builds it on "
+            "the driver's engine before any sample starts; every Ray node must use that engine or have the "
+            "image loaded (docs/tasks.md)"
+        )
+    return SetupFailed(f"the task's image {image!r} did not build (output in {log}):\n{said}")
 
 
 class DockerBackend(Backend):
@@ -351,9 +356,11 @@ class DockerBackend(Backend):
         folder = FolderSettings.of(entry)
         try:
             workdir = await self._once(f"image:{image}", image_workdir, client, image, folder is None)
-        except SetupError:
+        except SetupError as exc:
             if folder and folder.build:
                 raise build_failure(self.settings, entry) from None
+            if folder:  # task.toml's docker_image: the task's own setup, as a failed build is
+                raise SetupFailed(f"the task's docker_image: {exc}") from None
             raise
         settings, options = task_options(self.settings, folder)
         return DockerEnvironment(client, image, container_cwd(entry, workdir or DEFAULT_CWD), settings, options)

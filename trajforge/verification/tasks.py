@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import os
 import posixpath
 
 from trajforge.environments import Environment
@@ -131,8 +132,16 @@ async def prepare_task(env: Environment, entry: dict, folders: HostFolders, time
         await env.write_files(files)
     except OSError as exc:  # e.g. "a" a file and "a/b" one too, or the workspace folder changed since the load
         raise SetupFailed(f"the task's files could not be written: {exc}") from None
-    if FOLDER_TASK in entry:  # Harbor's place for the agent's logs, there from the start as in Harbor's runs
-        await env.exec(f"mkdir -p {AGENT_LOGS}", timeout)
+    if FOLDER_TASK in entry:
+        # Its tests/ are read where the sample runs, at verification: a Ray node without the task folder
+        # fails the sample now, before a model call, rather than record a verification that could not run.
+        folder = entry[FOLDER_TASK]["folder"]
+        if not os.path.isfile(os.path.join(folder, "tests", "test.sh")):
+            raise SetupFailed(
+                f"the task folder {folder} is not on this machine (no tests/test.sh there): every Ray node "
+                "needs the task folders at the path the driver read them from (docs/tasks.md)"
+            )
+        await env.exec(f"mkdir -p {AGENT_LOGS}", timeout)  # Harbor's place for the agent's logs, as in its runs
     setup = entry.get("setup")
     if not setup:
         return
