@@ -328,10 +328,11 @@ def test_the_limits_default_to_32_calls_and_an_hour():
     [
         ("max_tool_calls_per_turn", 0, "--max_tool_calls_per_turn must be at least 1, got 0"),
         ("max_tool_calls_per_turn", "many", "--max_tool_calls_per_turn must be a whole number"),
-        ("prompt_timeout", 0, "--prompt_timeout must be more than 0 seconds"),
+        ("prompt_timeout", 0, "--prompt_timeout must be more than 0 and at most 10000000 seconds"),
+        ("setup_timeout", 1e11, "--setup_timeout must be more than 0 and at most 10000000 seconds, got 100000000000.0"),
         ("prompt_timeout", "nan", "--prompt_timeout must be a number of seconds"),
         ("prompt_timeout", True, "--prompt_timeout must be a number of seconds"),
-        ("request_timeout", -1, "--request_timeout must be more than 0 seconds"),
+        ("request_timeout", -1, "--request_timeout must be more than 0 and at most"),
     ],
 )
 def test_bad_limits_are_refused_naming_the_flag(flag, value, message):

@@ -246,7 +246,7 @@ def test_kill_9_in_a_multi_sample_run_then_resume_gives_each_sample_once(run, ru
         ("--n_samples=0", "--n_samples must be at least 1"),
         ("--keep=some", "--keep must be one of all, passed, best"),
         ("--pass_threshold=high", "--pass_threshold must be a number"),
-        ("--verify_timeout=0", "--verify_timeout must be more than 0 seconds"),
+        ("--verify_timeout=0", "--verify_timeout must be more than 0 and at most"),
         ("--stop_after_passes=0", "--stop_after_passes must be at least 1"),
         ("--verifier=missing.py:check", "missing.py does not exist or is not a file"),
         ("--verifier", "--verifier needs path/to/file.py:function"),

@@ -96,10 +96,13 @@ def number(value: Any, flag: str, what: str = "a number") -> float:
     return found
 
 
+MAX_SECONDS = 10_000_000  # about 116 days: more than any run, less than what a thread's wait can take
+
+
 def seconds(value: Any, flag: str) -> float:
     found = number(value, flag, "a number of seconds")
-    if found <= 0:
-        raise FlagError(f"--{flag} must be more than 0 seconds")
+    if not 0 < found <= MAX_SECONDS:
+        raise FlagError(f"--{flag} must be more than 0 and at most {MAX_SECONDS} seconds, got {value!r}")
     return found
 
 
