@@ -237,8 +237,9 @@ class DockerEnvironment(CommandEnvironment):
             process.ended(code)
 
     async def _end_spawned(self, process: ContainerProcess, watching: asyncio.Future) -> None:
-        """Its process group killed; its output's end awaited END_GRACE at most (a process it started outside
-        its group may hold it: the container's end kills that one), then its connection closed."""
+        """Its output no longer read (ContainerProcess.shut), then its process group killed (a process it
+        started outside its group: the container's end kills that one), its exit status awaited END_GRACE."""
+        process.shut()
         try:
             with contextlib.suppress(TimeoutError):
                 pid = await asyncio.wait_for(asyncio.shield(process.pid), END_GRACE)
@@ -246,11 +247,8 @@ class DockerEnvironment(CommandEnvironment):
                     with contextlib.suppress(DockerException, RuntimeError):  # RuntimeError: the environment closed
                         kill = await self._call(self.api.exec_create, self.name, [*KILL_GROUP, pid])
                         await self._call(self.api.exec_start, kill["Id"])
-                await asyncio.wait_for(asyncio.shield(process.received), END_GRACE)
-        finally:
-            process.shut()
-            with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(watching, END_GRACE)
+        finally:
             process.close()
 
     async def add_tests(self, files: dict[str, bytes]) -> None:

@@ -24,6 +24,10 @@ from trajforge.environments.limits import MB
 FRAME_HEADER, STDERR = struct.Struct(">BxxxL"), 2  # a frame of an exec's output: stream number, length
 NOBODY = 65534  # owns what readable_archive puts in a container: not the agent's uid, root's included
 IN_FLIGHT = 4  # frames of a process's output handed to the event loop and not yet taken in
+# Seconds a paused reader may take nothing before its process's connection is shut: nobody reads it (its MCP
+# connection ended). The engine must never be left blocked on output no one reads: Docker 20.10 then hangs
+# every later exec of the container once that process exits, the agent's commands and their kill included.
+ABANDONED = 30.0
 
 
 def exec_stream(api: docker.APIClient, exec_id: str) -> requests.Response:
@@ -143,8 +147,9 @@ class ContainerProcess:
                 if data:
                     self.in_flight.acquire()
                     loop.call_soon_threadsafe(self._feed, self.stderr if stream == STDERR else self.stdout, data)
-                for flow in self.flows:
-                    flow.flowing.wait()
+                if not all(flow.flowing.wait(ABANDONED) for flow in self.flows):
+                    _shut(self.response)
+                    return
 
     def _feed(self, reader: asyncio.StreamReader, data: bytes) -> None:
         try:
@@ -161,16 +166,21 @@ class ContainerProcess:
             reader.feed_eof()
 
     def shut(self) -> None:
-        """Whatever still holds its output (a child outside its group) no longer keeps the reading thread."""
+        """No more of its output is read: the engine stops sending it (before the process is killed, so that
+        its end never waits on output no one reads), and nothing keeps the reading thread."""
         for flow in self.flows:
             flow.stop()
-        with contextlib.suppress(OSError):
-            _socket(self.response).shutdown(socket.SHUT_RDWR)
+        _shut(self.response)
 
     def close(self) -> None:
         self.response.close()
         self.receiving.shutdown(wait=False)
         self.sending.shutdown(wait=False)
+
+
+def _shut(response: requests.Response) -> None:
+    with contextlib.suppress(OSError):
+        _socket(response).shutdown(socket.SHUT_RDWR)
 
 
 def _resolve(future: asyncio.Future, value: str) -> None:
