@@ -1,12 +1,14 @@
 """The images of the task folders a run is about to run, built before any worker starts: once per build
 context (an image already tagged with its digest, from an earlier run or invocation, is used as it is),
-one at a time, with no network, each within its build timeout; built again when an image its FROM
-names has changed since (docker_build.py). A failed build's output goes to
-builds/<task>.log in the run folder; the task's samples then fail as `setup_failed` (environments/docker.py
-reads the log), without a model call."""
+BUILDS_AT_ONCE at a time (each tag by one build only), with no network, each within its build timeout and
+the task's limits; built again when an image its FROM names has changed since (docker_build.py). A failed
+build's output goes to builds/<task>.log in the run folder; the task's samples then fail as `setup_failed`
+(environments/docker.py reads the log), without a model call."""
 
 from __future__ import annotations
 
+import queue
+import threading
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
@@ -16,9 +18,14 @@ from trajforge.environments.folder_task import KEY, FolderSettings, build_log
 from trajforge.run.task_folders import as_text, build_context, image_tag
 from trajforge.verification.host_folders import task_files
 
+BUILDS_AT_ONCE = 2  # each build has the task's CPUs and memory (docker_build.py): two at once, not one per task
 
-def build_images(entries: Iterable[dict], run_dir: str, say: Callable[[str], None]) -> int:
-    """Build what `entries` need and is not on the engine yet; returns how many builds failed."""
+
+def build_images(
+    entries: Iterable[dict], run_dir: str, say: Callable[[str], None], at_once: int = BUILDS_AT_ONCE
+) -> int:
+    """Build what `entries` need and is not on the engine yet, `at_once` builds at a time; returns how many
+    builds failed."""
     wanted: dict[str, dict] = {}
     for entry in entries:
         settings = FolderSettings.of(entry)
@@ -36,10 +43,13 @@ def build_images(entries: Iterable[dict], run_dir: str, say: Callable[[str], Non
         missing = {tag: entry for tag, entry in wanted.items() if not current(client, tag, made_from[tag])}
     finally:
         client.close()
-    failed = 0
-    for number, (tag, entry) in enumerate(missing.items(), 1):
+    numbered = {tag: number for number, tag in enumerate(missing, 1)}
+
+    def make(tag: str) -> bool:
+        """Build one image; whether it built (a failure's output is kept in the run folder)."""
+        entry = missing[tag]
         task, log = entry[KEY], Path(build_log(run_dir, entry))
-        say(f"building the image of task {task['name']} ({number} of {len(missing)})")
+        say(f"building the image of task {task['name']} ({numbered[tag]} of {len(missing)})")
         context = build_context(environments[tag])
         absent = [image for image, found in made_from[tag].items() if not found]
         if image_tag(task["name"], context) != tag:
@@ -50,12 +60,41 @@ def build_images(entries: Iterable[dict], run_dir: str, say: Callable[[str], Non
             built, output = build(context, tag, FolderSettings.of(entry), made_from[tag])  # type: ignore[arg-type]
         if built:
             log.unlink(missing_ok=True)
-            continue
-        failed += 1
+            return True
         log.parent.mkdir(parents=True, exist_ok=True)
         log.write_text(output, encoding="utf-8")
         say(f"the image of task {task['name']} did not build; its output: {log}")
-    return failed
+        return False
+
+    # Different tags at once, each tag taken by one thread: one build per tag. Daemon threads, joined by the
+    # main thread: Ctrl-C stops the run at once, as it did a build of its own (its engine build ends with it).
+    todo: queue.SimpleQueue[str] = queue.SimpleQueue()
+    for tag in missing:
+        todo.put(tag)
+    built: list[bool] = []
+    raised: list[BaseException] = []
+
+    def builder() -> None:
+        while not raised:
+            try:
+                tag = todo.get_nowait()
+            except queue.Empty:
+                return
+            try:
+                built.append(make(tag))
+            except BaseException as exc:  # the run's, as it was when the builds ran on its thread
+                raised.append(exc)
+
+    threads = [
+        threading.Thread(target=builder, name="task-image", daemon=True) for _ in range(min(at_once, len(missing)))
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    if raised:
+        raise raised[0]
+    return built.count(False)
 
 
 def _environment(entry: dict) -> dict[str, bytes]:
