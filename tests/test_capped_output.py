@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from trajforge.environments import CappedOutput
+from trajforge.tail import CappedOutput
 
 
 def capped(data: bytes, limit: int, chunk: int | None = None) -> CappedOutput:

@@ -560,3 +560,26 @@ def test_an_http_server_flooding_its_tools_list_stops_the_run_before_any_request
     assert f"a reply of more than {4 << 20} bytes" in result.stderr and "Traceback" not in result.stderr
     assert not server.chat_requests()
     assert taken["tools/list"] < 64 << 20
+
+
+def test_what_a_server_says_of_its_env_s_values_reaches_the_model_and_the_console_masked(run, server, tmp_path):
+    """An error the server answers, or the stderr of a server that died, quoting its env's value: the model
+    read them unmasked (masked only in the run folder, afterwards), and the start's exit-2 message printed it.
+    Now masked (and bounded) where they are made; beside them, an honest call is answered."""
+    secret = "kv-secret-value-8642"
+    config = stdio_config(tmp_path, env={"KV_TOKEN": secret})
+    calls = [("leak_error", {"name": "KV_TOKEN"}), ("get", {"key": "a"}), ("crash_saying", {"name": "KV_TOKEN"})]
+    result = run([{"prompt": call(*calls, ("get", {"key": "a"}))}], f"--mcp_config={config}", *LOCAL)
+    assert result.code == 0, result.stderr
+    (row,) = result.trajectories
+    sent = json.dumps(server.chat_requests())
+    assert secret not in sent and secret not in result.stdout + result.stderr
+    assert "backend said [redacted]" in sent and "fatal: token=[redacted]" in sent  # the server's words, masked
+    assert '"result": "no value for a"' in tool_results(row)  # the honest call between them
+    assert row["tool_stats"]["leak_error"]["failure"] == 1 and row["tool_stats"]["get"]["failure"] == 1
+    broken = tmp_path / "broken.json"
+    script = "import os, sys; sys.stderr.write('no database for ' + os.environ['KV_TOKEN']); sys.exit(3)"
+    spec = {"command": sys.executable, "args": ["-c", script], "env": {"KV_TOKEN": secret}}
+    broken.write_text(json.dumps({"mcpServers": {"kv": spec}}))
+    refused = run([{"prompt": "hi"}], f"--mcp_config={broken}", *LOCAL, run_name="broken")
+    assert refused.code == 2 and "no database for [redacted]" in refused.stderr and secret not in refused.stderr

@@ -98,3 +98,37 @@ def test_exports_with_a_tools_file_s_tools_render_through_the_chat_templates(run
             text = templates.render(family, row["messages"], row["tools"])
             templates.check_rendered(family, text, row["messages"], row["tools"], written)
             assert "what to buy" in text  # the parameter's description, from the docstring
+
+
+HUGE = '''def huge() -> dict:
+    """A result of 5 MB."""
+    return {"data": "x" * 5_000_000, "end": "the tail"}
+
+
+def loud() -> dict:
+    """An error whose message is 5 MB."""
+    raise ValueError("y" * 5_000_000 + " the end")
+
+
+def small() -> dict:
+    """An honest result."""
+    return {"data": "ok"}
+'''
+
+
+def test_a_tools_function_s_huge_result_or_error_reaches_the_model_capped(run_here, server, tmp_path):
+    """A result or an error of any size was kept whole (in every later request and the record); now both
+    are capped at 100,000 bytes, head and tail kept with a marker, beside an honest result kept as it is."""
+    tools = tmp_path / "huge_tools.py"
+    tools.write_text(HUGE)
+    result = run_here(
+        [{"prompt": f"[mock call={call('huge')},{call('loud')},{call('small')}]"}], f"--tools={tools}", *FLAGS
+    )
+    assert result.code == 0, result.stdout + result.stderr
+    (row,) = result.trajectories
+    results = tool_results(row)
+    assert len(results) < 250_000 and results.count("bytes of output omitted") == 2
+    assert "the tail" in results and "the end" in results  # the tails kept
+    assert '"content": {"data": "ok"}' in results and row["tool_stats"]["loud"]["failure"] == 1
+    assert row["tool_stats"]["huge"] == {"count": 1, "success": 1, "failure": 0}
+    assert max(len(json.dumps(request)) for request in server.chat_requests()) < 300_000

@@ -5,7 +5,8 @@ since the session's methods are awaited; any other function, sync or async, is a
 alone (a sync one runs in a thread, so that it holds up no other sample of the worker). A tool's schema
 comes from the signature and docstring as the built-in tools' do (tools/schema.py).
 
-What a function returns is the tool's result: a dict as it is, anything else as {"result": value}; a
+What a function returns is the tool's result: a dict as it is, anything else as {"result": value}; one
+of more than RESULT_LIMIT bytes as JSON is its JSON text, capped (head and tail kept, with a marker). A
 value that is not JSON, or what the function raises, is a tool error (a failure in tool_stats).
 """
 
@@ -21,8 +22,10 @@ from typing import Any
 
 from trajforge import safejson
 from trajforge.errors import UsageError
+from trajforge.tail import capped
 
 SESSION = "session"
+RESULT_LIMIT = 100_000  # bytes the model reads of a result of the user's own tools (--tools, an MCP server's)
 
 
 def register(module: ModuleType, toolset: str, where: str, registry: Any) -> None:
@@ -72,7 +75,7 @@ def result_of(name: str, value: Any) -> dict:
     result = value if isinstance(value, dict) else {"result": value}
     result = safejson.writable(result)  # the run's nesting limit, lone surrogates escaped
     try:
-        json.dumps(result)
+        text = json.dumps(result)
     except (TypeError, ValueError) as exc:
         raise TypeError(f"{name} returned {type(value).__name__}, which is not a JSON value ({exc})") from None
-    return result
+    return result if len(text) <= RESULT_LIMIT else {"result": capped(text, RESULT_LIMIT)}

@@ -1,7 +1,8 @@
 """An MCP server written with the official SDK, for tests/test_mcp.py: a key-value store held in the
 server's memory (so a sample sees only what its own server process was told), and tools that show what
 the sandbox lets a server do (its uid, the network, which its sample's commands share), one that hangs,
-one that starts a child of its own, one that imports a module lazily, one that reads the workspace.
+one that starts a child of its own, one that imports a module lazily, one that reads the workspace,
+two that say the value of a variable of its env (in an error, on stderr as it dies).
 
     python kv_server.py                    stdio
     python kv_server.py http PORT          streamable HTTP on 127.0.0.1:PORT
@@ -18,6 +19,7 @@ import threading
 
 import mcp_types as types
 from mcp.server.mcpserver import Context, MCPServer
+from mcp.shared.exceptions import MCPError
 
 server = MCPServer("kv")
 store: dict[str, str] = {}
@@ -106,6 +108,20 @@ def workspace_file(name: str) -> str:
     """A file of the sample's workspace (MCP_WORKSPACE), read."""
     with open(os.path.join(os.environ["MCP_WORKSPACE"], name)) as file:
         return file.read()
+
+
+@server.tool()
+def leak_error(name: str) -> str:
+    """Answer with a protocol error that quotes one of the server's environment variables."""
+    raise MCPError(code=-32000, message=f"backend said {os.environ.get(name)}")
+
+
+@server.tool()
+def crash_saying(name: str) -> str:
+    """Write one of the server's environment variables on stderr, then exit."""
+    sys.stderr.write(f"fatal: token={os.environ.get(name)}\n")
+    sys.stderr.flush()
+    os._exit(3)
 
 
 @server.tool()

@@ -34,32 +34,6 @@ def container_cwd(entry: dict, base: str) -> str:
     return posixpath.normpath(posixpath.join(base, entry.get("cwd") or "."))
 
 
-class CappedOutput:
-    """Keeps the first and last OUTPUT_LIMIT/2 bytes of a stream and counts what it drops, so one
-    `cat` of a huge file cannot blow up a trajectory."""
-
-    def __init__(self, limit: int = OUTPUT_LIMIT):
-        self.half = limit // 2
-        self.head = bytearray()
-        self.tail = bytearray()
-        self.dropped = 0
-
-    def feed(self, chunk: bytes) -> None:
-        room = self.half - len(self.head)
-        if room > 0:
-            self.head += chunk[:room]
-            chunk = chunk[room:]
-        self.tail += chunk
-        excess = len(self.tail) - self.half
-        if excess > 0:
-            self.dropped += excess
-            del self.tail[:excess]
-
-    def text(self) -> str:
-        marker = f"\n[... {self.dropped} bytes of output omitted ...]\n" if self.dropped else ""
-        return self.head.decode(errors="replace") + marker + self.tail.decode(errors="replace")
-
-
 AUTO = "auto"  # bwrap when it works on this machine, else local with a warning
 
 

@@ -19,7 +19,6 @@ from docker.errors import APIError, DockerException, ImageNotFound, NotFound
 from trajforge.environments import (
     OUTPUT_LIMIT,
     Backend,
-    CappedOutput,
     EnvironmentSettings,
     ExecResult,
     container_cwd,
@@ -41,6 +40,7 @@ from trajforge.environments.limits import MB, OWN, Limits
 from trajforge.environments.local import COMMAND_VARIABLES
 from trajforge.environments.shell import KEEP_ALIVE, KILL_ALL, CommandEnvironment, tar_archive
 from trajforge.errors import SetupError, SetupFailed
+from trajforge.tail import CappedOutput
 
 RUN_LABEL, RUN_DIR_LABEL = "batch-runner.run", "batch-runner.run_dir"
 DEFAULT_CWD = "/workspace"  # for images without a WORKDIR of their own

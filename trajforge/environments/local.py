@@ -18,7 +18,7 @@ import termios
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from trajforge.environments import OUTPUT_LIMIT, Backend, CappedOutput, EnvironmentSettings, ExecResult, disk, tmpfs
+from trajforge.environments import OUTPUT_LIMIT, Backend, EnvironmentSettings, ExecResult, disk, tmpfs
 from trajforge.environments.contract import Spawned, timeout_result
 from trajforge.environments.limits import RUNNER, SampleCgroup, confined, host_user
 from trajforge.environments.orphans import (
@@ -32,6 +32,7 @@ from trajforge.environments.orphans import (
 )
 from trajforge.environments.shell import CommandEnvironment
 from trajforge.errors import SetupError
+from trajforge.tail import CappedOutput
 
 # What every command sees besides PATH, HOME and TMPDIR; nothing of ours (API keys stay out of trajectories).
 COMMAND_VARIABLES = {"LANG": "C.UTF-8", "TERM": "dumb", "PYTHONUNBUFFERED": "1"}

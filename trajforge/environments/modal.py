@@ -17,7 +17,6 @@ from pathlib import Path
 from trajforge.environments import (
     OUTPUT_LIMIT,
     Backend,
-    CappedOutput,
     EnvironmentSettings,
     ExecResult,
     container_cwd,
@@ -26,6 +25,7 @@ from trajforge.environments import (
 from trajforge.environments.contract import timeout_result
 from trajforge.environments.shell import KEEP_ALIVE, KILL_ALL, CommandEnvironment
 from trajforge.errors import SetupError
+from trajforge.tail import CappedOutput
 
 APP_NAME = "batch-runner"
 WORKSPACE = "/workspace"

@@ -15,6 +15,8 @@ from dataclasses import dataclass
 
 from trajforge import safejson
 from trajforge.money.errors import SpendStop
+from trajforge.own_tools import RESULT_LIMIT
+from trajforge.tail import capped
 from trajforge.tools.schema import tool_schema
 
 
@@ -52,5 +54,5 @@ async def call_tool(session, name: str, raw_arguments: str, offered: dict[str, T
         return await chosen.function(session, **arguments)
     except SpendStop:  # the budget stops the prompt itself, not just this call
         raise
-    except Exception as exc:
-        return {"error": f"{type(exc).__name__}: {exc}"}
+    except Exception as exc:  # its message bounded as a result is (a --tools function's may be of any size)
+        return {"error": capped(f"{type(exc).__name__}: {exc}", RESULT_LIMIT)}

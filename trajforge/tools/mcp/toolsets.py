@@ -23,9 +23,12 @@ from typing import Any
 import mcp_types as types
 
 from trajforge import registry, safejson
-from trajforge.environments import Backend, CappedOutput, EnvironmentSettings, backend_for
+from trajforge.environments import Backend, EnvironmentSettings, backend_for
 from trajforge.environments.contract import Environment
 from trajforge.errors import SetupError, UsageError
+from trajforge.own_tools import RESULT_LIMIT
+from trajforge.secrets import Secrets
+from trajforge.tail import capped
 from trajforge.tools import Tool
 from trajforge.tools.mcp.connection import MESSAGE_LIMIT, Connection
 from trajforge.tools.mcp.servers import Server
@@ -35,7 +38,6 @@ MAX_PAGES = 20
 MAX_TOOLS = 256
 MAX_SCHEMA = 64 << 10
 MAX_DEPTH = 32
-RESULT_LIMIT = 100_000
 Listing = dict[str, list[dict]]  # server name -> the OpenAI tool objects it offers, as named to the model
 # A stdio server starts in / with the sample's working folder in MCP_WORKSPACE: not in that folder, which
 # the dataset's files and the agent write, where `python -m` looks for modules first (also the ones it
@@ -71,8 +73,8 @@ async def listing(servers: tuple[Server, ...], backend: Backend) -> Listing:
                 found[server.name] = offered(server, await connection.list_tools(MAX_PAGES))
             finally:
                 await connection.close()
-        except RuntimeError as exc:
-            raise UsageError(f"--mcp_config: {exc}") from None
+        except RuntimeError as exc:  # what it says of its env's values (its stderr's tail), masked
+            raise UsageError(f"--mcp_config: {_masked(server, str(exc))}") from None
         finally:
             if env is not None:
                 await env.close()
@@ -132,8 +134,11 @@ def _tool(server: Server, schema: dict) -> Callable:
     name = offered_name.removeprefix(f"{server.name}__") if server.prefix else offered_name
 
     async def call(session: Any, **arguments: Any) -> dict:
-        connection = await session.resource(resource(server), lambda: connect(session.env, server))
-        return as_result(await connection.call(name, arguments), session.redact)
+        try:
+            connection = await session.resource(resource(server), lambda: connect(session.env, server))
+            return as_result(await connection.call(name, arguments), session.redact)
+        except RuntimeError as exc:  # the server's words (an error it answered, its stderr): its result's bounds
+            return {"error": session.redact(capped(str(exc), RESULT_LIMIT))}
 
     call.__name__ = call.__qualname__ = offered_name
     call.tool_schema = schema  # type: ignore[attr-defined]  # Tool.of takes it as it is
@@ -176,10 +181,13 @@ def as_result(result: types.CallToolResult, redact: Callable[[str], str]) -> dic
     parts = [item.text if isinstance(item, types.TextContent) else _note(item) for item in result.content]
     if not parts and result.structured_content is not None:
         parts = [safejson.dumps(result.structured_content).decode()]
-    capped = CappedOutput(RESULT_LIMIT)
-    capped.feed("\n".join(parts).encode(errors="surrogatepass"))
-    text = redact(capped.text())
+    text = redact(capped("\n".join(parts), RESULT_LIMIT))
     return {"error": text or "the tool reported an error"} if result.is_error else {"result": text}
+
+
+def _masked(server: Server, text: str) -> str:
+    """`text` with the values of the server's env and headers masked, as the run's secrets are."""
+    return Secrets([*server.env.values(), *server.headers.values()]).redact(text)
 
 
 def _note(item: Any) -> str:
