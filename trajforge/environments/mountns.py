@@ -9,7 +9,9 @@ else runs there. Started in this one, it pays for a dozen.
 
 The namespace is made once per slot, when bwrap first needs it, by a holder: bwrap run as the runner
 (root) with no namespace of its own but the mount namespace, binding these folders at their own paths
-(slaves of the host's: what the host mounts below them later is seen there too), and a shell that waits
+(copies of the host's at that moment: with the host's / private, what the host mounts or unmounts below
+them later is not seen there; nothing relies on it, as a slot's disk is bound before and the holder ends
+before the disk is unmounted), and a shell that waits
 on its stdin. No command runs in it as it is: each enters it by a descriptor the worker keeps
 (`nsenter --mount=/proc/self/fd/N` in its own exec chain, after it joined its cgroup and before it drops
 to nobody) only to start its own bwrap there, which builds the sandbox from these folders as it would
