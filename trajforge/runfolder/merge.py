@@ -216,11 +216,12 @@ class Merge:
         totals = self.totals
         self.turns += len(sample.turns)
         self.with_reasoning += sum(1 for turn in sample.turns if turn.reasoning)
-        for name, entry in sample.tool_stats.items():
-            known = self.tools.get(name)
-            if known is None:  # a tool the run cannot offer now (a plugin's, in an earlier invocation)
-                known = self.tools[name] = dict(ZERO)
+        stats, tools = sample.tool_stats, self.tools
+        if not tools.keys() >= stats.keys():  # a tool the run cannot offer now (a plugin's, in an earlier invocation)
+            tools.update((name, dict(ZERO)) for name in stats.keys() - tools.keys())
+        for name, entry in stats.items():
             if entry["count"] or entry["success"] or entry["failure"]:  # most of a row's tools: none
+                known = tools[name]
                 known["count"] += entry["count"]
                 known["success"] += entry["success"]
                 known["failure"] += entry["failure"]
