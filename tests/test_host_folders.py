@@ -141,16 +141,23 @@ def test_a_symlink_inside_a_workspace_brings_nothing_of_its_target(backend, plac
 # -- the rights of the dataset file's owner --------------------------------------------------------------
 
 
-@pytest.fixture
-def nobody_place(tmp_path):
-    """A dataset folder owned by nobody (in a /tmp folder every user can reach), and a 0700 root folder in
-    tmp_path holding a 0600 root file with MARK."""
+def root_only_folder(tmp_path: Path, mark: str) -> Path:
+    """tmp_path/secret, a 0700 root folder holding secret.txt, a 0600 root file with `mark`; skips the test
+    for a runner that is not root (it reads with its own rights already)."""
     if os.geteuid() != 0:
         pytest.skip("a runner that is not root reads with its own rights already")
     secret = tmp_path / "secret"
     secret.mkdir(mode=0o700)
-    (secret / "secret.txt").write_text(MARK + "\n")
+    (secret / "secret.txt").write_text(mark + "\n")
     (secret / "secret.txt").chmod(0o600)
+    return secret
+
+
+@pytest.fixture
+def nobody_place(tmp_path):
+    """A dataset folder owned by nobody (in a /tmp folder every user can reach), and a 0700 root folder in
+    tmp_path holding a 0600 root file with MARK."""
+    secret = root_only_folder(tmp_path, MARK)
     (secret / "ws").mkdir(mode=0o755)
     (secret / "ws" / "code.txt").write_text("IN-A-ROOT-FOLDER\n")
     data = Path(tempfile.mkdtemp(prefix="nobody-dataset-", dir="/tmp"))

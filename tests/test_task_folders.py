@@ -24,6 +24,7 @@ from urllib.parse import quote
 
 import pytest
 from conftest import ROOT, source, tool_results
+from test_host_folders import root_only_folder
 
 from trajforge.environments import EnvironmentSettings, backend_for
 from trajforge.environments.folder_task import FolderSettings
@@ -614,12 +615,7 @@ MARK = f"ROOTONLY{uuid.uuid4().hex[:12]}"  # in a file only root may read: never
 def nobody_tasks(tmp_path):
     """A folder for task folders owned by nobody (in /tmp, which every user can reach), and a 0600 root
     file holding MARK in a 0700 root folder."""
-    if os.geteuid() != 0:
-        pytest.skip("a runner that is not root reads with its own rights already")
-    secret = tmp_path / "secret"
-    secret.mkdir(mode=0o700)
-    (secret / "secret.txt").write_text(MARK + "\n")
-    (secret / "secret.txt").chmod(0o600)
+    secret = root_only_folder(tmp_path, MARK)
     tasks = Path(tempfile.mkdtemp(prefix="nobody-tasks-", dir="/tmp"))
     try:
         tasks.chmod(0o755)
