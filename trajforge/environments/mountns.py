@@ -24,6 +24,8 @@ import select
 import shutil
 import subprocess
 
+from trajforge.environments import holder
+
 START_TIMEOUT = 30
 # The holder says its pid as the host's /proc sees it (bwrap gives it no PID namespace) and waits.
 HOLDER = ["sh", "-c", "read pid rest </proc/self/stat; echo $pid; read line"]
@@ -75,21 +77,13 @@ class SlotMounts:
     def enter(self) -> list[str]:
         """The step of an exec chain that enters the namespace (its descriptor must be passed on)."""
         assert self.fd is not None, "the slot's mount namespace is not open"
-        return [shutil.which("nsenter") or "nsenter", f"--mount=/proc/self/fd/{self.fd}", "--"]
+        return holder.nsenter("mount", self.fd)
 
     def close(self) -> None:
         """End the holder (closing its stdin ends it). Blocking."""
         if self.fd is not None:
             os.close(self.fd)
             self.fd = None
-        if self.holder is None:
-            return
-        for stream in (self.holder.stdin, self.holder.stdout):
-            if stream:
-                stream.close()
-        try:
-            self.holder.wait(5)
-        except subprocess.TimeoutExpired:
-            self.holder.kill()
-            self.holder.wait()
-        self.holder = None
+        if self.holder is not None:
+            holder.end(self.holder)
+            self.holder = None

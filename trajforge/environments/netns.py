@@ -35,6 +35,7 @@ import shutil
 import subprocess
 import tempfile
 
+from trajforge.environments import holder
 from trajforge.errors import UsageError
 
 PASTA_HOST_UID = 65532  # beside the verifier's 65533 and nobody's 65534: no account of the host has it
@@ -157,21 +158,13 @@ class SampleNetwork:
         """argv behind the step that joins the namespace (in its own exec chain: no preexec_fn), and the
         descriptors it inherits: `fds` and the namespace's."""
         assert self.fd is not None, "the sample's network is not open"
-        return [shutil.which("nsenter") or "nsenter", f"--net=/proc/self/fd/{self.fd}", "--", *argv], (*fds, self.fd)
+        return [*holder.nsenter("net", self.fd), *argv], (*fds, self.fd)
 
     def close(self) -> None:
         """End pasta and its holder (closing the holder's stdin ends both). Blocking."""
         if self.fd is not None:
             os.close(self.fd)
             self.fd = None
-        if self.pasta is None:
-            return
-        for stream in (self.pasta.stdin, self.pasta.stdout):
-            if stream:
-                stream.close()
-        try:
-            self.pasta.wait(5)
-        except subprocess.TimeoutExpired:
-            self.pasta.kill()
-            self.pasta.wait()
-        self.pasta = None
+        if self.pasta is not None:
+            holder.end(self.pasta)
+            self.pasta = None
