@@ -19,7 +19,7 @@ from conftest import wait_for
 from test_environments import _available
 from test_sandbox import bwrap, settings  # noqa: F401  (the fixture)
 
-from trajforge.environments import backend_class, backend_for, disk, prepare_run, tmpfs, userns
+from trajforge.environments import backend_class, backend_for, disk, netns, prepare_run, tmpfs, userns
 from trajforge.environments.limits import Limits, host_user, unenforced
 
 HOST_MARK = "3.14159"  # a sleep no other test runs: how the host finds the sandboxed command
@@ -371,6 +371,58 @@ def test_a_sample_s_tmp_lies_on_its_disk_whatever_the_file_size_limit(disk_kind,
     size, both, clean_room = honest
     assert int(size.output) <= DISK.max_disk_mb * 1024 and both.output == "10000000\n", both
     assert "No space left on device" in clean_room.output  # what the agent left (10 MB) counts in the clean room
+
+
+FDS = "ls -l /proc/$$/fd"  # the command's shell's descriptors, in no pipeline (its own pipe would show)
+BWRAP_MARK = "2.71828"  # a sleep no other test runs
+
+
+async def _descriptors(env_settings) -> dict:
+    """What descriptors the agent's command, a spawned server and the verification's command hold, with
+    the namespaces they run in: the slot's (where the command's bwrap started) and the sample's network."""
+    env = await backend_for(env_settings).open({})
+    try:
+        seen = {"agent": (await env.exec(FDS)).output}
+        server = await env.spawn(["sh", "-c", FDS], {})
+        seen["server"] = (await server.process.stdout.read()).decode()
+        await server.end()
+        seen["net"] = (await env.exec("readlink /proc/self/ns/net")).output.strip()
+        running = asyncio.create_task(env.exec(f"sleep {BWRAP_MARK}"))
+        seen["started_in"] = await asyncio.to_thread(_bwrap_namespace)
+        running.cancel()
+        seen["slot"] = os.fstat(env.slot.fd).st_ino
+        seen["sample_net"] = os.fstat(env.network.fd).st_ino if env.network else None
+        await env.enter_clean_room()
+        seen["verification"] = (await env.exec(FDS)).output
+        return seen
+    finally:
+        await env.close()
+
+
+def _bwrap_namespace() -> int:
+    """The mount namespace the sleeping command's bwrap was started in, read from the host's /proc."""
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        for path in Path("/proc").glob("[0-9]*/cmdline"):
+            with contextlib.suppress(OSError):
+                argv = path.read_bytes().split(b"\0")
+                if argv[0].endswith(b"bwrap") and f"sleep {BWRAP_MARK}".encode() in argv:
+                    return os.stat(path.parent / "ns" / "mnt").st_ino
+        time.sleep(0.02)
+    raise AssertionError("the command's bwrap never showed up")
+
+
+def test_no_command_inherits_a_namespace_descriptor_yet_each_starts_in_the_slot_s_namespace(bwrap, tmp_path):  # noqa: F811
+    if not disk.possible():
+        pytest.skip("--max_disk_mb needs the host's root, mkfs.ext4 and loop devices")
+    network = os.geteuid() == 0 and netns.missing() is None
+    seen = asyncio.run(_descriptors(settings("bwrap", tmp_path, limits=DISK, sandbox_network=network)))
+    for who in ("agent", "server", "verification"):  # stdin, stdout and stderr: no mnt:[...], net:[...], user:[...]
+        held = [line.split(" -> ")[0].split()[-1] for line in seen[who].splitlines() if " -> " in line]
+        assert held == ["0", "1", "2"], (who, seen[who])
+    assert seen["started_in"] == seen["slot"]  # the honest twin: bwrap still starts in the slot's namespace
+    if network:  # and the command is in the sample's network namespace
+        assert seen["net"] == f"net:[{seen['sample_net']}]", seen
 
 
 def test_where_the_disk_bound_cannot_hold_the_run_says_so():

@@ -156,10 +156,8 @@ class BwrapEnvironment(LocalEnvironment):
             enter = tuple(slot.enter()) if slot is not None else ()
             limited = confined(sandboxed, self.settings.limits, self.cgroup.paths, uid, enter)
             fds: tuple[int, ...] = (rules,) if namespace is None else (rules, namespace)
-            if slot is not None and slot.fd is not None:
-                fds += (slot.fd,)
             if self.network is not None:  # joined first, as root: bwrap then keeps it (--share-net)
-                limited, fds = self.network.enter(limited, fds)
+                limited = self.network.enter(limited)
             done = await run_process(limited, self.workspace, self.env, timeout, stdin, limit, None, fds, self.clean)
         if two_uids:  # its sandbox outlives bwrap (the uid change cleared --die-with-parent): end what is left
             await self.end_leftovers()
@@ -173,13 +171,12 @@ class BwrapEnvironment(LocalEnvironment):
         sandbox's host uid must be allowed to read: nobody's, when the runner is root)."""
         binds = [(self.tmp, SANDBOX_TMP), (self.workspace, self.workspace)]
         self.started += 1
-        fds: tuple[int, ...]
         with seccomp.filter_fd() as rules:
             sandboxed = bwrap_argv(self.settings, binds, self.cwd, argv, tuple((p, p) for p in read_only), (), rules)
-            limited, fds = self.confined(sandboxed), (rules,)
+            limited = self.confined(sandboxed)
             if self.network is not None:  # the sample's network namespace, as its commands join it
-                limited, fds = self.network.enter(limited, fds)
-            return await spawn_process(limited, self.workspace, self.spawn_env(variables), limit, fds)
+                limited = self.network.enter(limited)
+            return await spawn_process(limited, self.workspace, self.spawn_env(variables), limit, (rules,))
 
     async def clean_variables(self) -> None:
         """A fresh folder for the sandbox's /tmp (TMPDIR stays /tmp), where the clean room's HOME is made."""

@@ -11,11 +11,11 @@ The namespace is made once per slot, when bwrap first needs it, by a holder: bwr
 (root) with no namespace of its own but the mount namespace, binding these folders at their own paths
 (copies of the host's at that moment: with the host's / private, what the host mounts or unmounts below
 them later is not seen there; nothing relies on it, as a slot's disk is bound before and the holder ends
-before the disk is unmounted), and a shell that waits
-on its stdin. No command runs in it as it is: each enters it by a descriptor the worker keeps
-(`nsenter --mount=/proc/self/fd/N` in its own exec chain, after it joined its cgroup and before it drops
-to nobody) only to start its own bwrap there, which builds the sandbox from these folders as it would
-from the host's. The holder ends when its stdin closes: with the slot, or with the worker."""
+before the disk is unmounted), and a shell that waits on its stdin. No command runs in it as it is:
+each enters it by a descriptor the worker keeps (`nsenter --mount=/proc/<worker>/fd/N` in its own exec
+chain, after it joined its cgroup and before it drops to nobody; the descriptor is close-on-exec: no
+command holds it) only to start its own bwrap there, which builds the sandbox from these folders as it
+would from the host's. The holder ends when its stdin closes: with the slot, or with the worker."""
 
 from __future__ import annotations
 
@@ -75,7 +75,7 @@ class SlotMounts:
         return self
 
     def enter(self) -> list[str]:
-        """The step of an exec chain that enters the namespace (its descriptor must be passed on)."""
+        """The step of an exec chain that enters the namespace (holder.nsenter: nothing to pass on)."""
         assert self.fd is not None, "the slot's mount namespace is not open"
         return holder.nsenter("mount", self.fd)
 

@@ -19,9 +19,10 @@ before bwrap), and bwrap's user namespace, or the worker's two-uid one, holds no
 pasta's user namespace, which owns it. A root runner runs pasta as PASTA_HOST_UID, a uid no other
 process has, so that no host process gains rights over the namespace through its owner.
 
-Every command enters the namespace by a descriptor the worker keeps open (/proc/self/fd/N in the
-command's own exec chain), never by a pid that could be reused: a sample whose pasta died has no network
-rather than the host's. Where pasta, nsenter or nft is missing, --sandbox_network stops the run at start
+Every command enters the namespace by a descriptor the worker keeps open, never by a pid that could be
+reused: nsenter, in the command's own exec chain, opens it as /proc/<worker>/fd/N while the worker waits on
+it (holder.nsenter); the descriptor is close-on-exec, so no command holds it. A sample whose pasta died
+has no network rather than the host's. Where pasta, nsenter or nft is missing, --sandbox_network stops the run at start
 (exit 2) saying what to install.
 """
 
@@ -154,11 +155,10 @@ class SampleNetwork:
             raise OSError(f"pasta could not make the namespace: {said.strip()[-300:] or 'no output'}")
         return int(line)
 
-    def enter(self, argv: list[str], fds: tuple[int, ...]) -> tuple[list[str], tuple[int, ...]]:
-        """argv behind the step that joins the namespace (in its own exec chain: no preexec_fn), and the
-        descriptors it inherits: `fds` and the namespace's."""
+    def enter(self, argv: list[str]) -> list[str]:
+        """argv behind the step that joins the namespace (in its own exec chain: no preexec_fn)."""
         assert self.fd is not None, "the sample's network is not open"
-        return [*holder.nsenter("net", self.fd), *argv], (*fds, self.fd)
+        return [*holder.nsenter("net", self.fd), *argv]
 
     def close(self) -> None:
         """End pasta and its holder (closing the holder's stdin ends both). Blocking."""
