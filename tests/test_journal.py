@@ -216,3 +216,24 @@ def test_a_calls_texts_are_json_dumps_whatever_they_hold():
         assert gpt["tool_calls"] == listed
         assert gpt["value"] == f"<think>\nwhy\n</think>\nanswer\n<tool_call>\n{body}\n</tool_call>"
         assert tool["value"] == f"<tool_response>\n{response}\n</tool_response>"
+
+
+def test_a_tool_list_met_again_is_not_parsed_again_and_the_line_reads_the_same():
+    """journal.loads (journal/offered.py) shares the offered tools of lines that offer the same list, and
+    reads every line as orjson.loads does: a nested "tools" of the entry with the same bytes is parsed
+    whole, and a torn line or one with nothing before the list is refused as orjson.loads refuses it."""
+    line = next((FIXTURE / "out" / "a").glob("batch_*.jsonl")).read_bytes().splitlines(True)[0]
+    sample = replace(journal.read(orjson.loads(line), line), legacy=None, legacy_line=None)
+    honest = [replace(sample, prompt_index=index).journal() for index in range(3)]
+    nested = replace(sample, entry={"prompt": "p", "meta": {"a": 1, "tools": sample.tools, "toolsets": []}})
+    lines = [*honest, nested.journal()]
+    records = [journal.loads(line) for line in lines]
+    for line, record in zip(lines, records, strict=True):
+        assert record == orjson.loads(line) and list(record) == list(orjson.loads(line))
+    assert records[1]["tools"] is records[0]["tools"] and records[2]["tools"] is records[0]["tools"]
+    assert journal.read(records[2], lines[2]).system == sample.system
+    for broken in (honest[1][:-200], b"{" + honest[1][honest[1].index(b',"tools":') :]):
+        with pytest.raises(orjson.JSONDecodeError):
+            orjson.loads(broken)
+        with pytest.raises(orjson.JSONDecodeError):
+            journal.loads(broken)

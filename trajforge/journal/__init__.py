@@ -6,9 +6,10 @@ from __future__ import annotations
 import json
 
 from trajforge.journal import v1
+from trajforge.journal.offered import loads
 from trajforge.journal.sample import VERSION, Sample, from_journal
 
-__all__ = ["VERSION", "Sample", "entry_of", "read", "sample_index_of", "verification_of"]
+__all__ = ["VERSION", "Sample", "entry_of", "loads", "read", "sample_index_of", "verification_of"]
 
 
 def read(record: dict, line: bytes) -> Sample:

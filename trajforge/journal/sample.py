@@ -23,9 +23,9 @@ from trajectory import (
     conversations,
     current_usage,
     current_verification,
-    system_turn,
     turn_of,
 )
+from trajforge.journal import offered
 from trajforge.safejson import dumps
 
 VERSION = 2
@@ -70,7 +70,7 @@ class Sample:
         """The system turn's text: the offered tools listed (as the record has it)."""
         if self.legacy is not None:
             return next((t["value"] for t in self.legacy["conversations"] if t.get("from") == "system"), "")
-        return _system(dumps(self.tools))
+        return offered.system(self.tools)
 
     @property
     def completed(self) -> bool:
@@ -205,12 +205,6 @@ def from_journal(line: dict) -> Sample:
         nonzero_exits=line.get("nonzero_exits") or {},
         tokens=line.get("tokens"),
     )
-
-
-@lru_cache(maxsize=64)
-def _system(tools_json: bytes) -> str:
-    """The system text of a tool list (cached by its JSON: most samples of a run are offered the same)."""
-    return system_turn(orjson.loads(tools_json))
 
 
 @lru_cache(maxsize=64)

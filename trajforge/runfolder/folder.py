@@ -200,7 +200,7 @@ class RunFolder:
         """(line number, raw line, record) of `lines` of one batch file, as lines_in reads them."""
         for number, line in lines:
             try:
-                record = orjson.loads(line)
+                record = journal.loads(line)
             except orjson.JSONDecodeError:
                 warn(f"{path.name} line {number} is incomplete (cut off by a crash?); ignoring it")
                 continue
