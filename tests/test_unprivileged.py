@@ -10,6 +10,7 @@ import os
 import resource
 import shutil
 import subprocess
+import sys
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -423,6 +424,60 @@ def test_no_command_inherits_a_namespace_descriptor_yet_each_starts_in_the_slot_
     assert seen["started_in"] == seen["slot"]  # the honest twin: bwrap still starts in the slot's namespace
     if network:  # and the command is in the sample's network namespace
         assert seen["net"] == f"net:[{seen['sample_net']}]", seen
+
+
+# A driver that holds a slot's mount namespace (and a sample's network, where pasta is here), as the
+# driver does after listing the MCP servers, then forks a worker as the pool does; it prints the pids.
+DRIVER = """
+import multiprocessing, sys, time
+from trajforge.environments import bwrap, mountns, netns
+held = [mountns.SlotMounts(mountns.holder_argv(bwrap.system_mounts(), [sys.argv[1]])).open()]
+if sys.argv[2] == "network":
+    held.append(netns.SampleNetwork().open())
+worker = multiprocessing.get_context("fork").Process(target=time.sleep, args=(120,), daemon=True)
+worker.start()
+print(worker.pid, *((getattr(h, "holder", None) or h.pasta).pid for h in held), flush=True)
+time.sleep(120)
+"""
+
+
+def _descriptors_of(pid: int) -> set[str]:
+    found = set()
+    for entry in Path(f"/proc/{pid}/fd").iterdir():
+        with contextlib.suppress(OSError):
+            found.add(os.readlink(entry))
+    return found
+
+
+def _alive(pid: int) -> bool:
+    """Running: a zombie (this process may be the subreaper that adopted it) has no command line."""
+    try:
+        return bool(Path(f"/proc/{pid}/cmdline").read_bytes())
+    except OSError:
+        return False
+
+
+def test_a_forked_worker_holds_no_holder_s_pipe_and_holders_die_with_a_killed_driver(bwrap, tmp_path):  # noqa: F811
+    if not disk.possible():
+        pytest.skip("the slot's mount namespace needs the host's root")
+    network = "network" if netns.missing() is None else "none"
+    driver = subprocess.Popen(
+        [sys.executable, "-c", DRIVER, str(tmp_path), network], stdout=subprocess.PIPE, text=True, cwd=os.getcwd()
+    )
+    worker, *holders = (int(pid) for pid in driver.stdout.readline().split())
+    try:
+        pipes = set().union(*(_descriptors_of(pid) for pid in holders))  # their stdin and stdout among them
+        held = _descriptors_of(worker)
+        assert not {target for target in held if target.startswith(("mnt:", "net:"))}, held
+        assert not held & {target for target in pipes if target.startswith("pipe:")}, (held, pipes)
+        driver.kill()  # as kill -9 does: no atexit, no close
+        driver.wait()
+        wait_for(lambda: not any(map(_alive, holders)), 10, "the holders to end")
+        assert _alive(worker)  # the honest twin: the worker lives on, and does not keep them
+    finally:
+        driver.kill()
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(worker, 9)
 
 
 def test_where_the_disk_bound_cannot_hold_the_run_says_so():

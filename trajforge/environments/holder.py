@@ -1,5 +1,12 @@
-"""A namespace kept by a holder process (the slot's mount namespace, a sample's network): the step of a
-command's exec chain that enters it by the descriptor the worker keeps open, and the holder's end."""
+"""A namespace kept by a holder process (the slot's mount namespace, a sample's network): the holder's
+start, the step of a command's exec chain that enters the namespace by the descriptor the worker keeps
+open, and the holder's end.
+
+A holder ends when its stdin closes: when its process ends it, or dies (even by SIGKILL: the kernel
+closes the pipe). No other process may hold that pipe or the namespace's descriptor, so a process
+forked from this one (a worker from the driver that listed the MCP servers, a worker's browser service)
+closes them first thing (os.register_at_fork): else a holder and its namespace, with the slot's disk
+mounted in it, would live as long as the longest-lived of them, past a killed driver."""
 
 from __future__ import annotations
 
@@ -8,6 +15,22 @@ import shutil
 import subprocess
 
 END_GRACE = 5.0  # seconds a holder has to exit once its stdin is closed
+_held: dict[subprocess.Popen, list[int]] = {}  # this process's holders, each with its namespaces' descriptors
+
+
+def start(argv: list[str], stderr) -> subprocess.Popen:
+    """A holder of this process: argv with its stdin and stdout piped to us."""
+    process = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr)
+    _held[process] = []
+    return process
+
+
+def namespace(holder: subprocess.Popen, path: str) -> int:
+    """The namespace at `path` (/proc/PID/ns/KIND of `holder`'s process) kept open, close-on-exec; closed
+    with the holder's end."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    _held[holder].append(fd)
+    return fd
 
 
 def nsenter(kind: str, fd: int) -> list[str]:
@@ -20,7 +43,10 @@ def nsenter(kind: str, fd: int) -> list[str]:
 
 
 def end(holder: subprocess.Popen) -> None:
-    """Close the holder's pipes (closing its stdin ends it) and reap it, killed after END_GRACE. Blocking."""
+    """Close the namespaces' descriptors and the holder's pipes (closing its stdin ends it) and reap it,
+    killed after END_GRACE. Blocking."""
+    for fd in _held.pop(holder, []):
+        os.close(fd)
     for stream in (holder.stdin, holder.stdout):
         if stream:
             stream.close()
@@ -29,3 +55,18 @@ def end(holder: subprocess.Popen) -> None:
     except subprocess.TimeoutExpired:
         holder.kill()
         holder.wait()
+
+
+def _let_go() -> None:
+    """In a forked child: the parent's holders are the parent's alone (the child neither ends nor reaps them)."""
+    for holder, fds in _held.items():
+        for fd in fds:
+            os.close(fd)
+        for stream in (holder.stdin, holder.stdout):
+            if stream:
+                stream.close()
+        holder.returncode = 0  # not ours to wait for
+    _held.clear()
+
+
+os.register_at_fork(after_in_child=_let_go)

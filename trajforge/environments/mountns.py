@@ -59,16 +59,14 @@ class SlotMounts:
 
     def open(self) -> SlotMounts:
         """Start the holder; OSError when the namespace cannot be made. Blocking."""
-        self.holder = subprocess.Popen(
-            self.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL
-        )
+        self.holder = holder.start(self.argv, subprocess.DEVNULL)
         try:
             assert self.holder.stdout is not None
             ready, _, _ = select.select([self.holder.stdout], [], [], START_TIMEOUT)
             line = self.holder.stdout.readline() if ready else b""
             if not line.strip().isdigit():
                 raise OSError("bwrap could not make the slot's mount namespace")
-            self.fd = os.open(f"/proc/{int(line)}/ns/mnt", os.O_RDONLY | os.O_CLOEXEC)
+            self.fd = holder.namespace(self.holder, f"/proc/{int(line)}/ns/mnt")
         except BaseException:
             self.close()
             raise
@@ -81,9 +79,7 @@ class SlotMounts:
 
     def close(self) -> None:
         """End the holder (closing its stdin ends it). Blocking."""
-        if self.fd is not None:
-            os.close(self.fd)
-            self.fd = None
+        self.fd = None  # closed with its holder
         if self.holder is not None:
             holder.end(self.holder)
             self.holder = None

@@ -134,9 +134,9 @@ class SampleNetwork:
             uid = str(PASTA_HOST_UID)
             argv = [shutil.which("setpriv") or "setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", *argv]
         with tempfile.TemporaryFile() as log:  # what pasta says (a pipe nobody reads could fill and stop it)
-            self.pasta = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log)
+            self.pasta = holder.start(argv, log)
             try:
-                self.fd = os.open(f"/proc/{self._holder(log)}/ns/net", os.O_RDONLY | os.O_CLOEXEC)
+                self.fd = holder.namespace(self.pasta, f"/proc/{self._holder(log)}/ns/net")
             except BaseException:
                 self.close()
                 raise
@@ -162,9 +162,7 @@ class SampleNetwork:
 
     def close(self) -> None:
         """End pasta and its holder (closing the holder's stdin ends both). Blocking."""
-        if self.fd is not None:
-            os.close(self.fd)
-            self.fd = None
+        self.fd = None  # closed with pasta
         if self.pasta is not None:
             holder.end(self.pasta)
             self.pasta = None
