@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import resource
 import shutil
@@ -14,9 +15,10 @@ import sys
 import time
 from dataclasses import replace
 from pathlib import Path
+from urllib.parse import quote
 
 import pytest
-from conftest import wait_for
+from conftest import source, tool_results, wait_for
 from test_environments import _available
 from test_sandbox import bwrap, settings  # noqa: F401  (the fixture)
 
@@ -424,6 +426,28 @@ def test_no_command_inherits_a_namespace_descriptor_yet_each_starts_in_the_slot_
     assert seen["started_in"] == seen["slot"]  # the honest twin: bwrap still starts in the slot's namespace
     if network:  # and the command is in the sample's network namespace
         assert seen["net"] == f"net:[{seen['sample_net']}]", seen
+
+
+def test_hidden_tests_are_written_whatever_room_the_agent_left_on_its_disk(disk_kind, run_here):
+    """The agent fills its disk (the workspace, then its /tmp): the hidden tests are written all the same,
+    and each verification passes or fails on its merits, naming no folder of the host."""
+    fill = "; head -c 40000000 /dev/zero > big; head -c 40000000 /dev/zero > $TMPDIR/big; df -P . | tail -1"
+    tests = {"check.sh": "grep -qx 42 answer.txt && echo checked\n"}
+    verify = 'sh "$TESTS_DIR/check.sh"'
+    entries = [
+        {"prompt": f"solved [mock command={quote('echo 42 > answer.txt' + fill, safe='')}]", "tests": tests},
+        {"prompt": f"wrong [mock command={quote('echo 41 > answer.txt' + fill, safe='')}]", "tests": tests},
+    ]
+    flags = ("--distribution=terminal_only", f"--environment={disk_kind}", "--max_disk_mb=16", "--num_workers=1")
+    result = run_here([{**entry, "verify": verify} for entry in entries], *flags)
+    assert result.code == 0, result.stdout + result.stderr
+    rows = {source(row)["prompt"].split()[0]: row for row in result.trajectories}
+    for row in rows.values():
+        assert " 100% " in tool_results(row), tool_results(row)  # the disk was full
+        assert "-disk-" not in json.dumps(row), row["metadata"]["verification"]
+    solved, wrong = (rows[name]["metadata"]["verification"] for name in ("solved", "wrong"))
+    assert solved["passed"] is True and "checked" in solved["output"], solved
+    assert wrong["passed"] is False and not wrong["error"], wrong  # failed by its test, not by the disk
 
 
 # A driver that holds a slot's mount namespace (and a sample's network, where pasta is here), as the

@@ -108,7 +108,8 @@ class BwrapEnvironment(LocalEnvironment):
                 os.makedirs(os.path.join(tmp, inside))
         if self.disk is not None and self.disk.namespace is None:
             with contextlib.suppress(OSError):  # else its commands start in the host's, as without a disk
-                self.disk.namespace = mountns.SlotMounts(mountns.holder_argv(system_mounts(), [self.disk.root])).open()
+                argv = mountns.holder_argv(system_mounts(), [self.disk.root, self.disk.tests])
+                self.disk.namespace = mountns.SlotMounts(argv).open()
         if self.settings.sandbox_network:
             try:
                 self.network = netns.SampleNetwork().open()
@@ -201,9 +202,10 @@ class BwrapEnvironment(LocalEnvironment):
             await asyncio.to_thread(os.chmod, self.tests_host, 0o700)
 
     def _tests_folder(self) -> str:
-        # Where the slot's namespace sees it: on the disk (made now, after every process of the agent is gone).
+        # Where the slot's namespace sees it: the disk's tests folder, beside the disk, whatever room the agent
+        # left on it (made now, after every process of the agent is gone).
         return (
-            self.disk.make_folder("tests")
+            self.disk.make_folder("tests", self.disk.tests)
             if self.disk is not None and self.slot is not None
             else super()._tests_folder()
         )

@@ -46,6 +46,10 @@ MS_NOSUID, MS_NODEV, MS_BIND = 2, 4, 4096
 LOOP_SET_FD, LOOP_CLR_FD, LOOP_SET_STATUS64, LOOP_CTL_GET_FREE = 0x4C00, 0x4C01, 0x4C04, 0x4C82
 LO_FLAGS_AUTOCLEAR = 4  # the loop device is freed when its last mount goes
 LOOP_INFO64 = struct.Struct("5Q4I64s64s32s2Q")  # struct loop_info64: lo_flags is its 9th field
+# Room on the disk kept for the verification, in the clean room's /tmp (which no agent command sees) and
+# given back when its first command is about to run: its HOME and a few files fit whatever the agent left.
+RESERVE = "reserve"
+RESERVE_FILES, RESERVE_BYTES = 32, MB  # inodes and blocks
 _libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
 
 
@@ -63,8 +67,15 @@ class Disk:
     root: str
     namespace: mountns.SlotMounts | None = None  # where bwrap's commands start (mountns.py), made on first use
 
-    def make_folder(self, name: str) -> str:
-        path = os.path.join(self.root, f"{name}-{uuid.uuid4().hex[:12]}")
+    @property
+    def tests(self) -> str:
+        """The folder of the slot's hidden tests: beside the image, not on it, so that writing them never
+        depends on the room the agent left (the slot's mount namespace binds it too: mountns.py)."""
+        return os.path.join(self.folder, "tests")
+
+    def make_folder(self, name: str, parent: str = "") -> str:
+        """A fresh folder on the disk, or in `parent` (the tests' folder)."""
+        path = os.path.join(parent or self.root, f"{name}-{uuid.uuid4().hex[:12]}")
         os.mkdir(path, 0o700)
         return path
 
@@ -74,11 +85,13 @@ class Disk:
             raise SetupError(f"--max_disk_mb: cannot bind the sample's disk: {os.strerror(ctypes.get_errno())}")
 
     def emptied(self) -> bool:
-        """Everything the sample left removed; whether the disk is empty now (else it is not used again)."""
-        for entry in os.listdir(self.root):
-            if entry != "lost+found":
-                shutil.rmtree(os.path.join(self.root, entry), ignore_errors=True)
-        return set(os.listdir(self.root)) <= {"lost+found"}
+        """Everything the sample left removed (its tests too); whether the disk is empty now (else it is not
+        used again)."""
+        for folder in (self.root, self.tests):
+            for entry in os.listdir(folder):
+                if entry != "lost+found":
+                    shutil.rmtree(os.path.join(folder, entry), ignore_errors=True)
+        return set(os.listdir(self.root)) <= {"lost+found"} and not os.listdir(self.tests)
 
     def drop(self) -> None:
         if self.namespace is not None:
@@ -102,6 +115,22 @@ def _drop_free() -> None:
 # A forked worker starts without its parent's free images (the driver's, kept after the MCP servers' start
 # listing): two processes taking one image empty each other's workspaces as each sample gives it back.
 os.register_at_fork(after_in_child=_free.clear)
+
+
+def reserve(folder: str) -> None:
+    """RESERVE_FILES files of RESERVE_BYTES together, allocated in `folder` of a fresh disk. Blocking."""
+    os.mkdir(os.path.join(folder, RESERVE), 0o700)
+    for n in range(RESERVE_FILES):
+        fd = os.open(os.path.join(folder, RESERVE, str(n)), os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+        try:
+            os.posix_fallocate(fd, 0, RESERVE_BYTES // RESERVE_FILES)
+        finally:
+            os.close(fd)
+
+
+def release(folder: str) -> None:
+    """The reserve in `folder` given back to the disk (once nothing of the agent's runs). Blocking."""
+    shutil.rmtree(os.path.join(folder, RESERVE), ignore_errors=True)
 
 
 def unenforced(size_mb: int, kind: str, enforcer: str) -> str | None:
@@ -135,6 +164,7 @@ def take(settings: EnvironmentSettings, prefix: str) -> Disk:
     image = os.path.join(folder, "image")
     try:
         os.mkdir(disk.root)
+        os.mkdir(disk.tests, 0o711)
         with open(image, "wb") as handle:
             handle.truncate(size * MB)
         inodes = str(max(size * MB // INODE_BYTES, 64))
@@ -143,7 +173,7 @@ def take(settings: EnvironmentSettings, prefix: str) -> Disk:
         if done.returncode:
             raise OSError(done.stderr.strip() or f"{argv[0]} exited with {done.returncode}")
         _mount_image(image, disk.root)
-        for path in (folder, disk.root):  # passed through, not listed, by the sandbox's uid on its way to its folders
+        for path in (folder, disk.root, disk.tests):  # passed through, not listed, by the sandbox's uid to its folders
             os.chmod(path, 0o711)
     except (OSError, subprocess.TimeoutExpired) as exc:
         disk.drop()
