@@ -35,8 +35,22 @@ plugins.load()  # the built-ins, registered as a run registers them, for tests t
 API_KEY = "sk-test-SECRET-0123456789"
 
 
-# Started first, so that under xdist the longest tests do not end the run on one worker while the rest idle.
-SLOW_FIRST = ("test_ray.py", "test_containment.py", "test_hostile_replies.py", "test_docker.py", "test_browser.py")
+# Started first, the heaviest first, so that under xdist the longest tests do not end the run on one worker
+# while the rest idle (the small tests of every other file fill in at the end). By their time in a whole
+# run: Ray's group (test_ray.py and one test of test_mcp.py, on one worker), the documents' examples
+# (38 s for README.md's), the MCP servers' runs, the wheel's install (22 s), the rest of the heavy ones.
+SLOW_FIRST = (
+    "test_ray.py",
+    "test_docs_examples.py",
+    "test_mcp.py",
+    "test_hostile_replies.py",
+    "test_install.py",
+    "test_containment.py",
+    "test_docker.py",
+    "test_browser.py",
+    "test_task_folders.py",
+    "test_unprivileged.py",
+)
 
 
 def pytest_configure(config) -> None:
@@ -49,7 +63,8 @@ def pytest_configure(config) -> None:
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    items.sort(key=lambda item: item.path.name not in SLOW_FIRST)  # stable: the order within each file stays
+    rank = {name: place for place, name in enumerate(SLOW_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(SLOW_FIRST)))  # stable: each file's order stays
 
 
 def scripted_server():
@@ -249,14 +264,31 @@ def run(tmp_path, server) -> Runner:
     return Runner(tmp_path, server)
 
 
-@pytest.fixture
-def run_here(tmp_path, server, monkeypatch) -> InProcessRunner:
+def _here(patch: pytest.MonkeyPatch, tmp_path: Path, server: MockServer | None) -> InProcessRunner:
+    """An InProcessRunner with what it needs set by `patch`: the cwd in `tmp_path`, no API key in the environment."""
     import trajforge.run.runner  # noqa: F401  (batch_runner.main's imports, paid once, before a test times anything)
 
-    monkeypatch.chdir(tmp_path)
+    patch.chdir(tmp_path)
     for name in [k for k in os.environ if k.endswith("API_KEY")]:
-        monkeypatch.delenv(name)
+        patch.delenv(name)
     return InProcessRunner(tmp_path, server)
+
+
+@pytest.fixture
+def run_here(tmp_path, server, monkeypatch) -> InProcessRunner:
+    return _here(monkeypatch, tmp_path, server)
+
+
+@contextlib.contextmanager
+def running_here(tmp_path: Path, server: MockServer | None):
+    """`run_here` for a module- or session-scoped fixture: one run (or a few) that many tests read. The cwd
+    and the environment are restored when the block ends, before any test runs."""
+    with pytest.MonkeyPatch.context() as patch:
+        yield _here(patch, tmp_path, server)
+
+
+# A scripted server for a module-scoped fixture's runs (what its tests read of the server is that one's).
+module_server = pytest.fixture(scripted_server, name="module_server", scope="module")
 
 
 @pytest.fixture(scope="session")

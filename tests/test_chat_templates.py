@@ -15,11 +15,12 @@ import re
 from pathlib import Path
 
 import pytest
-from conftest import ROOT
+from conftest import ROOT, running_here
 
 from trajforge.export.loading import features
 
 transformers_templates = pytest.importorskip("transformers.utils.chat_template_utils")
+pytestmark = pytest.mark.xdist_group("test_chat_templates.two_runs")  # made once, on one worker
 TEMPLATES = Path(__file__).parent / "fixtures" / "chat_templates"
 FAMILIES = {  # family -> (template file, the tokens its template reads)
     "Qwen2.5": ("qwen2_5.jinja", {}),
@@ -89,11 +90,17 @@ def listed_once(text: str, tools: list[dict]) -> bool:
     return "function calling AI model. You are given" not in text  # the record's own system text: absent
 
 
-@pytest.fixture
-def two_runs(run_here):
+@pytest.fixture(scope="module")
+def two_runs(tmp_path_factory, module_server):
     """Run "tools": multi-turn, parallel calls, broken arguments (a tool error), unicode, reasoning and a
     verified entry (preference pairs); run "web": other tools offered (web ones too), its own pair.
-    Every entry but the parallel ones makes one call per turn (`calls=1`), which Llama 3.1 can render."""
+    Every entry but the parallel ones makes one call per turn (`calls=1`), which Llama 3.1 can render.
+    Made once for the module, whose tests only read them (pytestmark keeps them on one xdist worker)."""
+    with running_here(tmp_path_factory.mktemp("two_runs"), module_server) as run_here:
+        return _two_runs(run_here)
+
+
+def _two_runs(run_here):
     entries = [
         {"prompt": "explore [mock turns=3 calls=1]"},
         {"prompt": "all at once [mock calls=3]"},

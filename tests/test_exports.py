@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import inspect
 import json
+import shutil
 from collections import Counter
 
 import pytest
-from conftest import API_KEY, sample_of
+from conftest import API_KEY, running_here, sample_of
 
 from batch_runner import main
 from trajectory import ToolCall, Turn
@@ -106,14 +107,19 @@ def test_llamafactory_positions_hold_with_parallel_calls_and_a_run_cut_after_a_t
         assert [call["name"] for call in calls] == ["a", "b"] and calls[0]["arguments"] == {"x": 1}
 
 
-@pytest.fixture
-def exported(run_here):
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory, module_server):
     """A run whose trajectories hold parallel calls, broken arguments and a failing tool, plus two
-    samples the merge drops; every format exported."""
+    samples the merge drops; every format exported. Made once: its tests only read it (EXPORTED keeps
+    them on one xdist worker)."""
     prompts = ["plain", "[mock calls=3]", "[mock bad_json]", "[mock reasoning=none]", "[mock unknown_tool]"]
-    result = run_here([{"prompt": p} for p in prompts], *TOOLS, EVERY_FORMAT)
+    with running_here(tmp_path_factory.mktemp("exported"), module_server) as run_here:
+        result = run_here([{"prompt": p} for p in prompts], *TOOLS, EVERY_FORMAT)
     assert result.code == 0, result.stdout + result.stderr
     return result
+
+
+EXPORTED = pytest.mark.xdist_group("test_exports.exported")  # the tests of `exported`: it is made once
 
 
 def load(path, tmp_path):
@@ -123,6 +129,7 @@ def load(path, tmp_path):
     return datasets.load_dataset(builder, data_files=str(path), split="train", cache_dir=str(tmp_path / "hf"))
 
 
+@EXPORTED
 def test_every_export_loads_with_datasets_and_holds_the_trajectories(exported, tmp_path, monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     kept = exported.trajectories
@@ -143,6 +150,7 @@ def test_every_export_loads_with_datasets_and_holds_the_trajectories(exported, t
     assert info["run"]["file_name"] == "llamafactory.json" and info["run"]["formatting"] == "sharegpt"
 
 
+@EXPORTED
 def test_openai_rows_answer_earlier_calls_and_keep_reasoning_apart(exported):
     rows = [json.loads(line) for line in (exported.run_dir / "export" / "openai.jsonl").read_text().splitlines()]
     assert [row["prompt_index"] for row in rows] == [r["prompt_index"] for r in exported.trajectories]
@@ -170,6 +178,7 @@ def test_openai_rows_answer_earlier_calls_and_keep_reasoning_apart(exported):
     assert parallel_seen and broken_seen
 
 
+@EXPORTED
 def test_atif_rows_follow_the_schema(exported):
     for line in (exported.run_dir / "export" / "atif.jsonl").read_text().splitlines():
         row = json.loads(line)
@@ -184,12 +193,13 @@ def test_atif_rows_follow_the_schema(exported):
         assert row["final_metrics"]["total_prompt_tokens"] > 0
 
 
-def test_the_card_names_every_file_and_what_shaped_the_data(exported, server):
+@EXPORTED
+def test_the_card_names_every_file_and_what_shaped_the_data(exported, module_server):
     card = (exported.run_dir / "README.md").read_text()
     header = card.split("---\n")[1]
     for path in ("trajectories.jsonl", "export/openai.jsonl", "export/atif.jsonl", "export/trajectories.parquet"):
         assert f'path: "{path}"' in header
-    host = server.base_url.split("//")[1].split("/")[0]
+    host = module_server.base_url.split("//")[1].split("/")[0]
     assert f"at {host}," in card and "/v1" not in card
     assert "| `--distribution` | terminal\\_only |" in card and "| `--max_turns` | 10 |" in card
     assert "dropped" in card and "terminal" in card and "Reasoning coverage" in card
@@ -197,6 +207,7 @@ def test_the_card_names_every_file_and_what_shaped_the_data(exported, server):
     assert "datasets >= 5" in card and loading.load_line("openai", "export/openai.jsonl", "messages") in card
 
 
+@EXPORTED
 def test_no_file_of_the_run_folder_holds_the_api_key(exported):
     for path in exported.run_dir.rglob("*"):
         if path.is_file():
@@ -233,8 +244,9 @@ def test_bad_export_and_report_flags_exit_2_without_requests(run_here, server, f
     assert server.requests == []
 
 
-def test_publishing_never_alters_the_trajectories_or_the_statistics(exported):
-    folder = RunFolder(exported.run_dir)
+@EXPORTED
+def test_publishing_never_alters_the_trajectories_or_the_statistics(exported, tmp_path):
+    folder = RunFolder(shutil.copytree(exported.run_dir, tmp_path / "run"))  # publish writes: a copy of the shared run
     before = {path: path.read_bytes() for path in (folder.trajectories, folder.statistics)}
     flags = {name: parameter.default for name, parameter in inspect.signature(main).parameters.items()}
     flags.update(dataset_file="x.jsonl", batch_size=1, run_name="run", model="mock", export=EVERY_FORMAT.split("=")[1])

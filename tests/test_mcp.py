@@ -40,6 +40,9 @@ from trajforge.environments.docker import DockerBackend
 
 KV = Path(__file__).parent / "mcp_servers" / "kv_server.py"
 LOCAL = ("--distribution=terminal_only", "--environment=local")
+# Runs are in this process (`run_here`: the same entry point, the workers forked from here) unless a test
+# reads the whole console, the workers' output included (a secret or a Traceback nowhere in it), or runs
+# Ray: those start batch_runner.py as a process (`run`).
 
 
 def call(*calls: tuple) -> str:
@@ -102,11 +105,11 @@ def test_a_stdio_server_s_state_is_its_sample_s_and_nothing_of_it_outlives_the_r
     assert "kv-secret-value-4711" not in written + result.stdout + result.stderr
 
 
-def test_a_call_that_hangs_is_a_tool_error_after_the_command_timeout_and_the_sample_goes_on(run, server, tmp_path):
+def test_a_call_that_hangs_is_a_tool_error_after_the_command_timeout_and_the_sample_goes_on(run_here, server, tmp_path):
     config = stdio_config(tmp_path)
     entries = [{"prompt": call(("hang", {"seconds": 60}), ("put", {"key": "k", "value": "v"}), ("get", {"key": "k"}))}]
     started = time.monotonic()
-    result = run(entries, f"--mcp_config={config}", *LOCAL, "--command_timeout=2")
+    result = run_here(entries, f"--mcp_config={config}", *LOCAL, "--command_timeout=2")
     assert result.code == 0, result.stderr
     assert time.monotonic() - started < 50
     (row,) = result.trajectories
@@ -115,11 +118,11 @@ def test_a_call_that_hangs_is_a_tool_error_after_the_command_timeout_and_the_sam
     assert '"result": "v"' in tool_results(row) and row["completed"]
 
 
-def test_a_hostile_server_gets_no_model_call_and_its_huge_result_is_capped(run, server, tmp_path):
+def test_a_hostile_server_gets_no_model_call_and_its_huge_result_is_capped(run_here, server, tmp_path):
     config = stdio_config(tmp_path)
     calls = [("ask_model", {"question": "spend the key"}), ("big", {"size": 1_000_000})]
     calls += [("big", {"size": 5_000_000}), ("get", {"key": "a"})]  # a message over 4 MB ends the connection
-    result = run([{"prompt": call(*calls)}], f"--mcp_config={config}", *LOCAL)
+    result = run_here([{"prompt": call(*calls)}], f"--mcp_config={config}", *LOCAL)
     assert result.code == 0, result.stderr
     (row,) = result.trajectories
     results = tool_results(row)
@@ -131,13 +134,13 @@ def test_a_hostile_server_gets_no_model_call_and_its_huge_result_is_capped(run, 
     assert row["tool_stats"]["get"]["failure"] == 1 and row["completed"]
 
 
-def test_a_server_that_fails_to_start_fails_its_sample_with_its_stderr_and_no_request(run, server, tmp_path):
+def test_a_server_that_fails_to_start_fails_its_sample_with_its_stderr_and_no_request(run_here, server, tmp_path):
     config = stdio_config(tmp_path)
     entries = [
         {"prompt": call(("get", {"key": "a"})) + " refused", "files": {"refuse_to_start": ""}},
         {"prompt": call(("get", {"key": "a"})) + " fine"},
     ]
-    result = run(entries, f"--mcp_config={config}", *LOCAL)
+    result = run_here(entries, f"--mcp_config={config}", *LOCAL)
     assert result.code == 1, result.stderr
     (failed,) = result.jsonl("errors.jsonl")
     assert failed["prompt_index"] == 0
@@ -146,37 +149,37 @@ def test_a_server_that_fails_to_start_fails_its_sample_with_its_stderr_and_no_re
     assert not any("refused" in json.dumps(request) for request in server.chat_requests())
 
 
-def test_a_server_that_cannot_start_at_all_stops_the_run_before_any_request(run, server, tmp_path):
+def test_a_server_that_cannot_start_at_all_stops_the_run_before_any_request(run_here, server, tmp_path):
     config = tmp_path / "broken.json"
     script = "import sys; sys.stderr.write('kv: no database here\\n'); sys.exit(3)"
     config.write_text(json.dumps({"mcpServers": {"kv": {"command": sys.executable, "args": ["-c", script]}}}))
-    result = run([{"prompt": "hi"}], f"--mcp_config={config}", *LOCAL)
+    result = run_here([{"prompt": "hi"}], f"--mcp_config={config}", *LOCAL)
     assert result.code == 2 and "MCP server 'kv'" in result.stderr and "no database here" in result.stderr
     assert not server.chat_requests()
 
 
-def test_the_allowlist_offers_only_what_it_names_and_a_clash_is_refused_unless_prefixed(run, server, tmp_path):
+def test_the_allowlist_offers_only_what_it_names_and_a_clash_is_refused_unless_prefixed(run_here, server, tmp_path):
     stdio_config(tmp_path)
     command = {"command": sys.executable, "args": ["kv_server.py"]}
     allowed = tmp_path / "allowed.json"
     allowed.write_text(json.dumps({"mcpServers": {"kv": {**command, "tools": ["get"]}}}))
-    result = run([{"prompt": call(("get", {"key": "a"}))}], f"--mcp_config={allowed}", *LOCAL, run_name="allowed")
+    result = run_here([{"prompt": call(("get", {"key": "a"}))}], f"--mcp_config={allowed}", *LOCAL, run_name="allowed")
     assert result.code == 0, result.stderr
     (row,) = result.trajectories
     assert "get" in row["tool_stats"] and "put" not in row["tool_stats"]
     assert '"name": "put"' not in row["conversations"][0]["value"]
     missing = tmp_path / "missing.json"
     missing.write_text(json.dumps({"mcpServers": {"kv": {**command, "tools": ["get", "delete"]}}}))
-    refused = run([{"prompt": "hi"}], f"--mcp_config={missing}", *LOCAL, run_name="missing")
+    refused = run_here([{"prompt": "hi"}], f"--mcp_config={missing}", *LOCAL, run_name="missing")
     assert refused.code == 2 and "has no tool 'delete'" in refused.stderr
     twice = tmp_path / "twice.json"
     twice.write_text(json.dumps({"mcpServers": {"kv": command, "kv2": command}}))
-    clash = run([{"prompt": "hi"}], f"--mcp_config={twice}", *LOCAL, run_name="clash")
+    clash = run_here([{"prompt": "hi"}], f"--mcp_config={twice}", *LOCAL, run_name="clash")
     assert clash.code == 2 and "is in two toolsets: 'kv'" in clash.stderr and "'kv2'" in clash.stderr
     prefixed = tmp_path / "prefixed.json"
     prefixed.write_text(json.dumps({"mcpServers": {"kv": command, "kv2": {**command, "prefix": True}}}))
     entries = [{"prompt": call(("put", {"key": "a", "value": "1"}), ("kv2__get", {"key": "a"}))}]
-    both = run(entries, f"--mcp_config={prefixed}", *LOCAL, run_name="prefixed")
+    both = run_here(entries, f"--mcp_config={prefixed}", *LOCAL, run_name="prefixed")
     assert both.code == 0, both.stderr
     (row,) = both.trajectories
     assert row["tool_stats"]["kv2__get"]["success"] == 1 and '"result": "no value for a"' in tool_results(row)
@@ -207,12 +210,12 @@ def http_server(tmp_path):
     process.wait(10)
 
 
-def test_an_http_server_is_shared_by_every_sample(run, server, tmp_path, http_server):
+def test_an_http_server_is_shared_by_every_sample(run_here, server, tmp_path, http_server):
     config = tmp_path / "http.json"
     config.write_text(json.dumps({"mcpServers": {"shared": {"url": http_server}}}))
-    first = run([{"prompt": call(("put", {"key": "a", "value": "shared"}))}], f"--mcp_config={config}", *LOCAL)
+    first = run_here([{"prompt": call(("put", {"key": "a", "value": "shared"}))}], f"--mcp_config={config}", *LOCAL)
     assert first.code == 0, first.stderr
-    second = run([{"prompt": call(("get", {"key": "a"}))}], f"--mcp_config={config}", *LOCAL, run_name="second")
+    second = run_here([{"prompt": call(("get", {"key": "a"}))}], f"--mcp_config={config}", *LOCAL, run_name="second")
     assert second.code == 0, second.stderr
     (row,) = second.trajectories
     assert '"result": "shared"' in tool_results(row) and row["toolsets_used"] == ["file", "shared", "terminal"]
@@ -236,7 +239,7 @@ def readable_sdk():
 
 @pytest.mark.usefixtures("bwrap")
 def test_in_bwrap_a_server_is_the_sandbox_s_uid_without_network_unless_sandbox_network(
-    run, server, tmp_path, readable_sdk
+    run_here, server, tmp_path, readable_sdk
 ):
     folder, sdk = readable_sdk
     config = folder / f"kv-{tmp_path.name}.json"
@@ -263,8 +266,8 @@ def test_in_bwrap_a_server_is_the_sandbox_s_uid_without_network_unless_sandbox_n
             ("terminal", {"command": connect}),
         )
         flags = (f"--mcp_config={config}", "--distribution=terminal_only", "--environment=bwrap")
-        closed = run([{"prompt": probe}], *flags, run_name="closed")
-        opened = run([{"prompt": probe}], *flags, "--sandbox_network=True", run_name="opened")
+        closed = run_here([{"prompt": probe}], *flags, run_name="closed")
+        opened = run_here([{"prompt": probe}], *flags, "--sandbox_network=True", run_name="opened")
     for result in (closed, opened):
         assert result.code == 0, result.stderr
     (row,) = closed.trajectories
@@ -281,7 +284,7 @@ def test_in_bwrap_a_server_is_the_sandbox_s_uid_without_network_unless_sandbox_n
     assert not processes_mentioning(str(config))
 
 
-def test_what_the_dataset_or_the_agent_writes_in_the_workspace_never_runs_as_the_server(run, server, tmp_path):
+def test_what_the_dataset_or_the_agent_writes_in_the_workspace_never_runs_as_the_server(run_here, server, tmp_path):
     """A `python -m` server looks for modules in its working folder first: a dataset's kv_server.py would
     replace it, a statistics.py the agent writes would run in it at its first lazy import (with its env's
     secrets). It starts in /, the workspace in MCP_WORKSPACE, without the working folder on sys.path."""
@@ -297,7 +300,7 @@ def test_what_the_dataset_or_the_agent_writes_in_the_workspace_never_runs_as_the
         {"prompt": call(("terminal", {"command": plant}), numbers) + " agent"},
         {"prompt": call(numbers, ("workspace_file", {"name": "data.txt"})) + " honest", "files": {"data.txt": "hi"}},
     ]
-    result = run(entries, f"--mcp_config={config}", *LOCAL)
+    result = run_here(entries, f"--mcp_config={config}", *LOCAL)
     assert result.code == 0, result.stderr
     dataset, agent, honest = sorted(result.trajectories, key=lambda row: row["prompt_index"])
     assert '"result": "no value for a"' in tool_results(dataset)  # the configured server, not the dataset's
@@ -390,7 +393,7 @@ def test_in_docker_a_spawned_process_has_pipes_reads_its_files_and_ends_with_its
 
 @pytest.mark.usefixtures("docker_host")
 def test_in_docker_a_server_runs_in_each_sample_s_container_and_one_that_fails_fails_its_sample(
-    run, server, tmp_path, mcp_image
+    run_here, server, tmp_path, mcp_image
 ):
     config = stdio_config(tmp_path, python=readable_sdk_copy.SYSTEM_PYTHON, env={"PYTHONPATH": "/opt/mcp-sdk"})
     entries = [
@@ -403,7 +406,7 @@ def test_in_docker_a_server_runs_in_each_sample_s_container_and_one_that_fails_f
         {"prompt": call(("get", {"key": "a"})) + " refused", "files": {"refuse_to_start": ""}},
     ]
     flags = ("--environment=docker", f"--default_image={mcp_image}", "--distribution=terminal_only")
-    result = run(entries, f"--mcp_config={config}", *flags)
+    result = run_here(entries, f"--mcp_config={config}", *flags)
     assert result.code == 1, result.stderr
     rows = {row["prompt_index"]: tool_results(row) for row in result.trajectories}
     assert sorted(rows) == [0, 1]
@@ -447,8 +450,8 @@ WORLDS = [
 ]
 
 
-def test_each_sample_is_offered_the_tools_its_server_lists_for_it(run, server, tmp_path):
-    result = run(WORLDS, f"--mcp_config={stdio_config(tmp_path, 'world', script=WORLD)}", *LOCAL)
+def test_each_sample_is_offered_the_tools_its_server_lists_for_it(run_here, server, tmp_path):
+    result = run_here(WORLDS, f"--mcp_config={stdio_config(tmp_path, 'world', script=WORLD)}", *LOCAL)
     assert_offered_their_own(result, server)
 
 
@@ -490,7 +493,7 @@ def assert_offered_their_own(result, server) -> None:
     assert tools["north"]["count"] == tools["south"]["count"] == 1 and tools["look"]["count"] == 2
 
 
-def test_a_sample_whose_server_lists_what_cannot_be_offered_fails_before_any_model_call(run, server, tmp_path):
+def test_a_sample_whose_server_lists_what_cannot_be_offered_fails_before_any_model_call(run_here, server, tmp_path):
     config = stdio_config(tmp_path, "world", script=WORLD, tools=["look"])
     look = call(("look", {"room": "hall"}))
     entries = [
@@ -498,7 +501,7 @@ def test_a_sample_whose_server_lists_what_cannot_be_offered_fails_before_any_mod
         {"prompt": look + " too many", "files": world(tools=[f"t{i}" for i in range(300)])},
         {"prompt": look + " honest", "files": world(tools=["north"])},
     ]
-    result = run(entries, f"--mcp_config={config}", *LOCAL)
+    result = run_here(entries, f"--mcp_config={config}", *LOCAL)
     assert result.code == 1, result.stderr
     failed = {line["prompt_index"]: line["message"] for line in result.jsonl("errors.jsonl")}
     assert "MCP server 'world'" in failed[0] and "has no tool 'look' (it lists north)" in failed[0]
