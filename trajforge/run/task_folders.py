@@ -25,8 +25,6 @@ from dataclasses import asdict, replace
 from pathlib import Path
 
 from trajforge.environments import AUTO, EnvironmentSettings, backend_class, choose
-from trajforge.environments.docker import connect
-from trajforge.environments.docker_build import image_present
 from trajforge.environments.dockerfile import fetch_problem
 from trajforge.environments.folder_task import IMAGE_PREFIX, KEY, FolderSettings
 from trajforge.environments.shell import Executable, tar_archive
@@ -317,6 +315,9 @@ def absent_images(entries: list[Entry]) -> list[str]:
     named = {entry.data["docker_image"]: entry.data[KEY]["folder"] for entry in entries if _named_image(entry)}
     if not named:
         return []
+    from trajforge.environments.docker import connect  # the Docker SDK: loaded by runs with task folders only
+    from trajforge.environments.docker_build import image_present
+
     client = connect()
     try:
         return [

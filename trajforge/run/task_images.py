@@ -12,8 +12,6 @@ import threading
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from trajforge.environments.docker import connect
-from trajforge.environments.docker_build import bases, build, current
 from trajforge.environments.folder_task import KEY, FolderSettings, build_log
 from trajforge.run.task_folders import as_text, build_context, image_tag
 from trajforge.verification.host_folders import task_files
@@ -33,6 +31,9 @@ def build_images(
             wanted.setdefault(entry["docker_image"], entry)
     if not wanted:
         return 0
+    from trajforge.environments.docker import connect  # the Docker SDK: loaded by runs that build an image only
+    from trajforge.environments.docker_build import bases, build, current
+
     client = connect()
     try:
         # What each was built from, or is to be: the images its FROM lines name, as they are now.

@@ -18,9 +18,7 @@ import asyncio
 import inspect
 import json
 from collections.abc import Callable
-from typing import Any
-
-import mcp_types as types
+from typing import TYPE_CHECKING, Any
 
 from trajforge import registry, safejson
 from trajforge.environments import Backend, EnvironmentSettings, backend_for
@@ -30,9 +28,13 @@ from trajforge.own_tools import RESULT_LIMIT
 from trajforge.secrets import Secrets
 from trajforge.tail import capped
 from trajforge.tools import Tool
-from trajforge.tools.mcp.connection import MESSAGE_LIMIT, Connection
 from trajforge.tools.mcp.servers import Server
 from trajforge.tools.toolsets import every_tool
+
+if TYPE_CHECKING:  # the SDK and its types take a second or more to import: only runs with servers load them
+    import mcp_types as types
+
+    from trajforge.tools.mcp.connection import Connection
 
 MAX_PAGES = 20
 MAX_TOOLS = 256
@@ -50,6 +52,8 @@ SERVER_VARIABLES = {"PYTHONSAFEPATH": "1", "PYTHONNOUSERSITE": "1"}
 
 async def connect(env: Environment | None, server: Server) -> Connection:
     """A started, initialized connection: a stdio server spawned in `env`, an HTTP server reached from here."""
+    from trajforge.tools.mcp.connection import MESSAGE_LIMIT, Connection  # the SDK: only when a server is used
+
     if not server.stdio:
         return await Connection.http(server)
     assert env is not None
@@ -178,6 +182,8 @@ async def open_servers(session: Any, servers: tuple[Server, ...]) -> None:
 
 def as_result(result: types.CallToolResult, redact: Callable[[str], str]) -> dict:
     """What the model reads: the text content (redacted, capped), a note for any other kind."""
+    import mcp_types as types  # loaded by the connection that gave `result`
+
     parts = [item.text if isinstance(item, types.TextContent) else _note(item) for item in result.content]
     if not parts and result.structured_content is not None:
         parts = [safejson.dumps(result.structured_content).decode()]
