@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -132,48 +132,37 @@ def _arguments_value(raw: str):
         return raw
 
 
-def turn_of(speaker: str, value: str, calls: Iterable[ToolCall] = (), finish_reason: str = "") -> dict:
+def turn_of(speaker: str, value: str, tool_calls: str = NO_CALLS, finish_reason: str = "") -> dict:
     """One turn of `conversations`; every turn has these four keys, strings all. `tool_calls` is the
     JSON text of [{"id", "name", "arguments"}] (arguments as the model sent them), "[]" without calls."""
-    listed = ", ".join(map(_listed, calls))
-    return {
-        "from": speaker,
-        "value": value,
-        "tool_calls": f"[{listed}]" if listed else NO_CALLS,
-        "finish_reason": finish_reason,
-    }
+    return {"from": speaker, "value": value, "tool_calls": tool_calls, "finish_reason": finish_reason}
 
 
 def conversations(system: str, prompt: str, turns: list[Turn]) -> list[dict]:
     """The ShareGPT turns of a session: its system text (system_turn), the prompt, then per assistant
-    turn its `gpt` turn and, when it called tools, one `tool` turn with every result."""
+    turn its `gpt` turn and, when it called tools, one `tool` turn with every result.
+
+    A call's three JSON texts are written around TEXT of the values they hold, its id and name encoded
+    once for the three: the same text as TEXT of each whole dict (its keys are plain), for a fraction of
+    the time (the merge renders each call of every sample)."""
     convo = [turn_of("system", system), turn_of("human", prompt)]
     for turn in turns:
         value = f"<think>\n{turn.reasoning}\n</think>\n{turn.content}"
+        listed, responses = [], []
         for call in turn.calls:
-            value += f"\n<tool_call>\n{_body(call)}\n</tool_call>"
-        convo.append(turn_of("gpt", value, turn.calls, turn.finish_reason))
-        if turn.calls:
-            responses = "\n".join(f"<tool_response>\n{_response(call)}\n</tool_response>" for call in turn.calls)
-            convo.append(turn_of("tool", responses))
+            id_, name, sent = _string(call.id), _string(call.name), call.arguments
+            # TEXT({"name": .., "arguments": parsed}): the call in the gpt turn's text
+            body = f'{{"name": {name}, "arguments": {TEXT(_arguments_value(sent))}}}'
+            value += f"\n<tool_call>\n{body}\n</tool_call>"
+            # TEXT({"id": .., "name": .., "arguments": as sent}): its entry of `tool_calls`
+            listed.append(f'{{"id": {id_}, "name": {name}, "arguments": {_string(sent)}}}')
+            # TEXT({"tool_call_id": .., "name": .., "content": result}): its result in the tool turn
+            result = f'{{"tool_call_id": {id_}, "name": {name}, "content": {TEXT(call.result)}}}'
+            responses.append(f"<tool_response>\n{result}\n</tool_response>")
+        convo.append(turn_of("gpt", value, f"[{', '.join(listed)}]" if listed else NO_CALLS, turn.finish_reason))
+        if responses:
+            convo.append(turn_of("tool", "\n".join(responses)))
     return convo
-
-
-# A call's JSON texts, written around TEXT of the values they hold: the same text as TEXT of the whole
-# dict (its keys are plain), for a fraction of the time (the merge renders each call of every sample).
-def _listed(call: ToolCall) -> str:
-    """TEXT({"id": .., "name": .., "arguments": ..}): an entry of `tool_calls`."""
-    return f'{{"id": {_string(call.id)}, "name": {_string(call.name)}, "arguments": {_string(call.arguments)}}}'
-
-
-def _body(call: ToolCall) -> str:
-    """TEXT({"name": .., "arguments": parsed}): a call in the gpt turn's text."""
-    return f'{{"name": {_string(call.name)}, "arguments": {TEXT(_arguments_value(call.arguments))}}}'
-
-
-def _response(call: ToolCall) -> str:
-    """TEXT({"tool_call_id": .., "name": .., "content": result}): a result in the tool turn's text."""
-    return f'{{"tool_call_id": {_string(call.id)}, "name": {_string(call.name)}, "content": {TEXT(call.result)}}}'
 
 
 def _string(value: Any) -> str:

@@ -187,7 +187,7 @@ def test_an_old_folder_resumed_with_more_samples_keeps_its_lines_and_adds_new_on
 
 
 def test_a_calls_texts_are_json_dumps_whatever_they_hold():
-    """The merge writes a call's texts around the encoded values (trajectory._listed, _body, _response):
+    """The merge writes a call's texts around the encoded values (trajectory._CallTexts):
     the same text as json.dumps(..., ensure_ascii=False) of the whole dict, for hostile values too."""
     odd = 'q"uo\\te\n\t\x00\x1f\x7f é ☕ \u2028 \ud800 <tool_call>'
     calls = [

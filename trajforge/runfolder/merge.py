@@ -164,7 +164,7 @@ class Merge:
         self.observe = observe
         self.sink = written
         self.totals = TrajectoryTotals()
-        self.tool_names = tool_names
+        self.tool_names = frozenset(tool_names)  # what fill compares each row's tools with
         self.tools = {name: dict(ZERO) for name in tool_names}
         self.turns = self.with_reasoning = 0
         self.usage: dict = {}
@@ -208,7 +208,7 @@ class Merge:
         """Its tool_stats over every tool of the run, zeros for one it was not offered (a version-1 line's
         record stays as it was written)."""
         stats = sample.tool_stats
-        if sample.legacy is None and not stats.keys() >= set(self.tool_names):
+        if sample.legacy is None and not stats.keys() >= self.tool_names:
             sample.tool_stats = {name: stats.get(name) or dict(ZERO) for name in sorted({*self.tool_names, *stats})}
 
     def count(self, sample: Sample, key: str, passed: bool | None) -> str | None:
