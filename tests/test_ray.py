@@ -263,6 +263,37 @@ def job_processes() -> list[str]:
     return [line for line in ray_leftovers() if "run_batch" in line or "MoneyActor" in line]
 
 
+def cluster_processes(*names: str) -> list[psutil.Process]:
+    """The processes of this session's cluster (its nodes are this process's children) with one of `names`
+    in their command line."""
+    found = []
+    for process in psutil.Process().children(recursive=True):
+        with contextlib.suppress(psutil.Error):
+            if any(name in " ".join(process.cmdline()) for name in names):
+                found.append(process)
+    return found
+
+
+JOB = ("ray::run_batch", "ray::MoneyActor")
+
+
+def ended(job: list[psutil.Process]) -> bool:
+    """The cluster has ended a killed driver's job: no batch or money actor runs, and those of `job` are over."""
+    return not job_processes() and all(over(process) for process in job)
+
+
+def over(process: psutil.Process) -> bool:
+    """Done with the job: exited (its connections closed), or back to idle. Not a process on its way out,
+    whose command line already reads empty while its last request may still reach the server."""
+    try:
+        if process.status() == psutil.STATUS_ZOMBIE:
+            return True
+        line = " ".join(process.cmdline())
+    except psutil.NoSuchProcess:  # a zombie's command line too
+        return True
+    return bool(line) and not any(name in line for name in JOB)
+
+
 def test_on_a_cluster_the_budget_holds_and_a_kill_9_of_the_driver_pays_for_nothing_twice(run, server, cluster):
     """One ledger and cache for the run, in the driver's run folder, reached by every node through the money
     actor: the cluster stops at the budget (exit 3); a resume with more is killed -9 mid-run; the next
@@ -285,10 +316,13 @@ def test_on_a_cluster_the_budget_holds_and_a_kill_9_of_the_driver_pays_for_nothi
     wait_for(lambda: answered_calls(server) >= answered + 4, RAY_RUN_TIMEOUT, "the resume's first answered calls")
     server.hold()  # what is in flight now stays unanswered: every answered call is one the run received
     wait_for(lambda: paid_calls(first.run_dir) == answered_calls(server), 30, "the answers to be stored")
+    doomed = cluster_processes(*JOB)
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
-    wait_for(lambda: not job_processes(), 60, "the cluster to end the killed driver's tasks and actor")
-    server.release(answer=False)  # the killed run's requests die with it
+    # Its tasks go on for a moment, and send requests (held: they never reach the ledger) until the cluster
+    # ends them; those sent last die with them too, also one still in the server's latency at the release.
+    wait_for(lambda: ended(doomed), 60, "the cluster to end the killed driver's tasks and actor")
+    server.release(answer=False)
 
     last = run(entries, *flags, "--resume", "--max_cost=1", batch_size=2, timeout=RAY_RUN_TIMEOUT)
     assert last.code == 0 and len(last.trajectories) == 8, last.stdout + last.stderr

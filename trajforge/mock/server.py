@@ -53,6 +53,7 @@ class MockServer:
         self.busy_retry_after = 1.0
         self.in_flight = 0
         self.held: asyncio.Event | None = None  # while cleared, chat requests wait before their answer
+        self.holds = 0  # holds begun so far: a request in flight when one begins is held by it
         self.dropping = False
         self.requests: list[dict] = []
         self.attempts: Counter[str] = Counter()
@@ -86,8 +87,8 @@ class MockServer:
         return [r for r in self.requests if r["path"].endswith("/chat/completions")]
 
     def hold(self) -> None:
-        """Answer no chat request until release(): what is in flight stays unanswered (a test kills
-        the client meanwhile, knowing which requests were answered)."""
+        """Answer no chat request until release(): what is in flight now or arrives meanwhile stays
+        unanswered (a test kills the client meanwhile, knowing which requests were answered)."""
         applied = threading.Event()  # in effect on the server's loop before this returns: no answer slips by
 
         def hold() -> None:
@@ -107,10 +108,16 @@ class MockServer:
 
     def _hold(self) -> None:
         self.held, self.dropping = asyncio.Event(), False
+        self.holds += 1
+
+    def _holding(self) -> bool:
+        return self.held is not None and not self.held.is_set()
 
     def release(self, answer: bool = True) -> None:
         """Let held requests go on: answered, or (answer=False) dropped unanswered (logged with status
-        CLIENT_GONE), as a server does whose client has gone."""
+        CLIENT_GONE), as a server does whose client has gone. Held is every request that was in flight at
+        some moment of the hold, also one still in its latency now: a killed client's last request, which
+        came during the hold, dies with it whenever the test releases."""
         self.dropping = not answer
         self._served_call(self._let_go)
 
@@ -179,7 +186,7 @@ class MockServer:
             self.in_flight -= 1
 
     async def _answer(self, request: dict, path: str, headers: dict, writer, site: str, reader=None) -> bool:
-        arrived = time.time()
+        arrived, holding, holds = time.time(), self._holding(), self.holds
         prompt = mock_model.prompt_text(request.get("messages") or [])
         refused = await self._refuse_directives(writer, path, request, prompt)
         if refused is not None:
@@ -199,10 +206,9 @@ class MockServer:
         delay = self.latency + extra_latency
         if delay:
             await asyncio.sleep(delay)
-        event = self.held
-        held = event is not None and not event.is_set()
-        if event is not None and held:
-            await event.wait()
+        held = holding or self.holds != holds  # a hold was on at some moment since it came
+        if self.held is not None and not self.held.is_set():
+            await self.held.wait()
         if (held and self.dropping) or (reader is not None and reader.at_eof()):  # the client hung up: no answer
             self._log(path, request, CLIENT_GONE, prompt, arrived)
             return False
