@@ -391,6 +391,44 @@ def test_in_docker_a_spawned_process_has_pipes_reads_its_files_and_ends_with_its
     assert not containers_of(tmp_path)
 
 
+def test_in_docker_the_agent_can_neither_read_nor_signal_its_server(docker_host, tmp_path):
+    """The server runs as a uid of its own in the sample's container: the agent (the image's root, without
+    capabilities) cannot read its environment or memory, nor kill it; the server still reads the workspace
+    and what the config gave it, and the agent still reads its own environment."""
+    served = tmp_path / "served"
+    served.mkdir()
+    (served / "data.txt").write_text("from the host\n")
+    settings = EnvironmentSettings(
+        kind="docker", command_timeout=10.0, default_image=ALPHA, run_name="spy", run_dir=str(tmp_path)
+    )
+    spy = (
+        "for f in /proc/[0-9]*/environ; do cat $f 2>/dev/null; done | tr '\\0' '\\n' | grep -c SERVER_SECRET; "
+        "head -c1 /proc/$0/mem 2>/dev/null && echo read-mem; kill -9 $0 2>/dev/null && echo killed; "
+        "SERVER_SECRET=own cat /proc/self/environ | tr '\\0' '\\n' | grep -c SERVER_SECRET=own"
+    )
+
+    async def body() -> tuple:
+        env = await DockerBackend(settings).open({})
+        try:
+            await env.exec("echo in-the-workspace > note.txt")
+            script = f'cat note.txt {served}/data.txt; echo "$SERVER_SECRET"; id -u; exec cat'
+            spawned = await env.spawn(["sh", "-c", script], {"SERVER_SECRET": "s3cret-4711"}, (str(served),))
+            said = [(await spawned.process.stdout.readline()).decode().strip() for _ in range(4)]
+            pid = await spawned.process.pid
+            seen = (await env.exec(spy.replace("$0", pid))).output.split()
+            agent = (await env.exec("id -u")).output.strip()
+            running = (await env.exec("ps")).output
+            await spawned.end()
+            return said, seen, agent, running, (await env.exec("ps")).output
+        finally:
+            await env.close()
+
+    said, seen, agent, running, after = asyncio.run(body())
+    assert said[:3] == ["in-the-workspace", "from the host", "s3cret-4711"] and said[3] != agent, said
+    assert seen == ["0", "1"], seen  # no environ of the server read, no mem, no kill; its own environ read
+    assert " cat" in running and " cat" not in after  # alive until ended, then gone with its group
+
+
 @pytest.mark.usefixtures("docker_host")
 def test_in_docker_a_server_runs_in_each_sample_s_container_and_one_that_fails_fails_its_sample(
     run_here, server, tmp_path, mcp_image

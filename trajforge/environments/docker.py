@@ -65,6 +65,11 @@ GUARDED_KEEP_ALIVE = [
     'exec sh -c "$0"',
     KEEP_ALIVE[-1],
 ]
+# A stdio MCP server's uid and gid in the container: not the agent's (the image's user, often root without
+# capabilities), so no agent command reads its environment or memory (/proc/PID/environ, mem), traces or
+# signals it; nor nobody, who owns the files it reads (readable_archive). The next one down where the
+# image's user has it.
+SERVER_UIDS = (65533, 65532)
 KILL_GRACE = 5.0  # seconds to wait for a killed command's output to end
 END_GRACE = 1.0  # seconds a killed server's output gets to end (a process it started outside its group holds it)
 READABLE_MAX = 256 * MB  # bytes of host files a server reads, copied into each sample's container
@@ -144,6 +149,7 @@ class DockerEnvironment(CommandEnvironment):
         self.calls = ThreadPoolExecutor(1, thread_name_prefix="docker-calls")
         self.readers = ThreadPoolExecutor(4, thread_name_prefix="docker-output")
         self.exec_env: dict[str, str] = {}  # TESTS_DIR, once add_tests wrote them
+        self.server_user = ""  # uid:gid of its stdio MCP servers (SERVER_UIDS), found at the first spawn
 
     async def _call(self, function, *args, **kwargs):
         return await asyncio.get_running_loop().run_in_executor(self.calls, partial(function, *args, **kwargs))
@@ -206,16 +212,24 @@ class DockerEnvironment(CommandEnvironment):
     async def spawn(
         self, argv: list[str], variables: dict[str, str], read_only: tuple[str, ...] = (), limit: int = 1 << 16
     ) -> Spawned:
-        """An exec in the container, as its commands run (the container's limits, user and network, no
-        capability), from its work folder, with stdin attached. `read_only` is copied in at the same paths
-        (readable_archive): the engine may be on another machine, where no host path could be mounted."""
+        """An exec in the container, as its commands run (the container's limits and network, no capability)
+        but as a uid of its own (SERVER_UIDS), from its work folder, with stdin attached. `read_only` is
+        copied in at the same paths (readable_archive): the engine may be on another machine, where no host
+        path could be mounted."""
         try:
             if read_only:
                 archive = await asyncio.to_thread(readable_archive, read_only, READABLE_MAX)
                 await self._call(self.api.put_archive, self.name, "/", archive)
             command, variables = [*SERVE, *argv], {**self.exec_env, **variables}
+            user = await self._server_user()
             created = await self._call(
-                self.api.exec_create, self.name, command, stdin=True, environment=variables, workdir=self.cwd
+                self.api.exec_create,
+                self.name,
+                command,
+                stdin=True,
+                environment=variables,
+                workdir=self.cwd,
+                user=user,
             )
             exec_id = created["Id"]
             response = await self._call(exec_stream, self.api, exec_id)
@@ -224,6 +238,14 @@ class DockerEnvironment(CommandEnvironment):
         process = ContainerProcess(response, limit)
         watching = asyncio.ensure_future(self._watch(exec_id, process))
         return Spawned(process, lambda: asyncio.shield(self._end_spawned(process, watching)))
+
+    async def _server_user(self) -> str:
+        """uid:gid for a server: the first of SERVER_UIDS that is not the uid the agent's commands run as."""
+        if not self.server_user:
+            agent = (await self.run(["id", "-u"], self.settings.command_timeout)).output.strip()
+            uid = next(uid for uid in SERVER_UIDS if str(uid) != agent)
+            self.server_user = f"{uid}:{uid}"
+        return self.server_user
 
     async def _watch(self, exec_id: str, process: ContainerProcess) -> None:
         """Once its output ended: its exit status, then the end of its streams."""
@@ -245,7 +267,10 @@ class DockerEnvironment(CommandEnvironment):
                 pid = await asyncio.wait_for(asyncio.shield(process.pid), END_GRACE)
                 if pid.isdigit():
                     with contextlib.suppress(DockerException, RuntimeError):  # RuntimeError: the environment closed
-                        kill = await self._call(self.api.exec_create, self.name, [*KILL_GROUP, pid])
+                        # As the server's uid: the agent's, without capabilities, may not signal it.
+                        kill = await self._call(
+                            self.api.exec_create, self.name, [*KILL_GROUP, pid], user=self.server_user
+                        )
                         await self._call(self.api.exec_start, kill["Id"])
                 await asyncio.wait_for(watching, END_GRACE)
         finally:
