@@ -220,7 +220,7 @@ class Merge:
         if not tools.keys() >= stats.keys():  # a tool the run cannot offer now (a plugin's, in an earlier invocation)
             tools.update((name, dict(ZERO)) for name in stats.keys() - tools.keys())
         for name, entry in stats.items():
-            if entry["count"] or entry["success"] or entry["failure"]:  # most of a row's tools: none
+            if entry != ZERO:  # most of a row's tools were not called (one comparison, made in C)
                 known = tools[name]
                 known["count"] += entry["count"]
                 known["success"] += entry["success"]
