@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import os
 import shutil
 import subprocess
@@ -40,14 +41,15 @@ UNPRIVILEGED = ["--unshare-user", "--uid", str(SANDBOX_UID), "--gid", str(SANDBO
 NAMESPACES = ["--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts", "--unshare-cgroup-try"]
 
 
-def system_mounts() -> list[str]:
-    mounts = []
+@functools.cache  # the host's system folders stay as they are during a run: looked at once, not per command
+def system_mounts() -> tuple[str, ...]:
+    mounts: list[str] = []
     for path in SYSTEM_DIRS:
         if os.path.islink(path):
             mounts += ["--symlink", os.readlink(path), path]
         elif os.path.isdir(path):
             mounts += ["--ro-bind", path, path]
-    return mounts
+    return tuple(mounts)
 
 
 def bwrap_argv(
@@ -67,7 +69,7 @@ def bwrap_argv(
         unshare = ["--unshare-all", *UNPRIVILEGED, *(["--share-net"] if settings.sandbox_network else [])]
     # --die-with-parent and the PID namespace take every process of a command down with bwrap, so
     # killing bwrap's process group on a timeout kills the command's children too.
-    sandbox = [shutil.which("bwrap") or "bwrap", *unshare]
+    sandbox = [_bwrap(), *unshare]
     if seccomp_fd is not None:
         sandbox += ["--seccomp", str(seccomp_fd)]
     sandbox += ["--die-with-parent", "--new-session"]
@@ -80,6 +82,11 @@ def bwrap_argv(
     for source, target in read_only:
         sandbox += ["--ro-bind", source, target]
     return [*sandbox, "--chdir", cwd, "--", *argv]
+
+
+@functools.cache
+def _bwrap() -> str:
+    return shutil.which("bwrap") or "bwrap"
 
 
 class BwrapEnvironment(LocalEnvironment):

@@ -31,7 +31,7 @@ START_TIMEOUT = 30
 HOLDER = ["sh", "-c", "read pid rest </proc/self/stat; echo $pid; read line"]
 
 
-def holder_argv(system: list[str], folders: list[str]) -> list[str]:
+def holder_argv(system: tuple[str, ...], folders: list[str]) -> list[str]:
     """bwrap's arguments for a holder: `system` (bwrap's own mounts of the system's folders), the host's
     /proc and /dev (with what is mounted below them: a command's bwrap mounts a fresh /proc only where
     one is wholly visible), and each of `folders` at its path, its parents passable by any uid."""
