@@ -238,6 +238,24 @@ def test_commands_never_see_api_keys(kind, tmp_path, monkeypatch):
     assert "leak" not in output and "API_KEY" not in output
 
 
+def test_a_command_and_a_spawned_process_see_their_own_locale(kind, tmp_path):
+    """bwrap runs the steps before a command in the C locale (bwrap.CHAIN_LOCALE): the command still sees
+    exactly the variables it was given, LC_ALL too (none for a command, a stdio server's own)."""
+    show = 'echo "${LC_ALL-none} $LANG"'
+
+    async def body(env):
+        spawned = await env.spawn(["sh", "-c", show], {"LC_ALL": "C.UTF-8"})
+        try:
+            seen = await asyncio.wait_for(spawned.process.stdout.readline(), 30)
+        finally:
+            await spawned.end()
+        return (await env.exec(show)).output, seen.decode()
+
+    command, server = sync(in_env(make_settings(kind, tmp_path), body))
+    assert command == "none C.UTF-8\n"
+    assert server == "C.UTF-8 C.UTF-8\n"
+
+
 # -- bwrap -----------------------------------------------------------------------------------------
 @pytest.fixture
 def bwrap(tmp_path):
