@@ -37,7 +37,7 @@ API_KEY = "sk-test-SECRET-0123456789"
 
 # Started first, the heaviest first, so that under xdist the longest tests do not end the run on one worker
 # while the rest idle (the small tests of every other file fill in at the end). By their time in a whole
-# run: Ray's group (test_ray.py and one test of test_mcp.py, on one worker), the documents' examples
+# run: Ray's group (test_ray.py, on one worker), the documents' examples
 # (38 s for README.md's), the MCP servers' runs, the wheel's install (22 s), the rest of the heavy ones.
 SLOW_FIRST = (
     "test_ray.py",

@@ -43,6 +43,8 @@ LOCAL = ("--distribution=terminal_only", "--environment=local")
 # Runs are in this process (`run_here`: the same entry point, the workers forked from here) unless a test
 # reads the whole console, the workers' output included (a secret or a Traceback nowhere in it), or runs
 # Ray: those start batch_runner.py as a process (`run`).
+# The Ray one is in no xdist group: its run starts a private instance (its own temp folder, so it never
+# joins another), and test_ray.py finds Ray's processes by ancestry, not on the whole machine.
 
 
 def call(*calls: tuple) -> str:
@@ -493,7 +495,6 @@ def test_each_sample_is_offered_the_tools_its_server_lists_for_it(run_here, serv
     assert_offered_their_own(result, server)
 
 
-@pytest.mark.xdist_group("ray")  # test_ray.py's tests look for Ray's processes on the whole machine
 @pytest.mark.timeout(400)
 def test_ray_workers_offer_each_sample_the_tools_its_server_lists_for_it(run, server, tmp_path):
     if importlib.util.find_spec("ray") is None:
