@@ -20,6 +20,7 @@ from conftest import ROOT, run_cli
 
 from trajectory import ToolCall, Turn, conversations
 from trajforge import journal, safejson
+from trajforge.journal import offered
 from trajforge.journal.sample import VERSION
 from trajforge.runfolder.folder import RunFolder
 
@@ -237,3 +238,20 @@ def test_a_tool_list_met_again_is_not_parsed_again_and_the_line_reads_the_same()
             orjson.loads(broken)
         with pytest.raises(orjson.JSONDecodeError):
             journal.loads(broken)
+
+
+def test_what_the_merge_keeps_of_tool_lists_is_bounded_whatever_lists_the_lines_offer():
+    """A hostile MCP server may list a different 16 MB of tools to every sample: the lists and system texts
+    journal/offered.py keeps stay within its byte bound (the merge used to keep 64 of each), and each line
+    still reads as orjson.loads reads it."""
+    line = next((FIXTURE / "out" / "a").glob("batch_*.jsonl")).read_bytes().splitlines(True)[0]
+    sample = replace(journal.read(orjson.loads(line), line), legacy=None, legacy_line=None)
+    big = [{"name": f"t{i}", "description": "x" * (1 << 20), "parameters": {"type": "object"}} for i in range(5)]
+    for index in range(12):
+        tools = [{**tool, "name": f"{tool['name']}_{index}"} for tool in big]
+        written = replace(sample, prompt_index=index, tools=tools).journal()
+        record = journal.loads(written)
+        assert record == orjson.loads(written)
+        assert journal.read(record, written).system.count("x" * (1 << 20)) == len(big)
+        assert sum(map(len, offered._lists)) <= offered.KEPT_BYTES
+        assert sum(len(key) + len(text) for key, text in offered._texts.items()) <= offered.KEPT_BYTES

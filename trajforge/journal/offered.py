@@ -16,7 +16,6 @@ entry, a torn line) is parsed whole, so the value is always orjson.loads(line)'s
 
 from __future__ import annotations
 
-from functools import lru_cache
 from typing import Any
 
 import orjson
@@ -28,9 +27,13 @@ BEFORE, AFTER = b',"tools":', b',"toolsets":'
 HEAD = ["version", "prompt_index", "sample_index", "batch_num", "entry"]  # the keys before the list
 LAID_OUT = 2  # the version whose lines are laid out so (a later one is parsed whole until this says)
 KEPT = 64  # distinct lists known at most (a run has a few): beyond it, they are met again from scratch
+# Bytes of lists (and of system texts) known at most: a list parsed takes some six times its bytes, and an
+# MCP server may list a different 16 MB each time. Beyond it, what is known is forgotten.
+KEPT_BYTES = 16 << 20
 
 _lists: dict[bytes, list] = {}  # a list's bytes in a line -> the list
 _systems: dict[int, tuple[list, str | None]] = {}  # id of a known list -> (the list, its system text once made)
+_texts: dict[bytes, str] = {}  # a list's JSON -> its system text
 
 
 def loads(line: bytes) -> Any:
@@ -57,11 +60,12 @@ def loads(line: bytes) -> Any:
 def _learn(record: Any, listed: bytes) -> Any:
     """`record` (a whole line's) with its tools known from now on when `listed` is exactly their bytes."""
     if isinstance(record, dict) and record.get("version") == LAID_OUT and orjson.dumps(record.get("tools")) == listed:
-        if len(_lists) >= KEPT:
+        if len(_lists) >= KEPT or sum(map(len, _lists)) + len(listed) > KEPT_BYTES:
             _lists.clear()
             _systems.clear()
-        _lists[listed] = record["tools"]
-        _systems[id(record["tools"])] = (record["tools"], None)
+        if len(listed) <= KEPT_BYTES:
+            _lists[listed] = record["tools"]
+            _systems[id(record["tools"])] = (record["tools"], None)
     return record
 
 
@@ -77,7 +81,15 @@ def system(tools: list[dict]) -> str:
     return text
 
 
-@lru_cache(maxsize=64)
 def _system(tools_json: bytes) -> str:
-    """The system text of a tool list (cached by its JSON: most samples of a run are offered the same)."""
-    return system_turn(orjson.loads(tools_json))
+    """The system text of a tool list (kept by its JSON, KEPT_BYTES of them: most samples of a run are
+    offered the same)."""
+    text = _texts.get(tools_json)
+    if text is None:
+        text = system_turn(orjson.loads(tools_json))
+        size = len(tools_json) + len(text)
+        if len(_texts) >= KEPT or sum(len(key) + len(value) for key, value in _texts.items()) + size > KEPT_BYTES:
+            _texts.clear()
+        if size <= KEPT_BYTES:
+            _texts[tools_json] = text
+    return text
