@@ -375,6 +375,17 @@ DIFF = "git diff --no-ext-diff --no-textconv --exit-code"
 HIDDEN_FROM_GIT = {
     "assume_unchanged": ("echo tampered > check.txt && git update-index --assume-unchanged check.txt", "true", DIFF),
     "skip_worktree": ("echo tampered > check.txt && git update-index --skip-worktree check.txt", "true", DIFF),
+    "index_lock": (  # a lock of the agent's made the clean room's git update-index fail (exit 128), the mark kept
+        "echo tampered > check.txt && git update-index --skip-worktree check.txt && touch .git/index.lock",
+        "touch .git/index.lock",
+        DIFF,
+    ),
+    "index_lock_folder": (  # the same lock as a folder, and a lock of the config and of a ref beside it
+        "echo tampered > check.txt && git update-index --assume-unchanged check.txt"
+        " && mkdir .git/index.lock && touch .git/config.lock .git/HEAD.lock",
+        "mkdir .git/index.lock && touch .git/config.lock .git/HEAD.lock",
+        f"{DIFF} HEAD",
+    ),
     "against_head": (  # the same, asked against the commit
         "echo tampered > check.txt && git update-index --assume-unchanged check.txt",
         "true",
@@ -426,3 +437,15 @@ def test_what_git_shows_in_the_clean_room_is_not_the_agent_s_to_hide(kind, tmp_p
     fooled = [name for name in HIDDEN_FROM_GIT if verdicts[name, "attack"] is not False]
     refused = [name for name in HIDDEN_FROM_GIT if verdicts[name, "honest"] is not True]
     assert (fooled, refused) == ([], []), verdicts
+
+
+def test_the_removed_files_named_are_the_clean_room_s_alone_not_what_git_said(kind, tmp_path):
+    """The scan's stderr went into the list of removed files: git's complaint of an unreadable config, with
+    the workspace's path on the host, read as a file removed. Its twin removes a FIFO, named alone."""
+    said = verify_in(kind, tmp_path, f"{COMMITTED} && printf '[[[\\n' > .git/config", DIFF)
+    removed = verify_in(kind, tmp_path, f"{COMMITTED} && printf '[[[\\n' > .git/config && mkfifo pipe", DIFF)
+    assert (said["passed"], said["output"]) == (True, ""), said
+    assert removed["passed"] is True and removed["output"].splitlines() == [
+        "[removed before verification (links out of the workspace, FIFOs, sockets, devices, git folders outside"
+        " it): pipe]"
+    ], removed

@@ -4,6 +4,7 @@ see exactly the files the prompt's commands see, with the same rights, and fail 
 from __future__ import annotations
 
 import io
+import secrets
 import shlex
 import tarfile
 from abc import abstractmethod
@@ -87,8 +88,9 @@ CLEAN_SHELL = (
     f"exec bash -c {shlex.quote(THEN_SH)} bash {shlex.quote(CLEAN_MAIN)}; fi; {CLEAN_MAIN}"
 )
 # Removes, under $1, what would let a verifier read something other than the agent's work: symlinks
-# resolving outside $1 (/proc/self/cmdline, /dev, /etc), FIFOs, sockets and devices; prints each removed.
-# Then every git folder git would accept there goes through GIT_NEUTRAL.
+# resolving outside $1 (/proc/self/cmdline, /dev, /etc), FIFOs, sockets and devices; prints each removed
+# after $MARK (so that what a command says on stderr is not read as a removed file). Then every git folder
+# git would accept there goes through GIT_NEUTRAL. Any step that fails fails the scan (exit status not 0).
 ESCAPES_SCRIPT = r"""root=$(cd "$1" && pwd -P) || exit 1
 find "$root" \( -type l -o -type p -o -type s -o -type b -o -type c \) -exec sh -c '
 root=$1; shift
@@ -96,7 +98,7 @@ for f; do
   if [ -L "$f" ] && t=$(readlink -f -- "$f"); then
     case "$t" in "$root" | "$root"/*) continue ;; esac
   fi
-  rm -f -- "$f" && printf "%s\n" "${f#"$root"/}"
+  rm -f -- "$f" && printf "%s%s\n" "$MARK" "${f#"$root"/}" || exit 1
 done' sh "$root" {} + || exit 1
 find "$root" \( -name .git -o -path '*/.git/*/HEAD' -type f \) -exec sh -c "$GIT_NEUTRAL" sh "$root" {} +"""
 # Every git folder of the workspace git would open: a `.git` folder and those in it (a submodule's in
@@ -107,11 +109,13 @@ find "$root" \( -name .git -o -path '*/.git/*/HEAD' -type f \) -exec sh -c "$GIT
 # agent's is left to run, whatever its name), and attributes of the runner's in info/attributes, which
 # outrank every .gitattributes: no path has a diff, filter or merge driver, so `git diff` shows the bytes
 # that changed. No info/exclude hides a new file from `git status`, no info/grafts gives a commit other
-# parents, and no entry of the index is marked for git to pass over (unmark). The verifier's uid, which
-# has no capability where git checks with access(), may pass into each folder (objects and refs included).
+# parents, and no entry of the index is marked for git to pass over (unmark). No lock of the agent's
+# (`*.lock`: index.lock, config.lock, a ref's) stops the neutraliser's git or the verifier's. The verifier's
+# uid, which has no capability where git checks with access(), may pass into each folder (objects and refs
+# included). A step that fails ends the scan with an error: the clean room fails closed.
 GIT_NEUTRAL = r"""root=$1; shift
 inside() { case "$1" in "$root"/*) return 0 ;; esac; return 1; }
-drop() { rm -rf -- "$1" && printf '%s\n' "${1#"$root"/}"; }
+drop() { rm -rf -- "$1" && printf '%s%s\n' "$MARK" "${1#"$root"/}" || exit 1; }
 # What a `.git` file or `commondir` names, read whole as git reads it (trailing newlines off); false for
 # text of more than one line or with a carriage return, which git would read as another path than its
 # first line: such a file goes.
@@ -123,6 +127,9 @@ own() {
   if [ -f "$g/config" ] && [ ! -L "$g/config" ] && command -v git >/dev/null; then
     kept=$(cd / && git config --file "$g/config" --get-regexp "$KEEP")
   fi
+  # ({\} is find's name placeholder: GIT_NEUTRAL's own text is an argument of a find -exec, in which no
+  # other argument may hold that placeholder as it is written for this find)
+  find "$g" -mindepth 1 -name '*.lock' -prune -exec rm -rf -- {\} + || exit 1
   rm -rf -- "$g/config" "$g/config.worktree" || exit 1
   { printf '[core]\n\tbare = false\n'
     printf '%s\n' "$kept" | while read -r key value; do
@@ -132,8 +139,8 @@ own() {
   if [ -L "$g/info" ] || { [ -e "$g/info" ] && [ ! -d "$g/info" ]; }; then rm -rf -- "$g/info"; fi
   mkdir -p -- "$g/info" && rm -rf -- "$g/info/attributes" "$g/info/exclude" "$g/info/grafts" || exit 1
   printf '* !diff !filter !merge\n' > "$g/info/attributes" || exit 1
-  for d in "$g/objects" "$g/refs"; do [ -d "$d" ] && chmod go+x "$d"; done
-  d=$g; while inside "$d"; do chmod go+x "$d"; d=${d%/*}; done
+  for d in "$g/objects" "$g/refs"; do if [ -d "$d" ]; then chmod go+x "$d" || exit 1; fi; done
+  d=$g; while inside "$d"; do chmod go+x "$d" || exit 1; d=${d%/*}; done
 }
 common() {
   [ -e "$1/commondir" ] || [ -L "$1/commondir" ] || return 0
@@ -144,13 +151,22 @@ common() {
 # The index's entries marked assume-unchanged or skip-worktree, which `git diff` and `git status` pass over,
 # lose the mark (`git ls-files -v` tags them h, s or S; NUL and newline swapped so that sed reads a path a
 # line; where none is marked, one look). The config, hooks included, is the runner's by now, and GIT_ENV holds.
+# Each stage of the pipe says when it fails (on fd 3, read by $(...)), and a second look must find no mark:
+# a git that could not write the index (a full disk) leaves one, and the scan fails.
+marked() {
+  v=$(cd / && GIT_DIR=$1 git ls-files -v) || exit 1
+  printf '%s\n' "$v" | grep -q '^[hsS] '
+}
 unmark() {
   [ -f "$1/index" ] && command -v git >/dev/null || return 0
-  (cd / && GIT_DIR=$1 git ls-files -v) | grep -q '^[hsS] ' || return 0
+  marked "$1" || return 0
   for flag in --no-assume-unchanged --no-skip-worktree; do
-    (cd / && GIT_DIR=$1 git ls-files -v -z) | tr '\n\0' '\0\n' | sed -n 's/^[hsS] //p' | tr '\n\0' '\0\n' \
-      | (cd / && GIT_DIR=$1 git update-index -z "$flag" --stdin)
+    failed=$( { { (cd / && GIT_DIR=$1 git ls-files -v -z) || echo x >&3; } | { tr '\n\0' '\0\n' || echo x >&3; } \
+      | { sed -n 's/^[hsS] //p' || echo x >&3; } | { tr '\n\0' '\0\n' || echo x >&3; } \
+      | { (cd / && GIT_DIR=$1 git update-index -z "$flag" --stdin) >&2 || echo x >&3; }; } 3>&1 )
+    [ -z "$failed" ] || exit 1
   done
+  if marked "$1"; then echo "an entry of ${1#"$root"/}/index is still marked for git to pass over" >&2; exit 1; fi
 }
 neutral() { own "$1"; common "$1"; unmark "$1"; }
 for f; do
@@ -218,12 +234,15 @@ class CommandEnvironment(Environment):
 
     async def remove_escapes(self) -> str:
         git = [f"{name}={value}" for name, value in GIT_ENV.items()]
-        scan = ["env", "HOME=/", *git, f"GIT_NEUTRAL={GIT_NEUTRAL}", "sh", "-c", ESCAPES_SCRIPT, "sh", self.scan_root]
-        found = await self.run(scan, self.settings.command_timeout)
+        mark = f"removed-{secrets.token_hex(8)}:"  # what the scan prints before a removed file's name
+        scan = ["env", "HOME=/", f"MARK={mark}", *git, f"GIT_NEUTRAL={GIT_NEUTRAL}", "sh", "-c", ESCAPES_SCRIPT]
+        found = await self.run([*scan, "sh", self.scan_root], self.settings.command_timeout)
+        said = found.output.splitlines()
         if found.error or found.exit_code:
-            why = (found.error or found.output).strip() or f"the scan exited {found.exit_code}"
+            errors = "\n".join(line for line in said if not line.startswith(mark))
+            why = (found.error or errors).strip() or f"the scan exited {found.exit_code}"
             raise OSError(f"cannot clean the workspace before verification: {why}")
-        removed = [*self.dropped, *found.output.splitlines()]
+        removed = [*self.dropped, *(line[len(mark) :] for line in said if line.startswith(mark))]
         if not removed:
             return ""
         named = ", ".join(removed[:NOTED]) + (f" and {len(removed) - NOTED} more" if len(removed) > NOTED else "")
