@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import glob
 import json
 import os
 import resource
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -22,8 +24,18 @@ from conftest import source, tool_results, wait_for
 from test_environments import _available
 from test_sandbox import bwrap, settings  # noqa: F401  (the fixture)
 
-from trajforge.environments import backend_class, backend_for, disk, netns, prepare_run, tmpfs, userns
+from trajforge.environments import (
+    EnvironmentSettings,
+    backend_class,
+    backend_for,
+    disk,
+    netns,
+    prepare_run,
+    tmpfs,
+    userns,
+)
 from trajforge.environments.limits import Limits, host_user, unenforced
+from trajforge.environments.local import workspace_prefix
 
 HOST_MARK = "3.14159"  # a sleep no other test runs: how the host finds the sandboxed command
 PROBE = (
@@ -329,12 +341,13 @@ def test_a_sample_within_its_disk_works_and_keep_workspaces_keeps_its_files(disk
         env = await backend_for(settings(disk_kind, tmp_path, limits=DISK, keep_workspaces=True)).open({})
         try:
             done = await env.exec("head -c 5000000 /dev/zero > five; mkdir d && echo hi > d/x; wc -c < five")
+            image = os.stat(os.path.join(env.disk.folder, "image"))  # the sample's files raw: the runner's alone
         finally:
             await env.close()
-        return env.workspace, done
+        return env.workspace, done, image
 
-    workspace, done = asyncio.run(scenario())
-    assert done.output == "5000000\n"
+    workspace, done, image = asyncio.run(scenario())
+    assert done.output == "5000000\n" and (image.st_mode & 0o777, image.st_uid) == (0o600, os.getuid()), image
     try:
         assert (Path(workspace) / "d" / "x").read_text() == "hi\n" and (
             Path(workspace) / "five"
@@ -342,6 +355,29 @@ def test_a_sample_within_its_disk_works_and_keep_workspaces_keeps_its_files(disk
         assert not os.path.ismount(workspace)  # a plain folder now, the disk given back
     finally:
         shutil.rmtree(workspace, ignore_errors=True)
+
+
+def test_a_kept_workspace_with_a_fifo_is_kept_and_its_disk_given_back(disk_kind, run):
+    """--keep_workspaces copied a finished sample's workspace off its disk with copytree, which raised on a
+    FIFO: the sample failed (crash_Error, again on every --resume) and its disk, the agent's files on it,
+    stayed in /tmp after the run. Files, folders and links are copied (a FIFO, socket or device is not),
+    and the disk is given back whatever happens. Its twin holds no FIFO."""
+    commands = {"fifo": "mkfifo pipe; head -c 20000000 /dev/zero > big; echo done", "twin": "echo hi > a"}
+    entries = [{"prompt": f"{name} [mock command={quote(command, safe='')}]"} for name, command in commands.items()]
+    flags = ("--distribution=terminal_only", f"--environment={disk_kind}", "--max_disk_mb=64", "--num_workers=1")
+    result = run(entries, *flags, "--keep_workspaces")  # a process: its free disks go when it ends
+    prefix = workspace_prefix(EnvironmentSettings(run_dir=str(result.run_dir.resolve())))
+    left = glob.glob(os.path.join(glob.escape(tempfile.gettempdir()), glob.escape(prefix) + "*"))
+    try:
+        assert result.code == 0 and not result.jsonl("errors.jsonl"), result.stdout + result.stderr
+        assert sorted(source(row)["prompt"].split()[0] for row in result.trajectories) == ["fifo", "twin"]
+        assert [folder for folder in left if "-disk-" in folder] == []  # no image, no mount, after the run
+        kept = {name: os.path.join(folder, name) for folder in left for name in os.listdir(folder)}
+        assert os.path.getsize(kept["big"]) == 20000000 and Path(kept["a"]).read_text() == "hi\n", kept
+        assert "pipe" not in kept and not any(os.path.ismount(folder) for folder in left)
+    finally:
+        for folder in left:
+            shutil.rmtree(folder, ignore_errors=True)
 
 
 async def _tmp_on_disk(env_settings) -> list:

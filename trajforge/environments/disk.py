@@ -22,6 +22,7 @@ import fcntl
 import functools
 import os
 import shutil
+import stat
 import struct
 import subprocess
 import tempfile
@@ -154,8 +155,11 @@ def take(settings: EnvironmentSettings, prefix: str) -> Disk:
     rather than run unbounded."""
     size = settings.limits.max_disk_mb
     free = _free.setdefault((settings.run_tag, size), [])
-    while free:
-        disk = free.pop()
+    while True:
+        try:
+            disk = free.pop()  # one step (another thread may take the last image between a test and a pop)
+        except IndexError:
+            break
         if os.path.ismount(disk.root):  # a later run of this process (--rescore) may have removed it as a leftover
             return disk
         disk.drop()
@@ -165,8 +169,12 @@ def take(settings: EnvironmentSettings, prefix: str) -> Disk:
     try:
         os.mkdir(disk.root)
         os.mkdir(disk.tests, 0o711)
-        with open(image, "wb") as handle:
-            handle.truncate(size * MB)
+        # 0600: the image holds the sample's files raw, for no other user of the host to read
+        fd = os.open(image, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+        try:
+            os.ftruncate(fd, size * MB)
+        finally:
+            os.close(fd)
         inodes = str(max(size * MB // INODE_BYTES, 64))
         argv = [str(MKFS), *MKFS_OPTIONS, "-N", inodes, image]
         done = subprocess.run(argv, capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
@@ -216,13 +224,25 @@ def _opened(path: str):
         os.close(fd)
 
 
+def copy_files(source: str, target: str) -> None:
+    """The files, folders and symlinks below `source` copied into `target` (--keep_workspaces); a FIFO,
+    socket or device is left out: copying one blocks, fails or reads a device, and none is a file of the work."""
+    shutil.copytree(source, target, symlinks=True, dirs_exist_ok=True, ignore=_special)
+
+
+def _special(folder: str, names: list[str]) -> set[str]:
+    """Those of `names` in `folder` that are neither a regular file, a folder nor a symlink."""
+    kinds = (stat.S_ISREG, stat.S_ISDIR, stat.S_ISLNK)
+    return {name for name in names if not any(kind(os.lstat(os.path.join(folder, name)).st_mode) for kind in kinds)}
+
+
 def keep_workspaces_below(prefix: str) -> None:
     """Before a killed run's disks are unmounted (--keep_workspaces): each workspace bound on one becomes
     a plain folder holding its files."""
     for point, kind in tmpfs.mounted_below(prefix):
         if kind == "ext4" and os.path.basename(point) != "fs":  # a workspace, not a disk itself
             copy = tempfile.mkdtemp(prefix=point + "-kept-")
-            shutil.copytree(point, copy, symlinks=True, dirs_exist_ok=True)
+            copy_files(point, copy)
             tmpfs.unmount(point)
             for entry in os.listdir(copy):
                 os.rename(os.path.join(copy, entry), os.path.join(point, entry))

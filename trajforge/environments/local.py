@@ -430,10 +430,12 @@ class LocalEnvironment(CommandEnvironment):
         """The workspace's path unbound (with --keep_workspaces, the files copied there), the disk given back."""
         assert self.disk is not None
         tmpfs.unmount(self.workspace)
-        if self.settings.keep_workspaces and os.path.isdir(self.disk_workspace):  # not after remove_leftovers
-            shutil.copytree(self.disk_workspace, self.workspace, symlinks=True, dirs_exist_ok=True)
-        disk.give_back(self.disk, self.settings)
-        self.disk = None
+        try:
+            if self.settings.keep_workspaces and os.path.isdir(self.disk_workspace):  # not after remove_leftovers
+                disk.copy_files(self.disk_workspace, self.workspace)
+        finally:
+            disk.give_back(self.disk, self.settings)
+            self.disk = None
 
 
 class LocalBackend(Backend):
@@ -459,6 +461,7 @@ class LocalBackend(Backend):
         with ThreadPoolExecutor(REMOVERS) as pool:
             # Unmounted first (bwrap's /tmp, the samples' disks), then their folders removed.
             list(pool.map(tmpfs.unmount, [point for point, _ in tmpfs.mounted_below(mounted)]))
-            if not settings.keep_workspaces:
-                folders = glob.glob(os.path.join(tempfile.gettempdir(), glob.escape(workspace_prefix(settings)) + "*"))
-                list(pool.map(functools.partial(shutil.rmtree, ignore_errors=True), folders))
+            # The disks' images go in any case (kept workspaces were copied off theirs first).
+            kept = "disk-*" if settings.keep_workspaces else "*"
+            folders = glob.glob(os.path.join(tempfile.gettempdir(), glob.escape(workspace_prefix(settings)) + kept))
+            list(pool.map(functools.partial(shutil.rmtree, ignore_errors=True), folders))
