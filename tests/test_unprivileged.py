@@ -486,6 +486,47 @@ def test_hidden_tests_are_written_whatever_room_the_agent_left_on_its_disk(disk_
     assert wrong["passed"] is False and not wrong["error"], wrong  # failed by its test, not by the disk
 
 
+TASK_REPO = (
+    "git init -q . && mkdir tests && echo 'grep -qx 42 answer.txt' > tests/check.sh && git add tests"
+    " && git -c user.email=a@b -c user.name=a commit -qm task && echo 42 > answer.txt"
+)
+# 30,000 entries of a file not in the work tree, marked skip-worktree: an index of 8 MB, which git must
+# write again to unmark them.
+BIG_MARKED_INDEX = (
+    " && b=$(git hash-object -w tests/check.sh)"
+    " && awk -v b=$b 'BEGIN { for (i = 0; i < 30000; i++) printf \"100644 %s\\tpad/%0200d\\n\", b, i }'"
+    " | git update-index --index-info && git ls-files -z pad | git update-index -z --skip-worktree --stdin"
+)
+TAMPER = " && printf 'true\\n' > tests/check.sh"
+FILL_DISK = "; head -c 40000000 /dev/zero > big; df -P . | tail -1"
+
+
+def test_a_marked_index_the_clean_room_cannot_rewrite_on_a_full_disk_fails_the_verification(disk_kind, run_here):
+    """The agent hides its tampered tests/check.sh from git (skip-worktree) in an index of 8 MB and fills its
+    disk: the clean room's git could not write the index again (1 MB given back), the marks stayed, the
+    scan said nothing (its status its last step's), and `git diff --exit-code` passed over the file:
+    reward 1.0. The clean room fails closed now. Twins on a full disk: the same tampering unmarked is seen
+    by git diff (failed, no error); an honest solution passes."""
+    agents = {
+        "hidden": TASK_REPO + BIG_MARKED_INDEX + TAMPER + " && git update-index --skip-worktree tests/check.sh",
+        "seen": TASK_REPO + TAMPER,
+        "honest": TASK_REPO,
+    }
+    verify = "git diff --no-ext-diff --no-textconv --exit-code HEAD -- tests/ >/dev/null && sh tests/check.sh"
+    entries = [
+        {"prompt": f"{name} [mock command={quote(agent + FILL_DISK, safe='')}]", "verify": verify}
+        for name, agent in agents.items()
+    ]
+    flags = ("--distribution=terminal_only", f"--environment={disk_kind}", "--max_disk_mb=32", "--num_workers=1")
+    result = run_here(entries, *flags, batch_size=3)
+    assert result.code == 0, result.stdout + result.stderr
+    rows = {source(row)["prompt"].split()[0]: row for row in result.trajectories}
+    assert all(" 100% " in tool_results(row) for row in rows.values())  # each disk was full
+    hidden, seen, honest = (rows[name]["metadata"]["verification"] for name in agents)
+    assert hidden["passed"] is False and "cannot clean the workspace" in hidden["error"], hidden
+    assert (seen["passed"], seen["error"], honest["passed"]) == (False, "", True), (seen, honest)
+
+
 # A driver that holds a slot's mount namespace (and a sample's network, where pasta is here), as the
 # driver does after listing the MCP servers, then forks a worker as the pool does; it prints the pids.
 DRIVER = """
