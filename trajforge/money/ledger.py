@@ -33,10 +33,6 @@ class LocalLedger:
     async def __call__(self, name: str, *args):
         return await asyncio.get_running_loop().run_in_executor(self._thread, getattr(self.store, name), *args)
 
-    def send(self, name: str, *args) -> None:
-        """A call whose answer nobody waits for (still run in order)."""
-        self._thread.submit(getattr(self.store, name), *args)
-
     async def close(self) -> None:
         await self("close")
         self._thread.shutdown(wait=False)
@@ -83,9 +79,6 @@ class ActorLedger:
         if status == "stop":
             raise stop_for(value)
         return value
-
-    def send(self, name: str, *args) -> None:
-        self.actor.call.remote(self.owner, name, *args)
 
     async def close(self) -> None:
         """The actor's connection is the run's: it stays open."""
