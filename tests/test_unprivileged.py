@@ -535,8 +535,14 @@ from trajforge.environments import bwrap, mountns, netns
 held = [mountns.SlotMounts(mountns.holder_argv(bwrap.system_mounts(), [sys.argv[1]])).open()]
 if sys.argv[2] == "network":
     held.append(netns.SampleNetwork().open())
-worker = multiprocessing.get_context("fork").Process(target=time.sleep, args=(120,), daemon=True)
+def work(ready):
+    ready.set()  # after the fork's hooks: what the worker holds from now on is what it keeps
+    time.sleep(120)
+fork = multiprocessing.get_context("fork")
+ready = fork.Event()
+worker = fork.Process(target=work, args=(ready,), daemon=True)
 worker.start()
+ready.wait(60)
 print(worker.pid, *((getattr(h, "holder", None) or h.pasta).pid for h in held), flush=True)
 time.sleep(120)
 """
@@ -573,7 +579,7 @@ def test_a_forked_worker_holds_no_holder_s_pipe_and_holders_die_with_a_killed_dr
         assert not held & {target for target in pipes if target.startswith("pipe:")}, (held, pipes)
         driver.kill()  # as kill -9 does: no atexit, no close
         driver.wait()
-        wait_for(lambda: not any(map(_alive, holders)), 10, "the holders to end")
+        wait_for(lambda: not any(map(_alive, holders)), 30, "the holders to end")
         assert _alive(worker)  # the honest twin: the worker lives on, and does not keep them
     finally:
         driver.kill()
@@ -608,17 +614,20 @@ def test_a_run_waits_while_its_folder_s_disk_is_low_and_goes_on_when_there_is_ro
     try:
         (out / "filler").write_bytes(bytes(48 * 2**20))
         command = run.command([{"prompt": "one"}, {"prompt": "two"}], "--min_free_disk_mb=32", "--environment=local")
-        proc = subprocess.Popen(command, cwd=run.tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        said = run.tmp_path / "stderr"
+        warning = f"the run folder's disk ({out / 'run'}) has less than 32 MB free (--min_free_disk_mb)"
+        with said.open("w") as stderr_file:
+            proc = subprocess.Popen(command, cwd=run.tmp_path, stdout=subprocess.DEVNULL, stderr=stderr_file)
         try:
-            wait_for(lambda: (out / "run" / "run.json").exists(), what="the run to start")
-            time.sleep(3)  # a worker would have sent its first request by now
-            assert server.attempts["one"] == server.attempts["two"] == 0 and proc.poll() is None
+            wait_for(lambda: warning in said.read_text() or proc.poll() is not None, what="the low-disk warning")
+            time.sleep(1)  # a worker that did not wait would send its first request meanwhile
+            assert server.attempts["one"] == server.attempts["two"] == 0 and proc.poll() is None, said.read_text()
             (out / "filler").unlink()
-            _, stderr = proc.communicate(timeout=120)
+            proc.wait(timeout=120)
         finally:
             proc.kill()
+        stderr = said.read_text()
         assert proc.returncode == 0, stderr
-        warning = f"the run folder's disk ({out / 'run'}) has less than 32 MB free (--min_free_disk_mb)"
         assert stderr.count(warning) == 1, stderr
         assert len((out / "run" / "trajectories.jsonl").read_text().splitlines()) == 2
     finally:
