@@ -19,7 +19,7 @@ from test_environments import _available, make_settings, sync
 
 from trajforge.environments import backend_for
 from trajforge.environments.limits import RUNNER, Limits, confined, unenforced
-from trajforge.environments.local import TERM_GRACE
+from trajforge.environments.local import ROOT_LOCAL_VERIFIED, TERM_GRACE
 from trajforge.tools.transfer import read_bytes
 
 
@@ -213,6 +213,18 @@ def test_a_daemon_that_leaves_its_sample_s_cgroup_is_gone_before_verification(ru
     for row in rows.values():
         assert row["metadata"]["verification"]["passed"] is True, row["metadata"]["verification"]
     assert not running_with(leaver) and not running_with(stayer)
+    assert result.stderr.count(ROOT_LOCAL_VERIFIED) == 1, result.stderr  # a daemon that drops its marker too lives on
+
+
+def test_a_root_runner_s_verified_local_run_says_where_its_clean_room_ends(run_here):
+    """The daemon above also dropping its marker (env -i) would live into the verification: a root runner's
+    local run that verifies says so at start; one that verifies nothing does not (the twin)."""
+    if os.geteuid() != 0:
+        pytest.skip("only a root runner's command can leave its cgroup")
+    verified = run_here([{"prompt": "hi", "verify": "true"}], "--environment=local", run_name="verified")
+    plain = run_here([{"prompt": "hi"}], "--environment=local", run_name="plain")
+    assert verified.code == plain.code == 0, verified.stderr + plain.stderr
+    assert verified.stderr.count(ROOT_LOCAL_VERIFIED) == 1 and ROOT_LOCAL_VERIFIED not in plain.stderr
 
 
 LINGERING_TOOL = '''

@@ -38,6 +38,12 @@ from trajforge.tail import CappedOutput
 COMMAND_VARIABLES = {"LANG": "C.UTF-8", "TERM": "dumb", "PYTHONUNBUFFERED": "1"}
 # The system's, not the runner's: a virtualenv's bin or pyenv shims first would hand commands our Python.
 SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+# Said at the start of a root runner's verified local run: its cgroup and its marker end a sample's processes
+# before verification, but a root command may leave the one and drop the other (env -i).
+ROOT_LOCAL_VERIFIED = (
+    "--environment=local as root: a command that leaves its sample's cgroup and drops its marker (env -i) can "
+    "live on into the verification and change what it checks; verify with bwrap or docker (docs/sandbox.md)"
+)
 TERM_GRACE = 2.0  # seconds a timed-out command's processes get to end after SIGTERM, before SIGKILL
 # Threads that remove a run's leftovers: a worker slot's disk (unmounted, its image deleted) is mostly
 # waiting on the kernel, and a run's end leaves one per slot, hundreds.

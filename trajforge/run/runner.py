@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
 import sys
 import threading
@@ -17,6 +18,7 @@ from rich.markup import escape
 import toolset_distributions
 from trajforge.environments import backend_class, disk, prepare_run, removing_leftovers, userns
 from trajforge.environments.limits import unenforced
+from trajforge.environments.local import ROOT_LOCAL_VERIFIED
 from trajforge.errors import UsageError
 from trajforge.events import (
     DiskLow,
@@ -135,6 +137,9 @@ class BatchRunner:
                 self.warn(warning)
         if any("tests" in entry.data for entry in entries) and not userns.has_two_uids(environment.kind):
             self.warn(userns.one_uid_warning(environment.kind))
+        verified = config.verify.verifier or any({"verify", "tests"} & set(entry.data) for entry in entries)
+        if kind == "local" and verified and os.geteuid() == 0:
+            self.warn(ROOT_LOCAL_VERIFIED)
         if config.mcp_servers:  # what they offer, asked once, before anything else of the run starts
             self.config = config = replace(config, mcp_listing=mcp.started(config.mcp_servers, environment))
         wanted = [*toolset_distributions.weights(config.distribution), *config.own_toolsets]
