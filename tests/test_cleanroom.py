@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import secrets
+import shlex
 from urllib.parse import quote
 
 import pytest
@@ -369,6 +370,26 @@ def test_no_command_makes_a_user_namespace_of_its_own_yet_threads_and_children_w
 
 
 DIFF = "git diff --no-ext-diff --no-textconv --exit-code"
+# The index entry of check.txt gets the file's own lstat data and the task's blob id (its mtime set back first,
+# so that the entry is not racily clean): git trusts an entry whose stat data matches its file and never
+# reads the file.
+STAT_LIE = r"""import os, struct, subprocess
+blob = bytes.fromhex(subprocess.check_output(["git", "rev-parse", "HEAD:check.txt"]).decode().strip())
+os.utime("check.txt", (1e9, 1e9))
+st = os.lstat("check.txt")
+d = bytearray(open(".git/index", "rb").read())
+off = 12
+for _ in range(struct.unpack(">I", d[8:12])[0]):
+    n = struct.unpack(">H", d[off + 60 : off + 62])[0] & 0xFFF
+    if d[off + 62 : off + 62 + n] == b"check.txt":
+        mode = struct.unpack(">I", d[off + 24 : off + 28])[0]
+        stat = (st.st_ctime_ns // 10**9, st.st_ctime_ns % 10**9, st.st_mtime_ns // 10**9, st.st_mtime_ns % 10**9)
+        stat += (st.st_dev & 0xFFFFFFFF, st.st_ino & 0xFFFFFFFF, mode, st.st_uid, st.st_gid, st.st_size)
+        d[off : off + 60] = struct.pack(">10I", *stat) + blob
+    off += (62 + n + 8) // 8 * 8
+open(".git/index.new", "wb").write(d)
+os.replace(".git/index.new", ".git/index")"""
+LIE = f"python3 -c {shlex.quote(STAT_LIE)}"
 # Issue 31, scope 5: how an agent hides a change from the git of a verify command, and the honest twin of
 # each: (what the agent does in the task's repository, the twin, the verify command). Passing is "nothing
 # changed" (or nothing new), so each attack passed before the clean room undid its hiding.
@@ -385,6 +406,12 @@ HIDDEN_FROM_GIT = {
         " && mkdir .git/index.lock && touch .git/config.lock .git/HEAD.lock",
         "mkdir .git/index.lock && touch .git/config.lock .git/HEAD.lock",
         f"{DIFF} HEAD",
+    ),
+    "stat_lie": (f"echo tampered > check.txt && {LIE}", LIE, f"{DIFF} HEAD"),
+    "staged": (  # the index is the agent's as it staged it: what the clean room does to it keeps that
+        "echo tampered > check.txt && git add check.txt && echo pristine > check.txt",
+        "true",
+        f"{DIFF} --cached HEAD",
     ),
     "against_head": (  # the same, asked against the commit
         "echo tampered > check.txt && git update-index --assume-unchanged check.txt",

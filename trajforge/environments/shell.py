@@ -148,25 +148,26 @@ common() {
   case "$c" in /*) ;; *) c=$1/$c ;; esac
   if c=$(readlink -f -- "$c") && [ -d "$c" ] && inside "$c"; then own "$c"; else drop "$1/commondir"; fi
 }
-# The index's entries marked assume-unchanged or skip-worktree, which `git diff` and `git status` pass over,
-# lose the mark (`git ls-files -v` tags them h, s or S; NUL and newline swapped so that sed reads a path a
-# line; where none is marked, one look). The config, hooks included, is the runner's by now, and GIT_ENV holds.
-# Each stage of the pipe says when it fails (on fd 3, read by $(...)), and a second look must find no mark:
-# a git that could not write the index (a full disk) leaves one, and the scan fails.
-marked() {
-  v=$(cd / && GIT_DIR=$1 git ls-files -v) || exit 1
-  printf '%s\n' "$v" | grep -q '^[hsS] '
-}
+# The index is written again with no stat data of the agent's: git trusts an entry whose stat data matches
+# its file and uses the entry's blob id without reading the file, so an entry holding the file's own lstat
+# data and the task's blob id hid a change. Every entry is given again (`ls-files -s | --index-info`: its
+# mode, blob id, stage and path kept, so what the agent staged stays staged) with zero stat data, which no
+# file matches (its ctime is never 0), and without the assume-unchanged and skip-worktree marks, which git
+# passes over (`ls-files -v` tags them h, s or S). A split index is joined first: entries of its shared
+# part that are given unchanged would keep their stat data. A sparse index is expanded by a git whose
+# config (the runner's) has no sparse checkout. The config, hooks included, is the runner's by now, and
+# GIT_ENV holds. Each stage of the pipe says when it fails (on fd 3, read by $(...)), and a second look
+# must find no mark and no ctime but 0:0: a git that could not write the index (a full disk) leaves them,
+# and the scan fails.
 unmark() {
   [ -f "$1/index" ] && command -v git >/dev/null || return 0
-  marked "$1" || return 0
-  for flag in --no-assume-unchanged --no-skip-worktree; do
-    failed=$( { { (cd / && GIT_DIR=$1 git ls-files -v -z) || echo x >&3; } | { tr '\n\0' '\0\n' || echo x >&3; } \
-      | { sed -n 's/^[hsS] //p' || echo x >&3; } | { tr '\n\0' '\0\n' || echo x >&3; } \
-      | { (cd / && GIT_DIR=$1 git update-index -z "$flag" --stdin) >&2 || echo x >&3; }; } 3>&1 )
-    [ -z "$failed" ] || exit 1
-  done
-  if marked "$1"; then echo "an entry of ${1#"$root"/}/index is still marked for git to pass over" >&2; exit 1; fi
+  (cd / && GIT_DIR=$1 git update-index --no-split-index) >&2 || exit 1
+  failed=$( { { (cd / && GIT_DIR=$1 git ls-files -s -z) || echo x >&3; } \
+    | { (cd / && GIT_DIR=$1 git update-index -z --index-info) >&2 || echo x >&3; }; } 3>&1 )
+  [ -z "$failed" ] || exit 1
+  v=$(cd / && GIT_DIR=$1 git ls-files -v --debug) || exit 1
+  left=$(printf '%s\n' "$v" | grep -e '^[hsS] ' -e '^  ctime: ' | grep -v '^  ctime: 0:0$')
+  if [ -n "$left" ]; then echo "an entry of ${1#"$root"/}/index kept a mark or stat data" >&2; exit 1; fi
 }
 neutral() { own "$1"; common "$1"; unmark "$1"; }
 for f; do
