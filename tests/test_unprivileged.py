@@ -11,6 +11,7 @@ import json
 import os
 import resource
 import shutil
+import stat
 import subprocess
 import sys
 import tempfile
@@ -378,6 +379,86 @@ def test_a_kept_workspace_with_a_fifo_is_kept_and_its_disk_given_back(disk_kind,
     finally:
         for folder in left:
             shutil.rmtree(folder, ignore_errors=True)
+
+
+KEEP_ATTACK = (
+    "cp /bin/sh suid && chmod 4755 suid && cp /bin/sh sgid && chmod 6755 sgid && mkdir -m 3777 sticky && "
+    "truncate -s 300M sparse && head -c 20000000 /dev/zero > big && ln big big2 && mkdir d && ln big d/big3 && "
+    "ls -ln"
+)
+KEEP_TWIN = "echo hi > a && chmod 640 a && echo true > run.sh && chmod 755 run.sh && mkdir t && ln -s ../a t/l"
+
+
+def test_a_kept_workspace_gives_the_host_no_more_than_its_disk_held(disk_kind, run):
+    """--keep_workspaces copied a workspace off its disk with copytree, as root onto the host's /tmp: a
+    setuid or setgid file the agent made became root's and kept its bit (-rwsr-xr-x root: a setuid root
+    shell on the host), a sparse file of 300 MB on a 64 MB disk took 300 MB of the host, and each hard link
+    of a file a copy of its own. Now each copy is its source's owner with its permission bits alone, holes
+    stay holes, links one file. Its twin's files are kept as they were."""
+    commands = {"attack": KEEP_ATTACK, "twin": KEEP_TWIN}
+    entries = [{"prompt": f"{name} [mock command={quote(command, safe='')}]"} for name, command in commands.items()]
+    flags = ("--distribution=terminal_only", f"--environment={disk_kind}", "--max_disk_mb=64", "--num_workers=1")
+    result = run(entries, *flags, "--keep_workspaces")
+    prefix = workspace_prefix(EnvironmentSettings(run_dir=str(result.run_dir.resolve())))
+    left = glob.glob(os.path.join(glob.escape(tempfile.gettempdir()), glob.escape(prefix) + "*"))
+    owner = host_user() if disk_kind == "bwrap" else os.getuid()  # the agent's files' owner on the host
+    try:
+        assert result.code == 0 and not result.jsonl("errors.jsonl"), result.stdout + result.stderr
+        assert "left out" not in result.stderr, result.stderr
+        kept = {name: os.path.join(folder, name) for folder in left for name in os.listdir(folder)}
+        seen = {name: os.lstat(path) for name, path in kept.items()}
+        for name in ("suid", "sgid", "sticky"):  # no setuid, setgid or sticky bit, and the agent's, not root's
+            assert stat.S_IMODE(seen[name].st_mode) == (0o777 if name == "sticky" else 0o755), (name, seen[name])
+            assert (seen[name].st_uid, seen[name].st_gid) == (owner, owner), (name, seen[name])
+        assert seen["sparse"].st_size == 300 * 2**20 and seen["sparse"].st_blocks < 64, seen["sparse"]
+        assert seen["big"].st_size == 20000000 and seen["big"].st_nlink == 3, seen["big"]
+        linked = {seen["big2"].st_ino, os.stat(os.path.join(kept["d"], "big3")).st_ino}
+        assert linked == {seen["big"].st_ino}
+        assert Path(kept["a"]).read_text() == "hi\n" and stat.S_IMODE(seen["a"].st_mode) == 0o640
+        assert stat.S_IMODE(seen["run.sh"].st_mode) == 0o755 and seen["a"].st_uid == owner
+        assert os.readlink(os.path.join(kept["t"], "l")) == "../a" and Path(kept["t"], "l").read_text() == "hi\n"
+        for folder in left:  # the kept folder itself: the runner's alone, as it was made
+            assert (os.stat(folder).st_uid, stat.S_IMODE(os.stat(folder).st_mode)) == (os.getuid(), 0o700)
+    finally:
+        for folder in left:
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_a_kept_copy_stops_at_its_disk_s_size_and_says_so(tmp_path):
+    """The data a copy off a disk writes stops at the disk's size, whatever its folders reach (here a
+    bind mount below a disk of 1 MB holds 3 MB): the rest is left out and said in the notes the run
+    prints, what was copied kept. Its twin: the same disk without the mount, copied whole, no note."""
+    if not tmpfs.possible():
+        pytest.skip("mounting needs the host's root")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "big").write_bytes(b"x" * 3 * 2**20)
+    copies = {}
+    for case in ("attack", "twin"):
+        source, target = tmp_path / case, tmp_path / f"{case}-kept"
+        source.mkdir()
+        target.mkdir(mode=0o700)
+        assert tmpfs.mount(str(source), 1, None)
+        try:
+            (source / "a").write_bytes(b"a" * 1000)
+            (source / "m").mkdir()
+            (source / "z").write_text("z")
+            if case == "attack":
+                subprocess.run(["mount", "--bind", str(outside), str(source / "m")], check=True)
+            try:
+                disk.copy_files(str(source), str(target))
+            finally:
+                tmpfs.unmount(str(source / "m"))
+        finally:
+            tmpfs.unmount(str(source))
+        copies[case] = (sorted(str(path.relative_to(target)) for path in target.rglob("*")), disk.take_notes())
+    files, notes = copies["attack"]
+    assert files == ["a", "m"] and (tmp_path / "attack-kept" / "a").read_bytes() == b"a" * 1000, files
+    assert notes == [
+        f"--keep_workspaces: 2 entries of the workspace kept in {tmp_path / 'attack-kept'} left out: "
+        "their data passed the size of the sample's disk (--max_disk_mb)"
+    ], notes
+    assert copies["twin"] == (["a", "m", "z"], [])
 
 
 async def _tmp_on_disk(env_settings) -> list:

@@ -131,6 +131,13 @@ class DiskLow:
 
 
 @dataclass(frozen=True)
+class Warned:
+    """A warning of a worker's for the run to print once (a kept workspace left partly out: disk.py)."""
+
+    text: str
+
+
+@dataclass(frozen=True)
 class LogLine:
     """A --verbose line to print as is."""
 
@@ -138,4 +145,4 @@ class LogLine:
 
 
 PromptEnded = PromptDone | PromptFailed | RunRefused
-Event = Claimed | SampleStarted | PromptEnded | Retrying | SampleSkipped | PromptStopped | LogLine | DiskLow
+Event = Claimed | SampleStarted | PromptEnded | Retrying | SampleSkipped | PromptStopped | LogLine | DiskLow | Warned

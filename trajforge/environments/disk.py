@@ -225,15 +225,147 @@ def _opened(path: str):
 
 
 def copy_files(source: str, target: str) -> None:
-    """The files, folders and symlinks below `source` copied into `target` (--keep_workspaces); a FIFO,
-    socket or device is left out: copying one blocks, fails or reads a device, and none is a file of the work."""
-    shutil.copytree(source, target, symlinks=True, dirs_exist_ok=True, ignore=_special)
+    """The files, folders and symlinks below `source` (a sample's disk) copied into `target`, a folder of
+    the runner's that no other user can enter (--keep_workspaces). The runner is root and its copies land
+    on the host's disk, so a copy gives the host no more than the disk held: each entry is its source's
+    uid and gid with its permission bits alone (no setuid, setgid or sticky bit, no extended attribute),
+    holes stay holes, hard links stay one file, and the data written stops at the disk's size. No symlink
+    is followed and every entry is opened below its folder's descriptor: a name swapped meanwhile is
+    copied as what it is or left out, never written through. A FIFO, socket or device is left out:
+    copying one blocks, fails or reads a device, and none is a file of the work. What is left out beyond
+    the disk's size or could not be copied is said in disk.notes (`take_notes`), the rest kept."""
+    disk = os.statvfs(source)
+    size = disk.f_blocks * disk.f_frsize
+    copy = _Copy(size)
+    src, dst = (os.open(path, DIRECTORY) for path in (source, target))
+    copy.root = dst
+    try:
+        copy.folder(src, dst, ())
+    finally:
+        os.close(src)
+        os.close(dst)
+    if copy.left_out:
+        why = "their data passed the size of the sample's disk (--max_disk_mb)" if copy.room < 0 else "not copied"
+        notes.append(f"--keep_workspaces: {copy.left_out} entries of the workspace kept in {target} left out: {why}")
 
 
-def _special(folder: str, names: list[str]) -> set[str]:
-    """Those of `names` in `folder` that are neither a regular file, a folder nor a symlink."""
-    kinds = (stat.S_ISREG, stat.S_ISDIR, stat.S_ISLNK)
-    return {name for name in names if not any(kind(os.lstat(os.path.join(folder, name)).st_mode) for kind in kinds)}
+DIRECTORY = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+CHUNK = MB
+MAX_DEPTH = 128  # folders in folders copied (two descriptors open per level); deeper ones are left out
+notes: list[str] = []  # what this process's copies left out, for the run to say (take_notes)
+
+
+def take_notes() -> list[str]:
+    """The notes since the last call (the worker sends them to the driver after each sample)."""
+    taken = notes[:]
+    del notes[: len(taken)]
+    return taken
+
+
+class _Full(Exception):
+    """The copy has written the disk's size."""
+
+
+class _Copy:
+    def __init__(self, room: int):
+        self.room = room  # bytes still to write; negative once the copy stopped there
+        self.root = -1  # the target's descriptor: hard links are made relative to it
+        self.links: dict[tuple[int, int], str] = {}  # (dev, ino) of a linked source: its first copy's path
+        self.left_out = 0
+
+    def folder(self, src: int, dst: int, path: tuple[str, ...]) -> None:
+        """What `src` holds copied into `dst` (at `path` below the target)."""
+        for name in sorted(os.listdir(src)):
+            if self.room < 0:
+                self.left_out += 1
+                continue
+            try:
+                self.entry(src, dst, name, (*path, name))
+            except _Full:
+                self.room = -1
+                self.left_out += 1
+            except OSError:
+                self.left_out += 1
+
+    def entry(self, src: int, dst: int, name: str, path: tuple[str, ...]) -> None:
+        info = os.stat(name, dir_fd=src, follow_symlinks=False)
+        if stat.S_ISREG(info.st_mode):
+            self.file(src, dst, name, path)
+        elif stat.S_ISDIR(info.st_mode):
+            if len(path) > MAX_DEPTH:
+                raise OSError(errno.ELOOP, "folders too deep")
+            self.subfolder(src, dst, name, path)
+        elif stat.S_ISLNK(info.st_mode):  # copied as a link (else a FIFO, socket or device: left out)
+            os.symlink(os.readlink(name, dir_fd=src), name, dir_fd=dst)
+            os.chown(name, info.st_uid, info.st_gid, dir_fd=dst, follow_symlinks=False)
+            os.utime(name, ns=(info.st_atime_ns, info.st_mtime_ns), dir_fd=dst, follow_symlinks=False)
+
+    def subfolder(self, src: int, dst: int, name: str, path: tuple[str, ...]) -> None:
+        inner = os.open(name, DIRECTORY, dir_fd=src)
+        try:
+            os.mkdir(name, 0o700, dir_fd=dst)
+            made = os.open(name, DIRECTORY, dir_fd=dst)
+            try:
+                self.folder(inner, made, path)
+                _settle(made, os.fstat(inner))  # only now another uid's: nothing more is written in it
+            finally:
+                os.close(made)
+        finally:
+            os.close(inner)
+
+    def file(self, src: int, dst: int, name: str, path: tuple[str, ...]) -> None:
+        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC, dir_fd=src)
+        try:
+            info = os.fstat(fd)
+            if not stat.S_ISREG(info.st_mode):  # swapped for something else since it was listed
+                return
+            key = (info.st_dev, info.st_ino)
+            if info.st_nlink > 1 and key in self.links:
+                os.link(self.links[key], name, src_dir_fd=self.root, dst_dir_fd=dst, follow_symlinks=False)
+                return
+            out = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=dst)
+            try:
+                self.data(fd, out, info.st_size)
+                _settle(out, info)
+            except BaseException:
+                os.unlink(name, dir_fd=dst)  # no part of a file: it is kept whole or not at all
+                raise
+            finally:
+                os.close(out)
+            if info.st_nlink > 1:
+                self.links[key] = os.path.join(*path)
+        finally:
+            os.close(fd)
+
+    def data(self, src: int, out: int, size: int) -> None:
+        """The data of `src` written at its offsets in `out`, its holes left holes; _Full past the room."""
+        offset = 0
+        while offset < size:
+            try:
+                start = os.lseek(src, offset, os.SEEK_DATA)
+            except OSError as exc:
+                if exc.errno != errno.ENXIO:  # ENXIO: no data after `offset`
+                    raise
+                break
+            end = os.lseek(src, start, os.SEEK_HOLE)
+            while start < end:
+                chunk = os.pread(src, min(CHUNK, end - start), start)
+                if not chunk:
+                    break
+                self.room -= len(chunk)
+                if self.room < 0:
+                    raise _Full
+                os.pwrite(out, chunk, start)
+                start += len(chunk)
+            offset = end
+        os.ftruncate(out, size)
+
+
+def _settle(fd: int, info: os.stat_result) -> None:
+    """The copy at `fd` given its source's owner, permission bits (no setuid, setgid, sticky) and times."""
+    os.fchown(fd, info.st_uid, info.st_gid)
+    os.fchmod(fd, stat.S_IMODE(info.st_mode) & 0o777)
+    os.utime(fd, ns=(info.st_atime_ns, info.st_mtime_ns))
 
 
 def keep_workspaces_below(prefix: str) -> None:

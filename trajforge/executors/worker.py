@@ -24,7 +24,7 @@ from toolset_distributions import sample_rng, sample_toolsets
 from trajectory import verification_passed
 from trajforge.agent.loop import PromptLimits
 from trajforge.caller import Caller
-from trajforge.environments import backend_for
+from trajforge.environments import backend_for, disk
 from trajforge.errors import SetupError, SetupFailed
 from trajforge.events import (
     Claimed,
@@ -38,6 +38,7 @@ from trajforge.events import (
     RunRefused,
     SampleSkipped,
     SampleStarted,
+    Warned,
 )
 from trajforge.executors.passes import PassCounts
 from trajforge.model.chat import ChatModel
@@ -213,6 +214,8 @@ class Worker:
             error = replace(error, message=self.services.redact(error.message))  # error bodies may echo the request
             self.events.put(PromptFailed(index, batch_num, error, sample))
         finally:
+            for text in disk.take_notes():  # what the sample's --keep_workspaces copy left out
+                self.events.put(Warned(text))
             if self.files:
                 self.files.finish(batch_num)
 

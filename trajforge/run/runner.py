@@ -32,6 +32,7 @@ from trajforge.events import (
     RunRefused,
     SampleSkipped,
     SampleStarted,
+    Warned,
 )
 from trajforge.executors.pool import WIND_DOWN, ProcessPool
 from trajforge.executors.ray_pool import RayPool
@@ -177,6 +178,8 @@ class BatchRunner:
         finally:
             if self.leftovers is not None:
                 self.leftovers.join()
+            for text in disk.take_notes():  # a killed run's kept workspaces (remove_leftovers, in this process)
+                self.warn(text)
 
     def prepare(self, entries: list[Entry], started: float) -> Prepared:
         """Before any worker starts: the plan, run.json, the batches, the checkpoint's state, the budget."""
@@ -353,6 +356,8 @@ class BatchRunner:
                         match event:
                             case LogLine(text=text):
                                 view.log(text)
+                            case Warned(text=text):
+                                self.warn(text)
                             case Retrying():
                                 view.retrying(event)
                             case SampleStarted(unit=unit):
