@@ -335,6 +335,8 @@ class LocalEnvironment(CommandEnvironment):
             disk.reserve(self.disk_verify)  # the verification's room, before the agent could fill the disk
             self.disk.attach(self.disk_workspace, self.workspace)
         self.cwd = workspace_cwd(self.workspace, self.asked_cwd, self.absolute_cwd)
+        if os.path.commonpath([self.cwd, self.workspace]) == self.workspace:  # a folder of the host's is not new
+            self.agent_since = int(time.time()) - 1  # a second early: a file's ctime is a coarse clock's
         os.makedirs(self.cwd, exist_ok=True)
         self.env = {**command_env(self.workspace, self._tmpdir()), PROMPT_MARKER: self.token}
         self.cgroup.make()

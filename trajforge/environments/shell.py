@@ -146,7 +146,8 @@ common() {
   [ -e "$1/commondir" ] || [ -L "$1/commondir" ] || return 0
   c=$(named "$1/commondir" "") || { drop "$1/commondir"; return 0; }
   case "$c" in /*) ;; *) c=$1/$c ;; esac
-  if c=$(readlink -f -- "$c") && [ -d "$c" ] && inside "$c"; then own "$c"; else drop "$1/commondir"; fi
+  if c=$(readlink -f -- "$c") && [ -d "$c" ] && inside "$c"; then own "$c"; verify_objects "$c"
+  else drop "$1/commondir"; fi
 }
 # The index is written again with no stat data of the agent's: git trusts an entry whose stat data matches
 # its file and uses the entry's blob id without reading the file, so an entry holding the file's own lstat
@@ -169,7 +170,63 @@ unmark() {
   left=$(printf '%s\n' "$v" | grep -e '^[hsS] ' -e '^  ctime: ' | grep -v '^  ctime: 0:0$')
   if [ -n "$left" ]; then echo "an entry of ${1#"$root"/}/index kept a mark or stat data" >&2; exit 1; fi
 }
-neutral() { own "$1"; common "$1"; unmark "$1"; }
+# Git checks that a commit's and its root tree's file hash to their ids when it parses them, not the trees
+# it walks below: a loose object of the agent's under the id of HEAD:tests, listing its own tests, fooled
+# `git diff COMMIT` and `git status`. So every object file the agent could have written must hold the
+# object its name says, in each object folder git reads for the repository (its objects and every
+# alternate `git count-objects -v` lists). A file's ctime is the kernel's, never the agent's to set
+# (writing, renaming, linking a file all set it), so files whose ctime is before $SINCE (the
+# environment's start, in seconds of the same kernel's clock; 0 where unknown, or where the files were
+# carried: docker) are left as they are; an alternate outside the workspace is checked whole (any earlier
+# process could have written it). A loose object's id is checked as git would serve it (packs first):
+# the new ids are packed (pack-objects, from whatever copy git reads) and index-pack, which computes each
+# id from the content, must find the same ids. A pack with a new file (.pack, .idx, ...) is checked whole
+# (verify-pack: each object's id computed, the index compared). No symbolic link may stand in an object
+# folder (an old file would answer for another id). Each folder is checked once for each repository.
+checked=
+verify_objects() {
+  [ -d "$1/objects" ] && command -v git >/dev/null || return 0
+  o=$(readlink -f -- "$1/objects") || exit 1
+  listed=$(cd / && GIT_DIR=$1 git count-objects -v) || exit 1
+  printf '%s\n' "$listed" | sed -n 's/^alternate: //p' > "$scratch/alternates" || exit 1
+  printf '%s\n' "$o" >> "$scratch/alternates" || exit 1
+  while IFS= read -r d; do
+    case "$d" in \"*) echo "an alternate of ${1#"$root"/} has a quoted path" >&2; exit 1 ;; esac
+    d=$(readlink -f -- "$d") || exit 1
+    case "$checked" in *"
+$o $d
+"*) continue ;; esac
+    checked="$checked
+$o $d
+"
+    since=$SINCE; inside "$d" || since=0
+    if [ -n "$(find "$d" -type l)" ]; then echo "a link in the object folder ${d#"$root"/}" >&2; exit 1; fi
+    files=$(find "$d" -type f -exec stat -c '%Z %n' {\} +) || exit 1
+    printf '%s\n' "$files" | awk -v since="$since" -v d="$d/" '
+      { p = substr($0, index($0, " ") + 1); if ($1 + 0 < since + 0 || substr(p, 1, length(d)) != d) next
+        r = substr(p, length(d) + 1)
+        loose = r ~ /^[0-9a-f][0-9a-f]\/[0-9a-f]+$/ && (length(r) == 41 || length(r) == 65)
+        if (loose) print substr(r, 1, 2) substr(r, 4)
+        else if (r ~ /^pack\//) { sub(/\.[^.\/]*$/, "", p); print "pack " p } }' >> "$scratch/new" || exit 1
+    sort -u "$scratch/new" > "$scratch/ids" && : > "$scratch/new" || exit 1
+    sed -n 's/^pack //p' "$scratch/ids" | while IFS= read -r pack; do
+      [ -f "$pack.idx" ] && [ -f "$pack.pack" ] || continue
+      (cd / && GIT_DIR=$1 git verify-pack -- "$pack.idx") >&2 || exit 1
+    done || exit 1
+    grep -v '^pack ' "$scratch/ids" > "$scratch/loose" || [ ! -s "$scratch/loose" ] || exit 1
+    [ -s "$scratch/loose" ] || continue
+    (cd / && GIT_DIR=$1 git pack-objects -q --window=0 --stdout) < "$scratch/loose" > "$scratch/p.pack" || exit 1
+    (cd / && GIT_DIR=$1 git index-pack -o "$scratch/p.idx" "$scratch/p.pack") >/dev/null || exit 1
+    (cd / && GIT_DIR=$1 git show-index) < "$scratch/p.idx" | cut -d ' ' -f 2 | sort -u > "$scratch/got" || exit 1
+    rm -f -- "$scratch/p.pack" "$scratch/p.idx" || exit 1
+    if ! cmp -s "$scratch/loose" "$scratch/got"; then
+      echo "an object file in ${d#"$root"/} does not hold the object its name says" >&2; exit 1
+    fi
+  done < "$scratch/alternates"
+}
+neutral() { own "$1"; common "$1"; verify_objects "$1"; unmark "$1"; }
+scratch=$(mktemp -d) || exit 1
+trap 'rm -rf -- "$scratch"' EXIT
 for f; do
   if [ "${f##*/}" = HEAD ]; then  # a submodule's or worktree's folder in a .git folder
     g=${f%/HEAD}; case "$g" in */.git) continue ;; esac
@@ -215,6 +272,9 @@ class CommandEnvironment(Environment):
     clean = False  # set by enter_clean_room: every later command runs there
     dropped: tuple[str, ...] = ()  # what fresh_copy left out of the work folder it carried (remove_escapes names it)
     cwd: str  # the working directory of every command, set by the backend
+    # Seconds on the clock of the kernel the files are on, before the agent's first command: no object file
+    # whose ctime is before it is the agent's (0: any may be, and the clean room checks every one)
+    agent_since = 0
 
     @property
     def scan_root(self) -> str:
@@ -236,7 +296,8 @@ class CommandEnvironment(Environment):
     async def remove_escapes(self) -> str:
         git = [f"{name}={value}" for name, value in GIT_ENV.items()]
         mark = f"removed-{secrets.token_hex(8)}:"  # what the scan prints before a removed file's name
-        scan = ["env", "HOME=/", f"MARK={mark}", *git, f"GIT_NEUTRAL={GIT_NEUTRAL}", "sh", "-c", ESCAPES_SCRIPT]
+        since = f"SINCE={self.agent_since}"
+        scan = ["env", "HOME=/", f"MARK={mark}", since, *git, f"GIT_NEUTRAL={GIT_NEUTRAL}", "sh", "-c", ESCAPES_SCRIPT]
         found = await self.run([*scan, "sh", self.scan_root], self.settings.command_timeout)
         said = found.output.splitlines()
         if found.error or found.exit_code:

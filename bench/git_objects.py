@@ -1,0 +1,109 @@
+"""What the clean room's git checks cost on a repository of realistic size (review 2):
+
+    python bench/git_objects.py --megabytes 100 --files 5000 --repeats 3
+    python bench/git_objects.py --from /work/main --repeats 3
+
+A repository of `--files` files holding `--megabytes` of incompressible data over a few commits is made
+and packed (`git gc`, as a clone brings it), or `--from` a repository is cloned (its history's deltas:
+what index-pack resolves), then the agent's work: ten files added and committed
+(loose objects). The clean room's scan (shell.ESCAPES_SCRIPT with GIT_NEUTRAL, run as remove_escapes runs
+it) is timed with SINCE at the agent's start (local, bwrap: only the agent's object files are checked)
+and with SINCE=0 (docker, whose carried files are all new: every object file is checked), beside
+`git fsck --no-dangling` and, for scale, the verify command's `git diff --exit-code COMMIT` and `git
+status` before and after the scan (after it, the index holds no stat data: git reads every file once).
+Medians of `--repeats` runs, in seconds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from trajforge.environments.shell import ESCAPES_SCRIPT, GIT_ENV, GIT_NEUTRAL
+
+GIT = {**os.environ, **GIT_ENV, "GIT_AUTHOR_NAME": "a", "GIT_AUTHOR_EMAIL": "a@b"}
+GIT |= {"GIT_COMMITTER_NAME": "a", "GIT_COMMITTER_EMAIL": "a@b"}
+
+
+def git(root: Path, *args: str) -> None:
+    subprocess.run(["git", *args], cwd=root, env=GIT, check=True, stdout=subprocess.DEVNULL)
+
+
+def make_repo(root: Path, megabytes: int, files: int, source: str | None) -> str:
+    if source:
+        git(root, "clone", "-q", "--no-local", source, ".")
+        return head(root)
+    git(root, "init", "-q", ".")
+    size = megabytes * 2**20 // files
+    for commit in range(4):  # four commits, each rewriting a quarter of the files
+        for n in range(commit * files // 4, (commit + 1) * files // 4):
+            path = root / f"d{n % 50}" / f"f{n}.bin"
+            path.parent.mkdir(exist_ok=True)
+            path.write_bytes(os.urandom(size))
+        git(root, "add", "-A")
+        git(root, "commit", "-qm", f"c{commit}")
+    git(root, "gc", "-q")
+    return head(root)
+
+
+def head(root: Path) -> str:
+    return subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, env=GIT, capture_output=True, text=True).stdout
+
+
+def timed(argv: list[str], cwd: Path, env: dict) -> float:
+    start = time.perf_counter()
+    done = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True)
+    took = time.perf_counter() - start
+    if done.returncode not in (0, 1):
+        raise SystemExit(f"{argv[:3]} exited {done.returncode}: {done.stdout[-500:]}{done.stderr[-500:]}")
+    return took
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--megabytes", type=int, default=100)
+    parser.add_argument("--files", type=int, default=5000)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--from", dest="source", help="clone this repository instead of making one")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp).resolve()
+        commit = make_repo(root, args.megabytes, args.files, args.source).strip()
+        since = int(time.time()) + 1
+        time.sleep(2)  # the agent's files: a later second than every file of the task's
+        for n in range(10):
+            (root / f"agent{n}.bin").write_bytes(os.urandom(1000))
+        git(root, "add", "-A")
+        git(root, "commit", "-qm", "agent")
+        packed = sum(f.stat().st_size for f in (root / ".git/objects/pack").iterdir()) / 2**20
+        tracked = subprocess.run(["git", "ls-files"], cwd=root, env=GIT, capture_output=True, text=True).stdout
+        print(f"repository: {tracked.count(chr(10))} files, {packed:.0f} MB packed, 10 files added by the agent")
+        scan = ["sh", "-c", ESCAPES_SCRIPT, "sh", str(root)]
+        base = {**GIT, "HOME": "/", "MARK": "removed:", "GIT_NEUTRAL": GIT_NEUTRAL}
+        figures = {
+            "scan, SINCE at the agent's start": (scan, {**base, "SINCE": str(since)}),
+            "scan, SINCE=0 (every object file)": (scan, {**base, "SINCE": "0"}),
+            "git fsck --no-dangling": (["git", "fsck", "--no-dangling", "--no-progress"], GIT),
+            "git diff --exit-code COMMIT": (["git", "diff", "--quiet", "--exit-code", commit], GIT),
+            "git status --porcelain": (["git", "status", "--porcelain"], GIT),
+        }
+        for name, (argv, env) in figures.items():
+            runs = [timed(argv, root, env) for _ in range(args.repeats)]
+            print(f"{name:40s} median {statistics.median(runs):7.2f} s  (max {max(runs):.2f})")
+        git(root, "update-index", "--no-split-index")  # the index as the scan leaves it: no stat data
+        subprocess.run("git ls-files -s -z | git update-index -z --index-info", shell=True, cwd=root, env=GIT)
+        for name in ("git diff --exit-code COMMIT", "git status --porcelain"):
+            argv, env = figures[name]
+            print(f"{name + ', index without stat data':40s} first run {timed(argv, root, env):7.2f} s")
+
+
+if __name__ == "__main__":
+    main()
