@@ -1,7 +1,7 @@
 """What the clean room's git checks cost on a repository of realistic size (review 2):
 
     python bench/git_objects.py --megabytes 100 --files 5000 --repeats 3
-    python bench/git_objects.py --from /work/main --repeats 3
+    python bench/git_objects.py --from PATH/TO/A/CLONE/OF/python/mypy --repeats 3
 
 A repository of `--files` files holding `--megabytes` of incompressible data over a few commits is made
 and packed (`git gc`, as a clone brings it), or `--from` a repository is cloned (its history's deltas:

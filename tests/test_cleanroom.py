@@ -174,13 +174,16 @@ def test_every_attack_fails_and_every_honest_solution_passes(run_here, kind):
     assert verdicts["fair reward"]["passed"] is True and verdicts["fair reward"]["reward"] == 1.0
 
 
-def verify_in(kind: str, tmp_path, agent: str, verify: str, **settings) -> dict:
+def verify_in(kind: str, tmp_path, agent: str, verify: str, setup: str = "", **settings) -> dict:
     env_settings = EnvironmentSettings(kind=kind, run_dir=str(tmp_path), command_timeout=20)
     entry = {"prompt": "p", "verify": verify}
 
     async def body():
         env = await backend_for(env_settings).open(entry)
         try:
+            if setup:  # the task's, before the agent begins (as prepare_task runs it)
+                await env.exec(setup)
+                env.agent_begins()
             await env.exec(agent)
             return await verify_sample(VerifySettings(**settings), entry, dict, [], env)
         finally:
@@ -490,7 +493,7 @@ def test_what_git_shows_in_the_clean_room_is_not_the_agent_s_to_hide(kind, tmp_p
     verdicts = {}
     for name, (attack, honest, verify) in HIDDEN_FROM_GIT.items():
         for twin, agent in (("attack", attack), ("honest", honest)):
-            verdicts[name, twin] = verify_in(kind, tmp_path, f"{COMMITTED} && {agent}", verify)["passed"]
+            verdicts[name, twin] = verify_in(kind, tmp_path, agent, verify, setup=COMMITTED)["passed"]
     fooled = [name for name in HIDDEN_FROM_GIT if verdicts[name, "attack"] is not False]
     refused = [name for name in HIDDEN_FROM_GIT if verdicts[name, "honest"] is not True]
     assert (fooled, refused) == ([], []), verdicts

@@ -117,6 +117,12 @@ class Environment(ABC):
             "use local, bwrap or docker"
         )
 
+    def agent_begins(self) -> None:
+        """The task is in place (its files, its setup): what changes in the workspace from now on is the
+        agent's. A backend that reads a file's ctime on the clock it can read notes the moment (the clean
+        room then checks only the git object files changed since); the others check every one."""
+        return  # nothing noted: every git object file is checked
+
     async def add_tests(self, files: dict[str, bytes]) -> None:
         """After the agent's last turn: end every process it left, then write `files` (relative paths) into
         a fresh directory it could never reach, set tests_dir and TESTS_DIR for the commands that follow."""

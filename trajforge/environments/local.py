@@ -335,11 +335,15 @@ class LocalEnvironment(CommandEnvironment):
             disk.reserve(self.disk_verify)  # the verification's room, before the agent could fill the disk
             self.disk.attach(self.disk_workspace, self.workspace)
         self.cwd = workspace_cwd(self.workspace, self.asked_cwd, self.absolute_cwd)
-        if os.path.commonpath([self.cwd, self.workspace]) == self.workspace:  # a folder of the host's is not new
-            self.agent_since = int(time.time()) - 1  # a second early: a file's ctime is a coarse clock's
         os.makedirs(self.cwd, exist_ok=True)
         self.env = {**command_env(self.workspace, self._tmpdir()), PROMPT_MARKER: self.token}
         self.cgroup.make()
+
+    def agent_begins(self) -> None:
+        # The workspace's files are on this machine's kernel, whose clock sets their ctime; a cwd of the
+        # host's held files before the sample (any earlier process could have written them): all are checked.
+        if os.path.commonpath([self.cwd, self.workspace]) == self.workspace:
+            self.agent_since = int(time.time()) - 1  # a second early: a file's ctime is a coarse clock's
 
     def _tmpdir(self) -> str:
         """TMPDIR for the prompt's commands: in its workspace, so its files go with it, not in the host's /tmp."""

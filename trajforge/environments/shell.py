@@ -272,8 +272,9 @@ class CommandEnvironment(Environment):
     clean = False  # set by enter_clean_room: every later command runs there
     dropped: tuple[str, ...] = ()  # what fresh_copy left out of the work folder it carried (remove_escapes names it)
     cwd: str  # the working directory of every command, set by the backend
-    # Seconds on the clock of the kernel the files are on, before the agent's first command: no object file
-    # whose ctime is before it is the agent's (0: any may be, and the clean room checks every one)
+    # Seconds on the clock of the kernel the files are on, after the task's setup and before the agent's
+    # first command (agent_begins): no object file whose ctime is before it is the agent's (0: any may be,
+    # and the clean room checks every one)
     agent_since = 0
 
     @property
