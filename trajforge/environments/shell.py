@@ -182,8 +182,11 @@ unmark() {
 # the new ids are packed (pack-objects, from whatever copy git reads) and index-pack, which computes each
 # id from the content, must find the same ids. A pack with a new file (.pack, .idx, ...) is checked whole
 # (verify-pack: each object's id computed, the index compared). No symbolic link may stand in an object
-# folder (an old file would answer for another id). Each folder is checked once for each repository.
+# folder (an old file would answer for another id), nor a name with a newline (git reads a pack of any
+# name; the list of files is read a line a name). Each folder is checked once for each repository.
 checked=
+nl='
+'
 verify_objects() {
   [ -d "$1/objects" ] && command -v git >/dev/null || return 0
   o=$(readlink -f -- "$1/objects") || exit 1
@@ -200,7 +203,9 @@ $o $d
 $o $d
 "
     since=$SINCE; inside "$d" || since=0
-    if [ -n "$(find "$d" -type l)" ]; then echo "a link in the object folder ${d#"$root"/}" >&2; exit 1; fi
+    if [ -n "$(find "$d" -type l -o -name "*$nl*")" ]; then
+      echo "a link or a name with a newline in the object folder ${d#"$root"/}" >&2; exit 1
+    fi
     files=$(find "$d" -type f -exec stat -c '%Z %n' {\} +) || exit 1
     printf '%s\n' "$files" | awk -v since="$since" -v d="$d/" '
       { p = substr($0, index($0, " ") + 1); if ($1 + 0 < since + 0 || substr(p, 1, length(d)) != d) next
