@@ -187,15 +187,21 @@ unmark() {
 checked=
 nl='
 '
+# A folder read a line a name (the alternates, the pack list) cannot have a newline in its own path either.
+lines() {
+  case "$1" in *"$nl"*) echo "a newline in the path of the object folder ${1#"$root"/}" >&2; exit 1 ;; esac
+}
 verify_objects() {
   [ -d "$1/objects" ] && command -v git >/dev/null || return 0
   o=$(readlink -f -- "$1/objects") || exit 1
-  listed=$(cd / && GIT_DIR=$1 git count-objects -v) || exit 1
+  lines "$o"
+  listed=$(cd / && GIT_DIR=$1 git -c core.quotePath=false count-objects -v) || exit 1
   printf '%s\n' "$listed" | sed -n 's/^alternate: //p' > "$scratch/alternates" || exit 1
   printf '%s\n' "$o" >> "$scratch/alternates" || exit 1
   while IFS= read -r d; do
     case "$d" in \"*) echo "an alternate of ${1#"$root"/} has a quoted path" >&2; exit 1 ;; esac
     d=$(readlink -f -- "$d") || exit 1
+    lines "$d"
     case "$checked" in *"
 $o $d
 "*) continue ;; esac
@@ -207,7 +213,8 @@ $o $d
       echo "a link or a name with a newline in the object folder ${d#"$root"/}" >&2; exit 1
     fi
     files=$(find "$d" -type f -exec stat -c '%Z %n' {\} +) || exit 1
-    printf '%s\n' "$files" | awk -v since="$since" -v d="$d/" '
+    printf '%s\n' "$files" | since=$since d=$d/ awk '
+      BEGIN { since = ENVIRON["since"]; d = ENVIRON["d"] }  # not -v, which reads a backslash as an escape
       { p = substr($0, index($0, " ") + 1); if ($1 + 0 < since + 0 || substr(p, 1, length(d)) != d) next
         r = substr(p, length(d) + 1)
         loose = r ~ /^[0-9a-f][0-9a-f]\/[0-9a-f]+$/ && (length(r) == 41 || length(r) == 65)
