@@ -125,7 +125,7 @@ def unclean(folder: Path) -> list[str]:
         if failed:
             found.append(f"{run_dir.name}: failed prompts {failed}: {(run_dir / 'errors.jsonl').read_text()[-500:]}")
         for batch in sorted(run_dir.glob("batch_*.jsonl")):
-            for line in batch.read_text().splitlines():
+            for line in filter(str.strip, batch.read_text().splitlines()):  # as the merge reads them
                 verification = journal.verification_of(json.loads(line)) or {}
                 if verification.get("error"):
                     found.append(f"{run_dir.name}/{batch.name}: {verification['error']}")
