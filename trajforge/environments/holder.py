@@ -45,11 +45,7 @@ def nsenter(kind: str, fd: int) -> list[str]:
 def end(holder: subprocess.Popen) -> None:
     """Close the namespaces' descriptors and the holder's pipes (closing its stdin ends it) and reap it,
     killed after END_GRACE. Blocking."""
-    for fd in _held.pop(holder, []):
-        os.close(fd)
-    for stream in (holder.stdin, holder.stdout):
-        if stream:
-            stream.close()
+    _close(holder, _held.pop(holder, []))
     try:
         holder.wait(END_GRACE)
     except subprocess.TimeoutExpired:
@@ -60,13 +56,18 @@ def end(holder: subprocess.Popen) -> None:
 def _let_go() -> None:
     """In a forked child: the parent's holders are the parent's alone (the child neither ends nor reaps them)."""
     for holder, fds in _held.items():
-        for fd in fds:
-            os.close(fd)
-        for stream in (holder.stdin, holder.stdout):
-            if stream:
-                stream.close()
+        _close(holder, fds)
         holder.returncode = 0  # not ours to wait for
     _held.clear()
+
+
+def _close(holder: subprocess.Popen, fds: list[int]) -> None:
+    """This process's hold on `holder`: its namespaces' descriptors and its pipes (closing its stdin ends it)."""
+    for fd in fds:
+        os.close(fd)
+    for stream in (holder.stdin, holder.stdout):
+        if stream:
+            stream.close()
 
 
 os.register_at_fork(after_in_child=_let_go)
