@@ -175,8 +175,8 @@ unmark() {
 # `git diff COMMIT` and `git status`. So every object file the agent could have written must hold the
 # object its name says, in each object folder git reads for the repository (its objects and every
 # alternate `git count-objects -v` lists). A file's ctime is the kernel's, never the agent's to set
-# (writing, renaming, linking a file all set it), so files whose ctime is before $SINCE (the
-# environment's start, in seconds of the same kernel's clock; 0 where unknown, or where the files were
+# (writing, renaming, linking a file all set it), so files whose ctime is before $SINCE (when the
+# agent begins: after the task's setup, in seconds of the same kernel's clock; 0 where unknown, or where the files were
 # carried: docker) are left as they are; an alternate outside the workspace is checked whole (any earlier
 # process could have written it). A loose object's id is checked as git would serve it (packs first):
 # the new ids are packed (pack-objects, from whatever copy git reads) and index-pack, which computes each
