@@ -202,12 +202,9 @@ verify_objects() {
     case "$d" in \"*) echo "an alternate of ${1#"$root"/} has a quoted path" >&2; exit 1 ;; esac
     d=$(readlink -f -- "$d") || exit 1
     lines "$d"
-    case "$checked" in *"
-$o $d
-"*) continue ;; esac
-    checked="$checked
-$o $d
-"
+    # A pair a line each (neither path holds a newline): a space in one cannot make two pairs read alike.
+    case "$checked" in *"$nl$nl$o$nl$d$nl$nl"*) continue ;; esac
+    checked="$checked$nl$nl$o$nl$d$nl$nl"
     since=$SINCE; inside "$d" || since=0
     if [ -n "$(find "$d" -type l -o -name "*$nl*")" ]; then
       echo "a link or a name with a newline in the object folder ${d#"$root"/}" >&2; exit 1
