@@ -358,6 +358,58 @@ def test_a_sample_within_its_disk_works_and_keep_workspaces_keeps_its_files(disk
         shutil.rmtree(workspace, ignore_errors=True)
 
 
+def _reserve_files(root: str) -> dict[str, os.stat_result]:
+    """The verification's reserve on a disk, as the host sees it (empty when there is none)."""
+    folder = os.path.join(root, disk.RESERVE)
+    return {name: os.stat(os.path.join(folder, name)) for name in os.listdir(folder)} if os.path.isdir(folder) else {}
+
+
+def _identity(files: dict[str, os.stat_result]) -> set[tuple]:
+    return {(name, info.st_ino, info.st_ctime_ns) for name, info in files.items()}
+
+
+async def _reserve_samples(env_settings) -> list:
+    """Four samples of one worker on one disk: a plain one, one that fills the disk and is verified, a plain one
+    after whose end the reserve is damaged from outside, and one that fills the disk and is verified."""
+    backend = backend_for(env_settings)
+    seen = []
+    for verified, damage in ((False, False), (True, False), (False, True), (True, False)):
+        env = await backend.open({})
+        try:
+            root, files = env.disk.root, _reserve_files(env.disk.root)
+            outputs = [await env.exec(FILL.format(where=".") if verified else "echo hi > x")]
+            if verified:
+                await env.enter_clean_room()
+                outputs.append(await env.exec("head -c 500000 /dev/zero > $TMPDIR/half && echo done"))
+                files_then = _reserve_files(root)
+        finally:
+            await env.close()
+        seen.append((root, files, outputs, files_then if verified else None))
+        if damage:  # its blocks given back to the disk: a reserve that is not whole any more
+            os.truncate(os.path.join(root, disk.RESERVE, "7"), 0)
+    return seen
+
+
+def test_a_disk_s_reserve_is_kept_until_a_verification_takes_it_and_re_made_when_not_whole(disk_kind, tmp_path):
+    """The verification's reserve is made with the disk and kept from one sample to the next (no 2 ms of
+    allocating and deleting it a sample), given back when a verification runs (which writes on a disk the
+    agent filled), made anew for the next sample, and made anew when it is not whole."""
+    samples = asyncio.run(_reserve_samples(settings(disk_kind, tmp_path, limits=DISK)))
+    (root, plain, out1, _), (root2, kept, full, during), (root3, remade, _, _), (root4, repaired, full2, _) = samples
+    assert root == root2 == root3 == root4  # one disk, given back and taken again
+    for files in (plain, kept, remade, repaired):  # whole as each sample starts
+        assert sorted(files) == sorted(map(str, range(disk.RESERVE_FILES)))
+        assert all(info.st_blocks * 512 >= disk.RESERVE_BYTES // disk.RESERVE_FILES for info in files.values())
+    assert out1[0].exit_code == 0
+    assert _identity(kept) == _identity(plain)  # kept: the same files, untouched, after a sample without verification
+    for fill, verification in (full, full2):  # the agent filled the disk; the verification wrote all the same
+        assert "No space left on device" in fill.output, fill
+        assert (verification.output, verification.exit_code) == ("done\n", 0), verification
+    assert during == {}  # given back to the verification
+    assert not _identity(remade) & _identity(kept)  # made anew after the verification that took it
+    assert not _identity(repaired) & _identity(remade)  # made anew after it was damaged (a file's blocks gone)
+
+
 def test_a_kept_workspace_with_a_fifo_is_kept_and_its_disk_given_back(disk_kind, run):
     """--keep_workspaces copied a finished sample's workspace off its disk with copytree, which raised on a
     FIFO: the sample failed (crash_Error, again on every --resume) and its disk, the agent's files on it,

@@ -47,10 +47,15 @@ MS_NOSUID, MS_NODEV, MS_BIND = 2, 4, 4096
 LOOP_SET_FD, LOOP_CLR_FD, LOOP_SET_STATUS64, LOOP_CTL_GET_FREE = 0x4C00, 0x4C01, 0x4C04, 0x4C82
 LO_FLAGS_AUTOCLEAR = 4  # the loop device is freed when its last mount goes
 LOOP_INFO64 = struct.Struct("5Q4I64s64s32s2Q")  # struct loop_info64: lo_flags is its 9th field
-# Room on the disk kept for the verification, in the clean room's /tmp (which no agent command sees) and
-# given back when its first command is about to run: its HOME and a few files fit whatever the agent left.
+# Room on the disk kept for the verification, in a folder at the disk's root (beside the workspace's and the
+# /tmp folders, in none of them: no sandboxed command sees it) and given back when the verification's first
+# command is about to run: its HOME and a few files fit whatever the agent left. Made with the disk and kept
+# from one sample to the next while no verification takes it (allocating and deleting it costs 2 ms of CPU
+# a sample on the `discard` mount); checked whole before each sample, re-made when it is not.
 RESERVE = "reserve"
 RESERVE_FILES, RESERVE_BYTES = 32, MB  # inodes and blocks
+RESERVE_PART = RESERVE_BYTES // RESERVE_FILES
+RESERVE_NAMES = frozenset(str(n) for n in range(RESERVE_FILES))
 _libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
 
 
@@ -86,13 +91,26 @@ class Disk:
             raise SetupError(f"--max_disk_mb: cannot bind the sample's disk: {os.strerror(ctypes.get_errno())}")
 
     def emptied(self) -> bool:
-        """Everything the sample left removed (its tests too); whether the disk is empty now (else it is not
-        used again)."""
+        """Everything the sample left removed (its tests too), the verification's reserve kept if it is whole;
+        whether the disk is empty now (else it is not used again)."""
+        kept = {"lost+found", RESERVE} if _whole(os.path.join(self.root, RESERVE)) else {"lost+found"}
         for folder in (self.root, self.tests):
             for entry in os.listdir(folder):
-                if entry != "lost+found":
+                if entry not in kept:
                     shutil.rmtree(os.path.join(folder, entry), ignore_errors=True)
-        return set(os.listdir(self.root)) <= {"lost+found"} and not os.listdir(self.tests)
+        return set(os.listdir(self.root)) <= kept and not os.listdir(self.tests)
+
+    def reserve(self) -> None:
+        """The verification's reserve on the disk, before the agent could fill it: the one kept from an earlier
+        sample when it is whole (its files, each its blocks allocated, nothing else), else made anew. Blocking."""
+        folder = os.path.join(self.root, RESERVE)
+        if not _whole(folder):
+            _remove(folder)
+            _allocate(folder)
+
+    def release(self) -> None:
+        """The reserve given back to the disk (once nothing of the agent's runs): the verification's room. Blocking."""
+        _remove(os.path.join(self.root, RESERVE))
 
     def drop(self) -> None:
         if self.namespace is not None:
@@ -118,20 +136,49 @@ def _drop_free() -> None:
 os.register_at_fork(after_in_child=_free.clear)
 
 
-def reserve(folder: str) -> None:
-    """RESERVE_FILES files of RESERVE_BYTES together, allocated in `folder` of a fresh disk. Blocking."""
-    os.mkdir(os.path.join(folder, RESERVE), 0o700)
-    for n in range(RESERVE_FILES):
-        fd = os.open(os.path.join(folder, RESERVE, str(n)), os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+def _allocate(folder: str) -> None:
+    """RESERVE_FILES files of RESERVE_BYTES together, allocated in a new `folder`."""
+    os.mkdir(folder, 0o700)
+    for name in RESERVE_NAMES:
+        fd = os.open(os.path.join(folder, name), os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
         try:
-            os.posix_fallocate(fd, 0, RESERVE_BYTES // RESERVE_FILES)
+            os.posix_fallocate(fd, 0, RESERVE_PART)
         finally:
             os.close(fd)
 
 
-def release(folder: str) -> None:
-    """The reserve in `folder` given back to the disk (once nothing of the agent's runs). Blocking."""
-    shutil.rmtree(os.path.join(folder, RESERVE), ignore_errors=True)
+def _whole(folder: str) -> bool:
+    """`folder` is a reserve as _allocate made it, never trusted otherwise: the runner's folder holding
+    exactly its files, each a plain file of the runner's with one link and its blocks allocated."""
+    me = os.geteuid()
+    try:
+        info = os.lstat(folder)
+        if not stat.S_ISDIR(info.st_mode) or info.st_uid != me or stat.S_IMODE(info.st_mode) != 0o700:
+            return False
+        fd = os.open(folder, DIRECTORY)
+        try:
+            if set(os.listdir(fd)) != RESERVE_NAMES:
+                return False
+            for name in RESERVE_NAMES:
+                part = os.stat(name, dir_fd=fd, follow_symlinks=False)
+                if not stat.S_ISREG(part.st_mode) or part.st_nlink != 1 or part.st_uid != me:
+                    return False
+                if part.st_blocks * 512 < RESERVE_PART:
+                    return False
+        finally:
+            os.close(fd)
+    except OSError:
+        return False
+    return True
+
+
+def _remove(path: str) -> None:
+    """`path` gone, whatever it is (a folder, or a file or link in its place)."""
+    with contextlib.suppress(FileNotFoundError):
+        if stat.S_ISDIR(os.lstat(path).st_mode):
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            os.unlink(path)
 
 
 def unenforced(size_mb: int, kind: str, enforcer: str) -> str | None:

@@ -332,7 +332,7 @@ class LocalEnvironment(CommandEnvironment):
             self.disk = disk.take(self.settings, workspace_prefix(self.settings))
             self.disk_workspace = self.disk.make_folder("workspace")
             self.disk_verify = self.disk.make_folder("verify")
-            disk.reserve(self.disk_verify)  # the verification's room, before the agent could fill the disk
+            self.disk.reserve()  # the verification's room, before the agent could fill the disk
             self.disk.attach(self.disk_workspace, self.workspace)
         self.cwd = workspace_cwd(self.workspace, self.asked_cwd, self.absolute_cwd)
         os.makedirs(self.cwd, exist_ok=True)
@@ -418,8 +418,8 @@ class LocalEnvironment(CommandEnvironment):
         """The clean room's /tmp: on the sample's disk where it has one, bounded together with the workspace
         (what the verification writes there must fit in what the agent left, and in the reserve, given
         back now that no process of the agent's runs)."""
-        if self.disk_verify:
-            disk.release(self.disk_verify)
+        if self.disk is not None:
+            self.disk.release()
         return self.disk_verify or make_workspace(self.settings, "verify-")
 
     def _tests_path(self) -> str:
