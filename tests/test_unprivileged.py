@@ -75,19 +75,19 @@ def test_commands_have_no_capability_and_a_non_root_uid(bwrap, tmp_path):  # noq
         assert "sysctl" not in lines and "shadow" not in lines, output
 
 
-async def _host_uid(env_settings) -> int:
-    """The host uid of a sandboxed command, read from the host's /proc while it runs."""
+async def _host_status(env_settings) -> dict[str, str]:
+    """The host's /proc status of a sandboxed command (its fields by name), read while it runs."""
     env = await backend_for(env_settings).open({})
     try:
         running = asyncio.create_task(env.exec(f"exec sleep {HOST_MARK}"))
         for _ in range(200):
             for path in Path("/proc").glob("[0-9]*/cmdline"):
                 with contextlib.suppress(OSError):
-                    # The command itself: the runner's own wrapper (sh, then setpriv) holds the mark in its
-                    # arguments too, and is root until setpriv drops it, before any of the command runs.
+                    # The command itself: the runner's own wrapper (sh, then nsenter) holds the mark in its
+                    # arguments too, and is root until nsenter drops it, before any of the command runs.
                     if path.read_bytes().split(b"\0")[:2] == [b"sleep", HOST_MARK.encode()]:
-                        status = (path.parent / "status").read_text()
-                        return int(next(line for line in status.splitlines() if line.startswith("Uid:")).split()[1])
+                        lines = (path.parent / "status").read_text().splitlines()
+                        return dict(line.split(":", 1) for line in lines if ":" in line)
             await asyncio.sleep(0.02)
         raise AssertionError("the command never showed up")
     finally:
@@ -98,7 +98,25 @@ async def _host_uid(env_settings) -> int:
 @pytest.mark.skipif(host_user() is None, reason="the runner is not the host's root: nothing to drop")
 def test_a_root_runner_s_commands_are_nobody_on_the_host(bwrap, tmp_path):  # noqa: F811
     # So no setuid program it plants, no root-only file and no /proc/sys setting is root's to it.
-    assert asyncio.run(_host_uid(settings("bwrap", tmp_path))) == host_user()
+    assert int(asyncio.run(_host_status(settings("bwrap", tmp_path)))["Uid"].split()[1]) == host_user()
+
+
+@pytest.mark.skipif(host_user() is None, reason="the runner is not the host's root: nothing to drop")
+def test_a_root_runner_s_commands_keep_no_group_no_capability_and_no_way_back(bwrap, tmp_path):  # noqa: F811
+    # Every step from the root runner to the command, as the host sees the command: nobody's uid and gid
+    # (real, effective, saved, file system), none of the runner's supplementary groups, no capability in any
+    # set (the bounding set too), no_new_privs and the seccomp filter. The runner holds two groups here.
+    groups = os.getgroups()
+    os.setgroups([10, 20])
+    try:
+        status = {name: value.strip() for name, value in asyncio.run(_host_status(settings("bwrap", tmp_path))).items()}
+    finally:
+        os.setgroups(groups)
+    nobody = " ".join([str(host_user())] * 4)
+    assert (status["Uid"].split(), status["Gid"].split(), status["Groups"]) == (nobody.split(), nobody.split(), "")
+    for name in ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"):
+        assert int(status[name], 16) == 0, (name, status)
+    assert (status["NoNewPrivs"], status["Seccomp"]) == ("1", "2"), status
 
 
 def test_docker_containers_have_no_capability_and_no_new_privileges(docker_host, tmp_path):

@@ -39,7 +39,7 @@ SANDBOX_UID = userns.AGENT_UID
 UNPRIVILEGED = ["--unshare-user", "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID), "--cap-drop", "ALL"]
 # --unshare-all but the user namespace, which --userns brings (bwrap refuses the two together).
 NAMESPACES = ["--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts", "--unshare-cgroup-try"]
-# The steps before a command (sh, nsenter, setpriv, bwrap) run in the C locale: in the commands' C.UTF-8 each
+# The steps before a command (sh, nsenter, bwrap) run in the C locale: in the commands' C.UTF-8 each
 # of those programs loads the locale's files first, about 0.4 ms of the kernel's per command. bwrap gives
 # the command its own LC_ALL back (or none): what the command sees is unchanged (chain_env, bwrap_argv).
 CHAIN_LOCALE = "C"
@@ -148,9 +148,14 @@ class BwrapEnvironment(LocalEnvironment):
         """The mount namespace of the sample's disk slot, where its commands' bwrap starts (none: the host's)."""
         return self.disk.namespace if self.disk is not None else None
 
-    def confined(self, argv: list[str]) -> list[str]:
-        """bwrap itself in the sample's cgroup and limits, and (a root runner's) as the host's nobody."""
-        return confined(argv, self.settings.limits, self.cgroup.paths, self.host_uid)
+    def confined(self, argv: list[str], joins: tuple[str, ...] = (), as_runner: bool = False) -> list[str]:
+        """bwrap itself in the sample's cgroup and limits, in the namespaces of `joins` and the sample's
+        network (joined as root: bwrap then keeps it, --share-net), and (a root runner's) as the host's
+        nobody, or `as_runner` (root: to join the worker's two-uid namespace)."""
+        if self.network is not None:
+            joins = (*joins, self.network.join())
+        uid = None if as_runner else self.host_uid
+        return confined(argv, self.settings.limits, self.cgroup.paths, uid, joins)
 
     async def run(
         self, argv: list[str], timeout: float, stdin: bytes | None = None, limit: int = OUTPUT_LIMIT
@@ -167,12 +172,8 @@ class BwrapEnvironment(LocalEnvironment):
             who = tuple(userns.identity(namespace, verifier=True)) if namespace is not None else ()
             sandboxed = bwrap_argv(self.settings, binds, self.cwd, argv, tests, who, rules, self.env.get("LC_ALL"))
             # In the two-uid namespace bwrap itself maps the command to its host uid: it must be root to join.
-            uid = None if two_uids else self.host_uid
-            enter = tuple(slot.enter()) if slot is not None else ()
-            limited = confined(sandboxed, self.settings.limits, self.cgroup.paths, uid, enter)
+            limited = self.confined(sandboxed, (slot.join(),) if slot is not None else (), two_uids)
             fds: tuple[int, ...] = (rules,) if namespace is None else (rules, namespace)
-            if self.network is not None:  # joined first, as root: bwrap then keeps it (--share-net)
-                limited = self.network.enter(limited)
             chain = chain_env(self.env)
             done = await run_process(limited, self.workspace, chain, timeout, stdin, limit, None, fds, self.clean)
         if two_uids:  # its sandbox outlives bwrap (the uid change cleared --die-with-parent): end what is left
@@ -191,9 +192,7 @@ class BwrapEnvironment(LocalEnvironment):
         with seccomp.filter_fd() as rules:
             paths = tuple((p, p) for p in read_only)
             sandboxed = bwrap_argv(self.settings, binds, self.cwd, argv, paths, (), rules, env.get("LC_ALL"))
-            limited = self.confined(sandboxed)
-            if self.network is not None:  # the sample's network namespace, as its commands join it
-                limited = self.network.enter(limited)
+            limited = self.confined(sandboxed)  # the sample's network namespace, as its commands join it
             return await spawn_process(limited, self.workspace, chain_env(env), limit, (rules,))
 
     async def clean_variables(self) -> None:

@@ -11,7 +11,6 @@ mounted in it, would live as long as the longest-lived of them, past a killed dr
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 
 END_GRACE = 5.0  # seconds a holder has to exit once its stdin is closed
@@ -33,13 +32,13 @@ def namespace(holder: subprocess.Popen, path: str) -> int:
     return fd
 
 
-def nsenter(kind: str, fd: int) -> list[str]:
-    """The exec step that joins the namespace this process keeps open at `fd` (`kind`: nsenter's option,
+def join(kind: str, fd: int) -> str:
+    """nsenter's option (limits.confined) that joins the namespace this process keeps open at `fd` (`kind`:
     "mount" or "net"), for a command this process spawns and waits on. nsenter opens the descriptor through
     this process's /proc (its parent's, alive while it waits: no reused pid), so `fd` stays close-on-exec
     and is never passed on: no command inherits a namespace's descriptor. Where this process is gone,
     nsenter finds none and the command does not run."""
-    return [shutil.which("nsenter") or "nsenter", f"--{kind}=/proc/{os.getpid()}/fd/{fd}", "--"]
+    return f"--{kind}=/proc/{os.getpid()}/fd/{fd}"
 
 
 def end(holder: subprocess.Popen) -> None:

@@ -34,9 +34,8 @@ RUNNER, OWN, NONE = "runner", "own", "none"  # who enforces a backend's limits (
 NOBODY = 65534
 # Printed by a command whose process could not join the sample's cgroup (removed by hand meanwhile).
 JOIN_FAILED = "{ echo 'cannot join the sample cgroup: the command does not run' >&2; exit 125; }"
-SETPRIV = [shutil.which("setpriv") or "setpriv"]  # util-linux: a root runner's bwrap commands drop to nobody
-# No capability left to inherit or regain and no setuid gain, already before bwrap sets its own.
-NO_WAY_BACK = ["--no-new-privs", "--inh-caps=-all", "--bounding-set=-all"]
+# util-linux: joins a command's namespaces and drops a root runner's bwrap commands to nobody (confined)
+NSENTER = shutil.which("nsenter") or "nsenter"
 V1 = {"pids": "/sys/fs/cgroup/pids", "memory": "/sys/fs/cgroup/memory"}
 
 
@@ -211,20 +210,28 @@ def mapped(uid: int) -> bool:
 
 
 def confined(
-    argv: list[str], limits: Limits, cgroups: list[str], uid: int | None = None, enter: tuple[str, ...] = ()
+    argv: list[str], limits: Limits, cgroups: list[str], uid: int | None = None, joins: tuple[str, ...] = ()
 ) -> list[str]:
     """argv behind the steps its own process takes before it runs: join the sample's cgroups, take the
-    file size rlimit, run `enter` (a step that execs what follows it: nsenter into the slot's mount
-    namespace) and, with `uid`, become that user (setpriv: groups, gid and uid, no way back). The
-    steps are in the exec chain of the spawned process, never a preexec_fn: one of those makes CPython
-    fork() the whole (big, threaded) worker for every command instead of vfork()ing it. A command that
-    cannot join its cgroup does not run (exit 125): out of it, nothing would bound or end it."""
+    file size rlimit, then one nsenter that joins the namespaces of `joins` (its options: holder.join,
+    the slot's mount namespace and the sample's network) as root and, with `uid`, becomes that user
+    (no supplementary group, that gid, that uid: setgroups, setgid, setuid). The steps are in the exec
+    chain of the spawned process, never a preexec_fn: one of those makes CPython fork() the whole (big,
+    threaded) worker for every command instead of vfork()ing it. A command that cannot join its cgroup
+    does not run (exit 125): out of it, nothing would bound or end it.
+
+    After the drop, the process holds no capability (setuid from root to a uid that is not 0 clears the
+    permitted, effective and ambient sets) and execs only bwrap, which is neither setuid nor file-capable
+    here: nothing of the agent runs before bwrap's own sandbox has set no_new_privs, emptied the
+    inheritable set and the bounding set, and loaded the seccomp filter (test_unprivileged checks each
+    in a command's /proc status)."""
     steps = [f"{{ echo 0 >{shlex.quote(path)}/cgroup.procs; }} 2>/dev/null || {JOIN_FAILED}" for path in cgroups]
     if limits.max_file_size_mb:  # in 512-byte blocks: POSIX sh (dash, bash as sh, busybox)
         steps.append(f"ulimit -f {limits.max_file_size_mb * MB // 512}")
-    if uid is not None:
-        argv = [*SETPRIV, f"--reuid={uid}", f"--regid={uid}", "--clear-groups", *NO_WAY_BACK, "--", *argv]
-    argv = [*enter, *argv]
+    if uid is not None:  # nsenter clears the supplementary groups with --setgid
+        joins = (*joins, f"--setgid={uid}", f"--setuid={uid}")
+    if joins:
+        argv = [NSENTER, *joins, "--", *argv]
     if not steps:
         return argv
     if argv[:2] == ["sh", "-c"] and len(argv) > 2:  # the command's own shell takes them: no second exec

@@ -72,10 +72,10 @@ class SlotMounts:
             raise
         return self
 
-    def enter(self) -> list[str]:
-        """The step of an exec chain that enters the namespace (holder.nsenter: nothing to pass on)."""
+    def join(self) -> str:
+        """nsenter's option that enters the namespace in a command's exec chain (holder.join: nothing to pass on)."""
         assert self.fd is not None, "the slot's mount namespace is not open"
-        return holder.nsenter("mount", self.fd)
+        return holder.join("mount", self.fd)
 
     def close(self) -> None:
         """End the holder (closing its stdin ends it). Blocking."""

@@ -21,7 +21,7 @@ process has, so that no host process gains rights over the namespace through its
 
 Every command enters the namespace by a descriptor the worker keeps open, never by a pid that could be
 reused: nsenter, in the command's own exec chain, opens it as /proc/<worker>/fd/N while the worker waits on
-it (holder.nsenter); the descriptor is close-on-exec, so no command holds it. A sample whose pasta died
+it (holder.join); the descriptor is close-on-exec, so no command holds it. A sample whose pasta died
 has no network rather than the host's. Where pasta, nsenter or nft is missing, --sandbox_network stops the run at start
 (exit 2) saying what to install.
 """
@@ -155,10 +155,10 @@ class SampleNetwork:
             raise OSError(f"pasta could not make the namespace: {said.strip()[-300:] or 'no output'}")
         return int(line)
 
-    def enter(self, argv: list[str]) -> list[str]:
-        """argv behind the step that joins the namespace (in its own exec chain: no preexec_fn)."""
+    def join(self) -> str:
+        """nsenter's option that joins the namespace in a command's exec chain (holder.join: no preexec_fn)."""
         assert self.fd is not None, "the sample's network is not open"
-        return [*holder.nsenter("net", self.fd), *argv]
+        return holder.join("net", self.fd)
 
     def close(self) -> None:
         """End pasta and its holder (closing the holder's stdin ends both). Blocking."""
