@@ -40,17 +40,26 @@ class CappedStream(httpx.AsyncByteStream):
         await self._stream.aclose()
 
 
+def refusal(encoding: str, length: str, limit: int = MAX_REPLY_BYTES) -> BadReply | None:
+    """Why a reply is refused from its head alone (its Content-Encoding and Content-Length, as httpx reads
+    them): a body announced larger than `limit`, or compressed although we asked for none."""
+    encoding = encoding.strip().lower()
+    if encoding not in ("", "identity"):
+        return BadReply(f"reply compressed with {encoding!r} although the request asked for none")
+    if length.isdigit() and int(length) > limit:
+        return TooLarge(limit)
+    return None
+
+
 def capper(limit: int = MAX_REPLY_BYTES):
     """An httpx response hook (it runs before the body is read) that caps the body at `limit` bytes;
     a body announced larger, or compressed although we asked for none, is refused at once."""
 
     async def cap(response: httpx.Response) -> None:
-        encoding = response.headers.get("content-encoding", "identity").strip().lower()
-        if encoding not in ("", "identity"):
-            raise BadReply(f"reply compressed with {encoding!r} although the request asked for none")
-        length = response.headers.get("content-length", "")
-        if length.isdigit() and int(length) > limit:
-            raise TooLarge(limit)
+        headers = response.headers
+        refused = refusal(headers.get("content-encoding", "identity"), headers.get("content-length", ""), limit)
+        if refused is not None:
+            raise refused
         # An async client's response: its stream is an async one.
         response.stream = CappedStream(cast(httpx.AsyncByteStream, response.stream), limit)
 
