@@ -24,6 +24,7 @@ from trajforge.flags import BY_NAME, FLAGS
 from trajforge.flags.values import FlagError
 from trajforge.registry import RegistryError
 from trajforge.run.helper_processes import Helpers, signal_handlers_kept
+from trajforge.run.task_folders import load_entries
 from trajforge.secrets import conceal
 from trajforge.version import version
 
@@ -58,6 +59,9 @@ def main(**flags) -> None:
             from trajforge.run.task_check import check_tasks as check
 
             sys.exit(check(config, console))
+        # Before the runner's imports (2 s, the openai package's most of them): a dataset the run refuses, with
+        # a line that says why, is refused at once, no helper started.
+        entries, notes = load_entries(config)
         with signal_handlers_kept(), Helpers(config) as started:
             from trajforge.run.runner import BatchRunner
 
@@ -66,7 +70,7 @@ def main(**flags) -> None:
             # tests call main() many times in one process.
             if not gc.get_freeze_count():
                 gc.freeze()
-            code = BatchRunner(config, console, started).run()
+            code = BatchRunner(config, console, started).run(entries, notes)
     except (UsageError, SetupError, FlagError, RegistryError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         if as_json:

@@ -10,7 +10,7 @@ import pytest
 from agent_run import OFFERED, agent, calls
 
 from trajforge.agent.loop import AgentResult
-from trajforge.model.retry import ModelCallFailed, RunStopped
+from trajforge.model.outcomes import ModelCallFailed, RunStopped
 
 
 def test_runs_the_tool_calls_and_completes_on_a_reply_without_calls(server):

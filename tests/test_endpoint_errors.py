@@ -21,15 +21,8 @@ import openai
 import pytest
 
 from trajforge.mock.server_errors import OVERFLOWS
-from trajforge.model.retry import (
-    CONTEXT_HINT,
-    BadReply,
-    Decision,
-    ReplyTimeout,
-    classify,
-    connection_kind,
-    failure_message,
-)
+from trajforge.model.outcomes import ReplyTimeout
+from trajforge.model.retry import CONTEXT_HINT, BadReply, Decision, classify, connection_kind, failure_message
 
 TOOLS = ["--distribution=terminal_only", "--max_retries=2"]
 REQUEST = httpx.Request("POST", "http://127.0.0.1:9/v1/chat/completions")

@@ -25,8 +25,9 @@ from trajforge.agent.calls import read_tool_calls
 from trajforge.agent.loop import AgentResult
 from trajforge.cli.config import build_config
 from trajforge.errors import UsageError
+from trajforge.model.outcomes import ModelCallFailed
 from trajforge.model.reply_size import TooLarge, capper
-from trajforge.model.retry import BadReply, ModelCallFailed
+from trajforge.model.retry import BadReply
 from trajforge.model.stream import assemble
 from trajforge.model.usage import add_usage, empty_usage
 

@@ -12,7 +12,7 @@ from trajforge.agent.calls import read_tool_calls
 from trajforge.caller import Log
 from trajforge.flags import default
 from trajforge.model.chat import ChatModel
-from trajforge.model.retry import ModelCallFailed
+from trajforge.model.outcomes import ModelCallFailed
 from trajforge.model.usage import add_usage, empty_usage, usage_total
 from trajforge.tools import Tool, call_tool
 from trajforge.tools.session import ToolSession

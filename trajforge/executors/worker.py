@@ -42,7 +42,7 @@ from trajforge.events import (
 )
 from trajforge.executors.passes import PassCounts
 from trajforge.model.chat import ChatModel
-from trajforge.model.retry import ModelCallFailed, RunStopped
+from trajforge.model.outcomes import ModelCallFailed, RunStopped
 from trajforge.money.errors import SpendStop
 from trajforge.money.spending import Ledger, Spending, sample_scope
 from trajforge.pipeline.actors import Agent, AgentRules

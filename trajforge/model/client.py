@@ -15,19 +15,11 @@ import openai
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_random_exponential
 
 from trajforge.caller import NOBODY, Caller
+from trajforge.model.outcomes import ModelCallFailed, ReplyTimeout, RunStopped
 from trajforge.model.post import LeanPost, ThroughOpenAI
 from trajforge.model.reply_body import UnreadableReply, decode, readable
 from trajforge.model.reply_size import ACCEPT_ENCODING, capper
-from trajforge.model.retry import (
-    NOT_OURS,
-    REFUSALS,
-    BadReply,
-    ModelCallFailed,
-    ReplyTimeout,
-    RunStopped,
-    classify,
-    failure_message,
-)
+from trajforge.model.retry import NOT_OURS, REFUSALS, BadReply, classify, failure_message
 from trajforge.model.retry import overload as load_of
 from trajforge.model.served import served_models
 from trajforge.model.settings import ModelSettings

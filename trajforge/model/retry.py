@@ -1,5 +1,5 @@
 """The retry policy: which failures of a model call are worth another try, which fail only the prompt and
-which stop the whole run; and the exceptions that carry those outcomes to the worker."""
+which stop the whole run (the exceptions that carry those outcomes to the worker are model/outcomes.py's)."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ import aiohttp
 import openai
 
 from trajforge.errors import BadReply
+from trajforge.model.outcomes import ReplyTimeout
 
 RETRY_AFTER_CAP = 300.0  # seconds: a server asking for longer is not waited for beyond this
 RETRIED_STATUSES = (408, 409, 429)  # and every 5xx
@@ -53,22 +54,6 @@ class Decision:
     stop_run: bool  # every further request of the run would fail the same way
     kind: str  # the error type in errors.jsonl, after "api_": http_429, context_length, connection_refused, ...
     retry_after: float | None = None  # seconds the server asked us to wait; None: our own backoff
-
-
-class ReplyTimeout(Exception):
-    """No whole reply within --request_timeout: a server that stalls or trickles a stream."""
-
-
-class RunStopped(Exception):
-    """The endpoint refused us (401/402/403): every further request would fail too."""
-
-
-class ModelCallFailed(Exception):
-    """A model call that failed for good: not worth (another) retry, or out of retries."""
-
-    def __init__(self, kind: str, message: str, attempts: int):
-        super().__init__(message)
-        self.kind, self.attempts = kind, attempts
 
 
 def classify(exc: BaseException) -> Decision:

@@ -16,13 +16,16 @@ import sys
 import threading
 from collections.abc import Iterator
 from dataclasses import replace
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from toolset_distributions import weights
 from trajforge.errors import SetupError
 from trajforge.runconfig import RunConfig
 from trajforge.tools.browser.runtime import BrowserUnavailable, launch_problem
-from trajforge.tools.browser.service import BrowserService
+
+if TYPE_CHECKING:  # imported when a run offers the browser: its tools import the playwright package
+    from trajforge.tools.browser.service import BrowserService
 
 
 @contextlib.contextmanager
@@ -59,6 +62,8 @@ class Helpers:
         # Ray tasks may run on other machines: each launches a browser of its own.
         executable = config.tools.browser_executable  # None: no browser toolset is offered
         if config.executor == "pool" and weights(config.distribution).get("browser") and executable:
+            from trajforge.tools.browser.service import BrowserService
+
             try:
                 self.browser = BrowserService(executable)
             except BaseException:  # no `with` holds us yet: the mock server must not outlive this

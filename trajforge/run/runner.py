@@ -55,7 +55,7 @@ from trajforge.run.helper_processes import Helpers
 from trajforge.run.progress import ProgressView, Tally, print_budget_stop, print_summary, summary_json
 from trajforge.run.rescore import rescore_all
 from trajforge.run.samples import Plan, plan_samples
-from trajforge.run.task_folders import environment_for, load_entries
+from trajforge.run.task_folders import environment_for
 from trajforge.run.task_images import build_images
 from trajforge.runconfig import RunConfig
 from trajforge.runfolder.attempts import EXHAUSTED, AttemptLog, History, new_invocation, unit_id
@@ -121,9 +121,9 @@ class BatchRunner:
         return plan
 
     # -- running -------------------------------------------------------------------------------
-    def run(self) -> int:
+    def run(self, entries: list[Entry], notes: list[str]) -> int:
+        """The run over `entries` (task_folders.load_entries(), with the `notes` it had to print)."""
         started = time.monotonic()
-        entries, notes = load_entries(self.config)
         # What workers use and statistics record: docker for task folders, else the --environment=auto pick.
         environment, unsandboxed = environment_for(self.config.environment, entries)
         self.config = config = replace(self.config, environment=environment)

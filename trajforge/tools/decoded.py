@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import zlib
 from collections.abc import AsyncIterator, Iterator
+from typing import TYPE_CHECKING
 
-import httpx
+if TYPE_CHECKING:  # only named here: the tools settings import this module at batch_runner.py's start
+    import httpx
 
 ACCEPTED = "gzip, deflate"  # the Accept-Encoding of the tools' clients: what this module decodes
 STEP = 64 * 1024  # bytes one decoding step may give

@@ -8,8 +8,10 @@ import asyncio
 import json
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-import httpx
+if TYPE_CHECKING:  # imported by search(): the tools settings import this module at batch_runner.py's start
+    import httpx
 
 from trajforge.tools.decoded import Undecodable, read_decoded
 
@@ -106,6 +108,8 @@ async def search(
 ) -> list[dict]:
     """Up to `limit` results from an answer of at most `max_bytes` decoded bytes; every failure is a
     SearchError that says what went wrong."""
+    import httpx
+
     try:
         async with asyncio.timeout(timeout):
             results = await SEARCHES[provider.name](http, provider, query, limit, max_bytes)

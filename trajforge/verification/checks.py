@@ -21,7 +21,7 @@ from typing import Any
 
 from trajectory import Turn
 from trajforge.environments.folder_task import FolderSettings
-from trajforge.model.retry import ModelCallFailed, RunStopped
+from trajforge.model.outcomes import ModelCallFailed, RunStopped
 from trajforge.money.errors import SpendStop
 from trajforge.verification.host_folders import NO_FOLDERS, HostFolders
 from trajforge.verification.kinds import CheckContext, check_object

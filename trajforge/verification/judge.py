@@ -27,7 +27,7 @@ from typing import Any
 from trajectory import Turn
 from trajforge import safejson
 from trajforge.caller import Caller
-from trajforge.model.retry import ModelCallFailed
+from trajforge.model.outcomes import ModelCallFailed
 from trajforge.model.usage import judged
 from trajforge.registry import Verdict, VerifierKind
 

@@ -22,14 +22,6 @@ from collections.abc import Awaitable, Callable
 from trajforge.tools.browser.guard import GuardProxy
 from trajforge.tools.browser.sandbox import SandboxedBrowser
 
-try:
-    from playwright.async_api import Error as PlaywrightError
-except ImportError:  # launch() says so; no browser tool is offered then
-
-    class PlaywrightError(Exception):  # type: ignore[no-redef]
-        pass
-
-
 # Chromium takes only the last --disable-features it is given, so ours repeats the features that
 # Playwright's launch() disables (as of 1.65) and adds two: without them every browser context, so
 # every prompt, gets a window whose omnibox popup is a web page of its own, a renderer process that
@@ -103,7 +95,8 @@ async def launch(executable: str | None):
     """(playwright, browser) started with the machine's Chromium; BrowserUnavailable says why not."""
     if executable is None:
         raise BrowserUnavailable("no Chromium found: install it (apt-get install chromium) or set BROWSER_EXECUTABLE")
-    try:
+    try:  # here, not at the top: the package takes a quarter second that batch_runner.py's start does without
+        from playwright.async_api import Error as PlaywrightError
         from playwright.async_api import async_playwright
     except ImportError:
         raise BrowserUnavailable("the playwright package is not installed (pip install playwright)") from None

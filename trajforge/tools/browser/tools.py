@@ -12,11 +12,19 @@ from typing import cast
 from urllib.parse import urlsplit
 
 from trajforge.tools.browser.guard import BLOCKED_HEADER
-from trajforge.tools.browser.runtime import BrowserLauncher, PlaywrightError, launch_problem
+from trajforge.tools.browser.runtime import BrowserLauncher, launch_problem
 from trajforge.tools.browser.snapshot import element, snapshot
 from trajforge.tools.netguard import Blocked, check_url
 from trajforge.tools.session import ToolSession
 from trajforge.tools.settings import ToolSettings
+
+try:
+    from playwright.async_api import Error as PlaywrightError
+except ImportError:  # launchable() says so; no browser tool is offered then
+
+    class PlaywrightError(Exception):  # type: ignore[no-redef]
+        pass
+
 
 SETTLE_TIMEOUT_MS = 5_000
 
