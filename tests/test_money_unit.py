@@ -259,3 +259,40 @@ def test_a_dead_process_s_places_are_freed(tmp_path):
     assert None not in held and store.take_slot("E", 2) is None
     child.communicate(b"")
     assert store.take_slot("E", 2) is not None
+
+
+def test_the_local_ledger_answers_in_order_raises_as_the_store_and_skips_a_call_cancelled_before_its_turn(tmp_path):
+    """LocalLedger's own thread: calls run in the order asked, each answered as soon as it returns (not
+    after the calls queued behind it), a budget stop raised in the caller, and a call cancelled while
+    it waits (here behind another process's write lock) never runs."""
+    import asyncio
+    import sqlite3
+
+    from trajforge.money.ledger import LocalLedger
+    from trajforge.money.store import FILE_NAME
+
+    async def main():
+        ledger = LocalLedger(str(tmp_path))
+        assert await ledger("stopped") is None
+        assert await ledger("take_slot", "http://a", 1) == 1
+        assert await ledger("take_slot", "http://a", 1) is None  # its limit: one in flight
+        other = sqlite3.connect(tmp_path / FILE_NAME, isolation_level=None)
+        other.execute("BEGIN IMMEDIATE")  # another worker holds the write lock
+        read = asyncio.ensure_future(ledger("stopped"))
+        blocked = asyncio.ensure_future(ledger("stop", CostUnknown.reason))  # waits for the lock
+        cancelled = asyncio.ensure_future(ledger("stop", "cancelled"))
+        assert await asyncio.wait_for(read, 5) is None  # answered while the write behind it waits
+        await asyncio.sleep(0.2)
+        cancelled.cancel()
+        other.execute("COMMIT")
+        await blocked
+        assert await ledger("stopped") == CostUnknown.reason
+        with pytest.raises(CostUnknown):
+            await ledger("reserve", Call(10, 10, None), 1.0, 3600.0)
+        await ledger.close()
+        with pytest.raises(RuntimeError):
+            await ledger("stopped")
+        return cancelled
+
+    assert asyncio.run(main()).cancelled()
+    assert Store(tmp_path).stopped() == CostUnknown.reason
