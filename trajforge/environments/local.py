@@ -145,7 +145,8 @@ class _OutputPipe:
                 chunk = os.read(self.read_end, min(65536, at_most))
             except BlockingIOError:
                 return
-            if not chunk:
+            if not chunk:  # every writer is gone: no more to wait for (an end of file stays readable)
+                asyncio.get_running_loop().remove_reader(self.read_end)
                 if not self.closed.done():
                     self.closed.set_result(None)
                 return
