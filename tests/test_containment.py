@@ -5,6 +5,7 @@ the next prompt still runs, and a hostile dataset refused before any request."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import random
@@ -319,6 +320,38 @@ def test_without_a_cgroup_a_daemon_is_found_among_the_workers_descendants(tmp_pa
 
     sync(body())
     wait_for(lambda: not running_with(daemon), 5, "the prompt's daemon to be gone")
+
+
+# Each generation starts its successor (a new process, or itself again by exec) and is gone a moment later.
+MOVING_ON = 'sleep 0.05; setsid sh -c "$WALK" sh "$1" & exit 0'
+RE_EXEC = 'sleep 0.05; exec sh -c "$AGAIN" sh "$1"'
+
+
+def test_without_a_cgroup_daemons_that_move_on_or_re_exec_themselves_are_gone(tmp_path):
+    """One scan of the worker's descendants can miss a process amid exec, or one that re-parented to the
+    worker after the worker's children were listed: a scan ends the prompt only when it is sure of both.
+    A daemon that forks its successor and exits, and one that execs itself, over and over, are gone."""
+    walker, again = marker(), marker()
+    settings = make_settings("local", tmp_path, limits=Limits(max_processes=0, max_memory_mb=0))
+
+    async def body():
+        env = await backend_for(settings).open({})
+        try:
+            launch = f'(setsid sh -c "$WALK" sh {walker} &); (setsid sh -c "$AGAIN" sh {again} &); echo launched'
+            await env.exec(f"export WALK='{MOVING_ON}' AGAIN='{RE_EXEC}'; {launch}")
+            for daemon in (walker, again):  # one of each is there at any time (its successor before it goes)
+                wait_for(lambda daemon=daemon: running_with(daemon), 10, "the daemons to start")
+            assert not env.cgroup.paths
+        finally:
+            await env.close()
+
+    try:
+        sync(body())
+        assert not still_running(walker, 5) and not still_running(again, 5)
+    finally:
+        for pid in running_with(walker) + running_with(again):
+            with contextlib.suppress(OSError):
+                os.kill(pid, 9)
 
 
 def test_a_command_runs_in_its_own_shell_behind_its_limits_with_its_line_numbers():

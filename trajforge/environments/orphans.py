@@ -30,7 +30,7 @@ import time
 PROMPT_MARKER = "BATCH_RUNNER_PROMPT"
 PR_SET_CHILD_SUBREAPER = 36
 REAP_EVERY = 1.0  # seconds between two looks for zombies that ended by themselves, shared by the worker's prompts
-EMPTY_SCANS = 3  # scans in a row that found nothing before a prompt counts as ended
+EMPTY_SCANS = 3  # scans in a row that found nothing before a prompt counts as ended (or one sure scan)
 KILL_PASSES = 50  # scans of /proc before giving up on a process that forks faster than we kill
 # Direct children that run_process started and still waits for: asyncio reaps them, we must not.
 commands_running: set[int] = set()
@@ -74,55 +74,90 @@ def become_subreaper() -> bool:
 
 def children(pid: int) -> list[int]:
     """The direct children of every thread of `pid` (a process forks from any of its threads)."""
+    return _children(pid)[0]
+
+
+def _children(pid: int) -> tuple[list[int], bool]:
+    """children(), and whether each of its threads' lists was read (a thread that ended meanwhile left
+    its children to another, maybe one read before)."""
     found: list[int] = []
     try:
         tasks = os.listdir(f"/proc/{pid}/task")
     except OSError:  # gone meanwhile
-        return found
+        return found, False
+    whole = True
     for tid in tasks:
-        with contextlib.suppress(OSError), open(f"/proc/{pid}/task/{tid}/children", "rb") as handle:
-            found += map(int, handle.read().split())
-    return found
+        try:
+            found += map(int, _read(f"/proc/{pid}/task/{tid}/children").split())
+        except OSError:
+            whole = False
+    return found, whole
 
 
-def descendants() -> list[int]:
-    """Every process below this one: where the marked processes are once we are a subreaper. Without
-    that (an old kernel), every process of the host."""
+def descendants() -> tuple[list[int], bool]:
+    """Every process below this one: where the marked processes are once we are a subreaper; and whether
+    the walk read every list it met. Without a subreaper (an old kernel), every process of the host,
+    never a whole walk."""
     if _State.subreaper != os.getpid():
-        return _pids()
-    found, below = [], [os.getpid()]
+        return _pids(), False
+    found, below, whole = [], [os.getpid()], True
     while below:
-        for child in children(below.pop()):
+        listed, read = _children(below.pop())
+        whole = whole and read
+        for child in listed:
             found.append(child)
             below.append(child)
-    return found
+    return found, whole
 
 
-def marked(token: str) -> list[int]:
-    """Pids of our descendants that carry `token`."""
+def marked(token: str) -> tuple[list[int], bool]:
+    """Pids of our descendants that carry `token`, and whether the scan is sure: the walk read every
+    list, and every descendant listed was still there and showed an environment. One amid exec shows
+    none for a moment (the kernel sets the new one after it swapped the memory), as do one that dropped
+    every variable (`env -i`) and one we may not read; and one that ended meanwhile (or a zombie) may
+    have left children that re-parented to this process after its own children were listed, which the
+    walk missed."""
     needle = f"{PROMPT_MARKER}={token}".encode()
+    below, sure = descendants()
     found = []
-    for pid in descendants():
+    for pid in below:
         try:
-            with open(f"/proc/{pid}/environ", "rb") as handle:
-                if needle in handle.read().split(b"\0"):
-                    found.append(pid)
-        except OSError:  # gone meanwhile, or not ours
+            environ = _read(f"/proc/{pid}/environ")
+        except OSError:  # gone (or a zombie: ESRCH), or not ours to read
+            sure = False
             continue
-    return found
+        if needle in environ.split(b"\0"):
+            found.append(pid)
+        elif not environ:
+            sure = False
+    return found, sure
+
+
+def _read(path: str) -> bytes:
+    """The whole file, without Python's buffered file object (a scan reads one a descendant)."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        chunks = []
+        while chunk := os.read(fd, 65536):
+            chunks.append(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
 
 
 def end_marked(token: str) -> int:
     """SIGKILL every process carrying `token` and reap those that are our children; how many were
     killed. Blocking (it reads /proc): call it on a thread."""
     killed: set[int] = set()
-    # Done after scans in a row that found none: a process amid exec shows no environment for a moment
-    # (the kernel sets the new one after it swapped the memory), so one empty scan can miss it.
+    # Done after a sure scan that found none (the usual end: the sample's cgroup ended its processes, or
+    # none was left), else after EMPTY_SCANS in a row that found none: a process amid exec or re-parented
+    # during a scan can be missed by one.
     empty = 0
     for _ in range(KILL_PASSES):
-        found = [pid for pid in marked(token) if pid != os.getpid()]
+        marks, sure = marked(token)
+        found = [pid for pid in marks if pid != os.getpid()]
         empty = 0 if found else empty + 1
-        if empty == EMPTY_SCANS:
+        if empty == EMPTY_SCANS or (sure and not found):
             break
         for pid in found:
             with contextlib.suppress(ProcessLookupError):
