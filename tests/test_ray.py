@@ -30,8 +30,12 @@ if importlib.util.find_spec("ray") is None:  # not imported: the runs import it,
     pytest.skip("Ray is an optional extra: pip install -e '.[ray]'", allow_module_level=True)
 # Starting Ray is most of a run's 20 s; on a machine busy with the rest of the suite it has taken 140 s.
 RAY_RUN_TIMEOUT = 200
-# One xdist worker runs these one after another, on the module's one cluster.
-pytestmark = [pytest.mark.xdist_group("ray"), pytest.mark.timeout(2 * RAY_RUN_TIMEOUT)]
+pytestmark = pytest.mark.timeout(2 * RAY_RUN_TIMEOUT)
+# One xdist worker runs the tests that join the module's one cluster, one after another (minutes of a whole
+# run); another runs the others (the private instance's) meanwhile. Groups, so both go out at the run's start:
+# xdist hands out the scopes with the most tests first, the rest (one test each) in file order.
+ON_THE_CLUSTER = pytest.mark.xdist_group("ray")
+WITHOUT_THE_CLUSTER = pytest.mark.xdist_group("ray_without_the_cluster")
 
 TOOLS = ["--distribution=terminal_only", "--seed=3", "--num_workers=2", "--concurrency=2"]
 
@@ -89,6 +93,7 @@ def job_ended(job: Sequence[psutil.Process] = ()) -> bool:
     return not on_the_cluster(BATCH, SINK, MONEY) and all(over(process) for process in job)
 
 
+@WITHOUT_THE_CLUSTER
 def test_ray_executor_without_ray_says_how_to_install(run, server, tmp_path):
     command = run.command([{"prompt": "x"}], "--executor=ray")
     hide_ray = (
@@ -111,6 +116,7 @@ def listening(processes: list[psutil.Process]) -> dict[int, str]:
     return found
 
 
+@WITHOUT_THE_CLUSTER
 def test_the_private_instance_listens_on_the_loopback_only_and_refuses_a_client_without_its_token(run, server):
     """The private instance's GCS, raylets, object manager and agents listen on 127.0.0.1 only, and its
     GCS refuses a client that has not the run's token (the run itself, which has it, finishes and leaves
@@ -219,6 +225,7 @@ def assert_same_as_the_pool(ray: Result, pool: Result) -> None:
     wait_for(job_ended, 60, "the cluster to end the run's tasks and actors")  # the run left the cluster as it was
 
 
+@ON_THE_CLUSTER
 def test_ray_gives_the_same_trajectories_as_the_pool(run, pool, cluster):
     """Without a shared file system the lines travel to the driver with the events."""
     flags = [*TOOLS, "--executor=ray", f"--ray_address={cluster.address}"]
@@ -226,6 +233,7 @@ def test_ray_gives_the_same_trajectories_as_the_pool(run, pool, cluster):
     assert_same_as_the_pool(ray, pool)
 
 
+@ON_THE_CLUSTER
 def test_a_killed_ray_worker_is_retried_and_the_run_is_the_pool_s_without_duplicates(run, server, pool, cluster):
     """With --ray_shared_fs the tasks append to the run folder themselves; one killed mid-batch is run
     again, which keeps the lines it wrote and does the rest."""
@@ -248,6 +256,7 @@ def test_a_killed_ray_worker_is_retried_and_the_run_is_the_pool_s_without_duplic
     assert_same_as_the_pool(Result(proc.returncode, output, "", folder), pool)
 
 
+@ON_THE_CLUSTER
 def test_a_killed_sink_fails_at_most_its_batches_never_the_run(run, server, cluster):
     """The actor that carries the tasks' events is SIGKILLed mid-run: Ray starts it again, the driver
     goes on; each prompt ends once, as a trajectory or (its events lost with the actor) a failure."""
@@ -278,6 +287,7 @@ def test_a_killed_sink_fails_at_most_its_batches_never_the_run(run, server, clus
     wait_for(job_ended, 60, "the cluster to end the run's tasks and actors")
 
 
+@ON_THE_CLUSTER
 def test_on_a_cluster_the_budget_holds_and_a_kill_9_of_the_driver_pays_for_nothing_twice(run, server, cluster):
     """One ledger and cache for the run, in the driver's run folder, reached by every node through the money
     actor: the cluster stops at the budget (exit 3); a resume with more is killed -9 mid-run; the next
@@ -315,6 +325,7 @@ def test_on_a_cluster_the_budget_holds_and_a_kill_9_of_the_driver_pays_for_nothi
     assert last.statistics["budget"]["spent"] == pytest.approx(sum(ledger(last.run_dir)))
 
 
+@ON_THE_CLUSTER
 def test_a_worker_node_lost_mid_run_loses_no_paid_reply(run, server, cluster):
     """A node dies with batches running on it: Ray runs them again on the node left, their paid calls come
     back from the run's cache (the money actor is on the driver's node), and the run finishes with no
@@ -351,6 +362,7 @@ def test_a_worker_node_lost_mid_run_loses_no_paid_reply(run, server, cluster):
     assert paid_before <= paid and 8 * 3 <= paid <= answered_calls(server) <= paid + in_flight
 
 
+@ON_THE_CLUSTER
 def test_a_plugin_file_reaches_the_cluster_s_workers_with_the_run(run, server, cluster, tmp_path):
     """Its text travels in the run's settings: each Ray task loads it (docs/ray.md), the file need not be on
     the workers' nodes; its tool runs there and is counted like a built-in one."""
@@ -373,6 +385,7 @@ def test_a_plugin_file_reaches_the_cluster_s_workers_with_the_run(run, server, c
         assert "hello n" in row["conversations"][3]["value"]
 
 
+@ON_THE_CLUSTER
 def test_task_folders_on_a_cluster_are_the_pool_s_built_once_and_resumed_without_building(
     docker_host, run, server, cluster, tmp_path
 ):
