@@ -20,16 +20,19 @@ import tempfile
 import time
 import uuid
 from collections import deque
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from trajectory import verification_passed
 from trajforge import journal, plugins
 from trajforge.events import Claimed, Event, PromptDone
 from trajforge.executors.passes import PassCounts
-from trajforge.executors.worker import Batch, WorkerSetup, serve
 from trajforge.money.ledger import ActorLedger, MoneyActor
 from trajforge.runfolder.folder import BatchFiles, RunFolder
 from trajforge.tools.mcp import toolsets as mcp
+
+# run_batch imports the worker: the sink actor's process imports this module, and none of the worker's (openai).
+if TYPE_CHECKING:
+    from trajforge.executors.worker import Batch, WorkerSetup
 
 TASK_RETRIES = 3  # re-runs of a batch whose worker process or node died
 # The sink and the money actor start again when killed from outside; a call to the sink that was on its
@@ -117,6 +120,8 @@ def run_batch(setup: WorkerSetup, batch: Batch, sink, shared_fs: bool, money) ->
     through the run's money actor. Passes for --stop_after_passes are those the driver knew when the
     task started, plus the task's own."""
     import ray
+
+    from trajforge.executors.worker import Batch, serve  # the model client's imports (openai), here only
 
     plugins.load(setup.config.plugins)  # this process may be new: the registry as the driver's
     mcp.register(setup.config.mcp_servers, setup.config.mcp_listing)  # as listed at the run's start
