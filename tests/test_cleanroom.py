@@ -183,7 +183,7 @@ def verify_in(kind: str, tmp_path, agent: str, verify: str, setup: str = "", **s
         try:
             if setup:  # the task's, before the agent begins (as prepare_task runs it)
                 await env.exec(setup)
-                env.agent_begins()
+                await env.agent_begins()
             await env.exec(agent)
             return await verify_sample(VerifySettings(**settings), entry, dict, [], env)
         finally:
@@ -537,3 +537,23 @@ def test_the_removed_files_named_are_the_clean_room_s_alone_not_what_git_said(ki
         "[removed before verification (links out of the workspace, FIFOs, sockets, devices, git folders outside"
         " it): pipe]"
     ], removed
+
+
+# The task's own pack (its setup's): HEAD:sub in .git/objects/pack/xy.pack, its loose copy gone. Git
+# freshens a pack (sets its mtime, so its ctime) when it would write an object the pack holds: mktree here.
+TASK_PACK = f"{COMMITTED} && {SUB} && {PACK_SUB}"
+FRESHEN = "git ls-tree HEAD:sub | git mktree"
+
+
+def test_a_pack_the_task_left_is_verified_again_only_when_its_bytes_changed(kind, tmp_path):
+    """A pack recorded at agent_begins (its files' hashes) is not verified again when git merely freshened
+    it (verify-pack took 5.8 s for 86 MB of deltas): the task's pack here holds a forged tree, which
+    verify-pack refuses, and the honest agent that freshens it passes. The agent that writes its own pack
+    under the task pack's name (the forged tree in it) is caught, beside its twin that freshens it."""
+    task_forged = f"{COMMITTED} && {SUB} && {FORGE} && {PACK_SUB}"
+    trusted = verify_in(kind, tmp_path, FRESHEN, f"{DIFF} HEAD", setup=task_forged)
+    assert trusted["passed"] is True, trusted
+    rewrite = f"rm .git/objects/pack/xy.* && {FORGE} && {PACK_SUB}"
+    caught = verify_in(kind, tmp_path, rewrite, f"{DIFF} HEAD", setup=TASK_PACK)
+    honest = verify_in(kind, tmp_path, FRESHEN, f"{DIFF} HEAD", setup=TASK_PACK)
+    assert (caught["passed"], honest["passed"]) == (False, True), (caught, honest)

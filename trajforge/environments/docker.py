@@ -310,6 +310,7 @@ class DockerEnvironment(CommandEnvironment):
             work, dropped = await self._call(carried, archive, posixpath.basename(self.cwd))
         fresh = DockerEnvironment(self.client, self.image, self.cwd, self.settings, self.options)
         fresh.dropped = tuple(dropped)
+        fresh.packs = self.packs  # the packs the task left (agent_begins), carried at the same paths
         with work:
             try:
                 await fresh.start()

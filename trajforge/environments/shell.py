@@ -87,11 +87,28 @@ CLEAN_SHELL = (
     'if [ -n "${high:-}" ] && command -v bash >/dev/null; then '
     f"exec bash -c {shlex.quote(THEN_SH)} bash {shlex.quote(CLEAN_MAIN)}; fi; {CLEAN_MAIN}"
 )
+# The hash of a file the clean room trusts as the task left it: BLAKE2b where there is b2sum (3x sha256sum's
+# speed without SHA instructions), else SHA-256 (busybox). Both sides choose alike; lines of the one never
+# match lines of the other.
+HASH = "if command -v b2sum >/dev/null; then hash=b2sum; else hash=sha256sum; fi"
+# Every file in a pack folder under $1 as the task left it, a line each (`HASH  PATH`, physical paths), made
+# when the agent begins (agent_begins, before any command of its): the scan's record of the packs it need not
+# verify again when the agent's git has merely freshened them (git sets a pack's mtime, so its ctime, when it
+# would write an object the pack holds), and in docker, whose carried files are all new to it. A rewrite of
+# a pack's bytes under its name, its size and its trailer kept, changes its hash; ctime could not tell.
+PACKS_SCRIPT = (
+    HASH
+    + r"""
+root=$(cd "$1" && pwd -P) || exit 1
+find "$root" -path '*/objects/pack/*' -type f -exec "$hash" -- {} +"""
+)
 # Removes, under $1, what would let a verifier read something other than the agent's work: symlinks
 # resolving outside $1 (/proc/self/cmdline, /dev, /etc), FIFOs, sockets and devices; prints each removed
 # after $MARK (so that what a command says on stderr is not read as a removed file). Then every git folder
-# git would accept there goes through GIT_NEUTRAL. Any step that fails fails the scan (exit status not 0).
+# git would accept there goes through GIT_NEUTRAL, $PACKS the file holding stdin (PACKS_SCRIPT's record).
+# Any step that fails fails the scan (exit status not 0).
 ESCAPES_SCRIPT = r"""root=$(cd "$1" && pwd -P) || exit 1
+PACKS=$(mktemp) && export PACKS && trap 'rm -f -- "$PACKS"' EXIT && cat > "$PACKS" || exit 1
 find "$root" \( -type l -o -type p -o -type s -o -type b -o -type c \) -exec sh -c '
 root=$1; shift
 for f; do
@@ -113,7 +130,8 @@ find "$root" \( -name .git -o -path '*/.git/*/HEAD' -type f \) -exec sh -c "$GIT
 # (`*.lock`: index.lock, config.lock, a ref's) stops the neutraliser's git or the verifier's. The verifier's
 # uid, which has no capability where git checks with access(), may pass into each folder (objects and refs
 # included). A step that fails ends the scan with an error: the clean room fails closed.
-GIT_NEUTRAL = r"""root=$1; shift
+GIT_NEUTRAL = (
+    r"""root=$1; shift
 inside() { case "$1" in "$root"/*) return 0 ;; esac; return 1; }
 drop() { rm -rf -- "$1" && printf '%s%s\n' "$MARK" "${1#"$root"/}" || exit 1; }
 # What a `.git` file or `commondir` names, read whole as git reads it (trailing newlines off); false for
@@ -181,7 +199,10 @@ unmark() {
 # process could have written it). A loose object's id is checked as git would serve it (packs first):
 # the new ids are packed (pack-objects, from whatever copy git reads) and index-pack, which computes each
 # id from the content, must find the same ids. A pack with a new file (.pack, .idx, ...) is checked whole
-# (verify-pack: each object's id computed, the index compared). No symbolic link may stand in an object
+# (verify-pack: each object's id computed, the index compared) unless each of its files (.pack, .idx,
+# .rev, ...) is, path and hash, in the record of the packs the task left ($PACKS, PACKS_SCRIPT's): a
+# hash is a sequential read, a verify-pack inflates and hashes every object (seconds for 100 MB of deltas).
+# A file git cannot hash, or a record that is empty or missing, is no match. No symbolic link may stand in an object
 # folder (an old file would answer for another id), nor a name with a newline (git reads a pack of any
 # name; the list of files is read a line a name). Each folder is checked once for each repository.
 checked=
@@ -220,6 +241,9 @@ verify_objects() {
     sort -u "$scratch/new" > "$scratch/ids" && : > "$scratch/new" || exit 1
     sed -n 's/^pack //p' "$scratch/ids" | while IFS= read -r pack; do
       [ -f "$pack.idx" ] && [ -f "$pack.pack" ] || continue
+      if now=$($hash -- "$pack".*); then  # grep's 1: no line of now's is missing from the record
+        printf '%s\n' "$now" | grep -vxF -f "$PACKS" >/dev/null; [ $? -eq 1 ] && continue
+      fi
       (cd / && GIT_DIR=$1 git verify-pack -- "$pack.idx") >&2 || exit 1
     done || exit 1
     grep -v '^pack ' "$scratch/ids" > "$scratch/loose" || [ ! -s "$scratch/loose" ] || exit 1
@@ -234,6 +258,9 @@ verify_objects() {
   done < "$scratch/alternates"
 }
 neutral() { own "$1"; common "$1"; verify_objects "$1"; unmark "$1"; }
+"""
+    + HASH
+    + r"""
 scratch=$(mktemp -d) || exit 1
 trap 'rm -rf -- "$scratch"' EXIT
 for f; do
@@ -251,6 +278,7 @@ for f; do
     if g=$(readlink -f -- "$g") && [ -d "$g" ] && inside "$g"; then neutral "$g"; else drop "$f"; fi
   fi
 done"""
+)
 NOTED = 20  # removed paths named in verification.output; the rest are counted
 
 
@@ -285,6 +313,15 @@ class CommandEnvironment(Environment):
     # first command (agent_begins): no object file whose ctime is before it is the agent's (0: any may be,
     # and the clean room checks every one)
     agent_since = 0
+    packs = b""  # PACKS_SCRIPT's record, made at agent_begins: the packs the clean room need not verify again
+
+    async def agent_begins(self) -> None:
+        # Before any command of the agent's: whatever hashes the files is as the task left it. A record that
+        # cannot be made is none (every new pack is verified); it may be long: one line a pack file.
+        found = await self.run(
+            ["sh", "-c", PACKS_SCRIPT, "sh", self.scan_root], self.settings.command_timeout, limit=FILE_LIMIT
+        )
+        self.packs = b"" if found.error or found.exit_code else found.output.encode()
 
     @property
     def scan_root(self) -> str:
@@ -308,7 +345,7 @@ class CommandEnvironment(Environment):
         mark = f"removed-{secrets.token_hex(8)}:"  # what the scan prints before a removed file's name
         since = f"SINCE={self.agent_since}"
         scan = ["env", "HOME=/", f"MARK={mark}", since, *git, f"GIT_NEUTRAL={GIT_NEUTRAL}", "sh", "-c", ESCAPES_SCRIPT]
-        found = await self.run([*scan, "sh", self.scan_root], self.settings.command_timeout)
+        found = await self.run([*scan, "sh", self.scan_root], self.settings.command_timeout, self.packs or None)
         said = found.output.splitlines()
         if found.error or found.exit_code:
             errors = "\n".join(line for line in said if not line.startswith(mark))

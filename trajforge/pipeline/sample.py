@@ -107,7 +107,7 @@ class SamplePipeline:
         session = ToolSession(await self.backend.open(entry, caller.scope), self.services, caller, self.secrets)
         try:
             await prepare_task(session.env, entry, self.task_folders, self.setup_timeout)
-            session.env.agent_begins()  # what changes from now on is the agent's (the clean room's git checks)
+            await session.env.agent_begins()  # what changes from now on is the agent's (the clean room's git checks)
             await open_servers(session, self.servers)  # resources of the session: released before the clean room
         except BaseException:
             await session.close()
