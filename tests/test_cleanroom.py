@@ -16,7 +16,7 @@ from test_environments import _available
 
 from trajforge.environments import EnvironmentSettings, backend_for
 from trajforge.flags.values import verifier_spec
-from trajforge.verification.checks import verify_sample
+from trajforge.verification.checks import verifies, verify_sample
 from trajforge.verification.result import VerifySettings
 
 SECRET = "SECRET-ANSWER-7d1f"
@@ -183,7 +183,7 @@ def verify_in(kind: str, tmp_path, agent: str, verify: str, setup: str = "", **s
         try:
             if setup:  # the task's, before the agent begins (as prepare_task runs it)
                 await env.exec(setup)
-                await env.agent_begins()
+                await env.agent_begins(True)
             await env.exec(agent)
             return await verify_sample(VerifySettings(**settings), entry, dict, [], env)
         finally:
@@ -557,3 +557,27 @@ def test_a_pack_the_task_left_is_verified_again_only_when_its_bytes_changed(kind
     caught = verify_in(kind, tmp_path, rewrite, f"{DIFF} HEAD", setup=TASK_PACK)
     honest = verify_in(kind, tmp_path, FRESHEN, f"{DIFF} HEAD", setup=TASK_PACK)
     assert (caught["passed"], honest["passed"]) == (False, True), (caught, honest)
+
+
+def test_only_a_sample_that_will_be_verified_records_its_packs(kind, tmp_path):
+    """The packs' record costs a command at the agent's start: made for a sample that will be verified,
+    none for one that will not (what decides: its task folder, --verifier, --judge or its `verify`)."""
+    settings = EnvironmentSettings(kind=kind, run_dir=str(tmp_path), command_timeout=20)
+
+    async def body():
+        env = await backend_for(settings).open({"prompt": "p"})
+        try:
+            await env.exec(TASK_PACK)
+            await env.agent_begins(False)
+            unverified = env.packs
+            await env.agent_begins(True)
+            return unverified, env.packs
+        finally:
+            await env.close()
+
+    unverified, verified = asyncio.run(body())
+    assert unverified == b"" and b"/.git/objects/pack/xy.pack\n" in verified, (unverified, verified)
+    plain = {"prompt": "p"}
+    assert not verifies(VerifySettings(), plain) and not verifies(VerifySettings(), {**plain, "verify": None})
+    assert verifies(VerifySettings(), {**plain, "verify": "true"}) and verifies(VerifySettings(judge="fair?"), plain)
+    assert verifies(VerifySettings(verifier="checks:grade"), plain)

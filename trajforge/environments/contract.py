@@ -117,12 +117,13 @@ class Environment(ABC):
             "use local, bwrap or docker"
         )
 
-    async def agent_begins(self) -> None:
+    async def agent_begins(self, verified: bool) -> None:
         """The task is in place (its files, its setup): what changes in the workspace from now on is the
         agent's. A backend that reads a file's ctime on the clock it can read notes the moment (the clean
-        room then checks only the git object files changed since); the others check every one. A backend
-        of commands records the hash of every git pack file too (the clean room need not verify again a
-        pack that git merely freshened)."""
+        room then checks only the git object files changed since); the others check every one. For a
+        sample that will be `verified` (a clean room will look at its workspace), a backend of commands
+        records the hash of every git pack file too (the clean room need not verify again a pack that git
+        merely freshened); an unverified sample runs no command for it."""
         return  # nothing noted: every git object file is checked
 
     async def add_tests(self, files: dict[str, bytes]) -> None:

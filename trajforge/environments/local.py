@@ -340,8 +340,8 @@ class LocalEnvironment(CommandEnvironment):
         self.env = {**command_env(self.workspace, self._tmpdir()), PROMPT_MARKER: self.token}
         self.cgroup.make()
 
-    async def agent_begins(self) -> None:
-        await super().agent_begins()
+    async def agent_begins(self, verified: bool) -> None:
+        await super().agent_begins(verified)
         # The workspace's files are on this machine's kernel, whose clock sets their ctime; a cwd of the
         # host's held files before the sample (any earlier process could have written them): all are checked.
         if os.path.commonpath([self.cwd, self.workspace]) == self.workspace:

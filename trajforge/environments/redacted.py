@@ -35,8 +35,8 @@ class Redacted(Environment):
     ) -> Spawned:
         return await self.inner.spawn(argv, variables, read_only, limit)  # its output is redacted by its reader
 
-    async def agent_begins(self) -> None:
-        await self.inner.agent_begins()
+    async def agent_begins(self, verified: bool) -> None:
+        await self.inner.agent_begins(verified)
 
     async def add_tests(self, files: dict[str, bytes]) -> None:
         await self.inner.add_tests(files)

@@ -315,9 +315,11 @@ class CommandEnvironment(Environment):
     agent_since = 0
     packs = b""  # PACKS_SCRIPT's record, made at agent_begins: the packs the clean room need not verify again
 
-    async def agent_begins(self) -> None:
+    async def agent_begins(self, verified: bool) -> None:
         # Before any command of the agent's: whatever hashes the files is as the task left it. A record that
         # cannot be made is none (every new pack is verified); it may be long: one line a pack file.
+        if not verified:  # no clean room will read it: no command
+            return
         found = await self.run(
             ["sh", "-c", PACKS_SCRIPT, "sh", self.scan_root], self.settings.command_timeout, limit=FILE_LIMIT
         )

@@ -28,7 +28,7 @@ from trajforge.tools.mcp.servers import Server
 from trajforge.tools.mcp.toolsets import open_servers
 from trajforge.tools.services import ToolServices
 from trajforge.tools.session import ToolSession
-from trajforge.verification.checks import verify_sample
+from trajforge.verification.checks import verifies, verify_sample
 from trajforge.verification.host_folders import HostFolders
 from trajforge.verification.result import VerifySettings
 from trajforge.verification.tasks import prepare_task
@@ -107,7 +107,8 @@ class SamplePipeline:
         session = ToolSession(await self.backend.open(entry, caller.scope), self.services, caller, self.secrets)
         try:
             await prepare_task(session.env, entry, self.task_folders, self.setup_timeout)
-            await session.env.agent_begins()  # what changes from now on is the agent's (the clean room's git checks)
+            # What changes from now on is the agent's (the clean room's git checks, for a sample verified).
+            await session.env.agent_begins(verifies(self.verify, entry))
             await open_servers(session, self.servers)  # resources of the session: released before the clean room
         except BaseException:
             await session.close()

@@ -58,6 +58,13 @@ async def verify_sample(
         return result(False, 0.0, "", started, f"verification failed: {type(exc).__name__}: {exc}")
 
 
+def verifies(settings: VerifySettings, entry: dict) -> bool:
+    """Whether anything checks a sample of `entry`: its task folder's tests, --verifier, --judge or its `verify`."""
+    if FolderSettings.of(entry) or settings.verifier:
+        return True
+    return settings.judge is not None or entry.get("verify") is not None
+
+
 async def _verify(
     settings: VerifySettings, entry: dict, view: View, context: CheckContext, started: float, folders: HostFolders
 ) -> dict:
@@ -65,11 +72,11 @@ async def _verify(
     if FolderSettings.of(entry):  # a task folder: its tests/test.sh in a fresh container (task_folder.py)
         return in_range(await verify_folder(settings, entry, context.env, started), settings.reward_range)
     spec = entry.get("verify")
+    if not verifies(settings, entry):
+        return unverified()
     if settings.judge is not None:  # --judge: beside the entry's own checks, in place of its own judge
         own = spec if isinstance(spec, dict) else {} if spec is None else {"command": spec}
         spec = own | {"judge": settings.judge}
-    if not settings.verifier and spec is None:
-        return unverified()
     # 0. Where it runs: the sample's environment, or a fresh container of its image holding only the work
     #    folder (docker: the agent was root in its own, so what it changed outside the work folder stays there).
     room = await context.env.verification_room()
