@@ -456,6 +456,13 @@ HIDDEN_FROM_GIT = {
         f"{DIFF} HEAD",
     ),
     "stat_lie": (f"echo tampered > check.txt && {LIE}", LIE, f"{DIFF} HEAD"),
+    # git's plumbing never reads a file whose stat data matches: the refreshed index must hold a file's
+    # only where its blob is the entry's (the twin passed only with a refresh: no stat data read as changed)
+    "stat_lie_plumbing": (
+        f"echo tampered > check.txt && {LIE}",
+        LIE,
+        "git diff-files --quiet && git diff-index --quiet HEAD",
+    ),
     "forged_tree": (f"{SUB} && {FORGE}", SUB, f"{DIFF} HEAD"),
     "forged_tree_packed": (f"{SUB} && {UNPACK} && {FORGE}", f"{SUB} && {UNPACK}", f"{DIFF} HEAD"),
     "forged_tree_alternate": (

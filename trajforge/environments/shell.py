@@ -258,6 +258,16 @@ verify_objects() {
   done < "$scratch/alternates"
 }
 neutral() { own "$1"; common "$1"; verify_objects "$1"; unmark "$1"; }
+# Then the index of the repository whose work tree is $2 is refreshed: with no stat data, git's plumbing
+# (diff-files, diff-index) called every file changed. `update-index --refresh` reads each file and gives an
+# entry its file's stat data only where the file holds the entry's blob; nothing of the agent's runs now to
+# change one after. A refresh that fails (a full disk) leaves no stat data: every file reads as changed,
+# never one as unchanged. A folder in a .git folder (a submodule's, a worktree's) is refreshed through the
+# `.git` file of its work tree.
+refresh() {
+  [ -f "$1/index" ] && command -v git >/dev/null || return 0
+  (cd "$2" && GIT_DIR=$1 GIT_WORK_TREE=$2 git update-index -q --refresh) >/dev/null 2>&1 || :
+}
 """
     + HASH
     + r"""
@@ -268,14 +278,16 @@ for f; do
     g=${f%/HEAD}; case "$g" in */.git) continue ;; esac
     if [ -d "$g/objects" ] || [ -f "$g/commondir" ]; then neutral "$g"; fi
   elif [ -L "$f" ]; then
-    if g=$(readlink -f -- "$f") && [ -d "$g" ] && inside "$g"; then neutral "$g"; else drop "$f"; fi
+    if g=$(readlink -f -- "$f") && [ -d "$g" ] && inside "$g"; then neutral "$g"; refresh "$g" "${f%/*}"
+    else drop "$f"; fi
   elif [ -d "$f" ]; then
-    neutral "$f"
+    neutral "$f"; refresh "$f" "${f%/*}"
   elif [ -f "$f" ]; then
     case "$(head -c 8 -- "$f")" in "gitdir: ") ;; *) drop "$f"; continue ;; esac
     g=$(named "$f" "gitdir: ") || { drop "$f"; continue; }
     case "$g" in /*) ;; *) g=${f%/*}/$g ;; esac
-    if g=$(readlink -f -- "$g") && [ -d "$g" ] && inside "$g"; then neutral "$g"; else drop "$f"; fi
+    if g=$(readlink -f -- "$g") && [ -d "$g" ] && inside "$g"; then neutral "$g"; refresh "$g" "${f%/*}"
+    else drop "$f"; fi
   fi
 done"""
 )
