@@ -120,7 +120,9 @@ def test_a_page_slow_to_extract_is_an_error_at_the_deadline_and_other_pages_stil
 
     elapsed, first, second = asyncio.run(go())
     wide, article = first["results"]
-    assert elapsed < 5, elapsed  # not the ~10 s the page takes trafilatura
+    # Not the ~10 s (idle) the page takes trafilatura: the deadline is 1 s, the rest is starting helpers,
+    # which took 4.5-5.9 s more on a machine at load 30-50 (a bound of 5 s failed there).
+    assert elapsed < 9, elapsed
     assert wide == {
         "url": f"{site.url}/wide-row.html",
         "error": f"{site.url}/wide-row.html: the page's text was not extracted within 1s",
