@@ -23,6 +23,7 @@ from pathlib import Path
 
 from trajforge.environments.docker import connect
 from trajforge.environments.folder_task import FolderSettings
+from trajforge.environments.limits import Limits
 from trajforge.run.task_folders import build_context, environment_of, folder_digest, image_tag
 from trajforge.run.task_images import BUILDS_AT_ONCE, build_images
 from trajforge.verification.host_folders import task_files
@@ -51,7 +52,7 @@ def timed(tasks: int, at_once: int) -> float:
     with tempfile.TemporaryDirectory() as where:
         entries = fresh_tasks(Path(where), tasks)
         started = time.perf_counter()
-        failed = build_images(entries, where, lambda _: None, at_once)
+        failed = build_images(entries, where, lambda _: None, Limits().max_processes, at_once)
         seconds = time.perf_counter() - started
     assert not failed, f"{failed} builds failed"
     client = connect()

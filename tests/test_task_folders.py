@@ -13,6 +13,7 @@ import io
 import json
 import os
 import shutil
+import socket
 import subprocess
 import tempfile
 import threading
@@ -218,6 +219,124 @@ def test_a_build_has_the_task_s_cpus(docker_host, run_here, server, tmp_path):
     done = run_here(tasks, "--check_tasks")
     assert done.code == 1, done.stderr + done.stdout
     assert "cpus=1\n" in (done.run_dir / "builds" / "hello-file.log").read_text()  # its task.toml: cpus = 1
+
+
+def built_twins(tmp_path: Path, hostile: str, honest: str) -> Path:
+    """hello-file as two tasks whose Dockerfiles end with the RUN steps given (each run anew: a nonce)."""
+    tasks = copy_examples(tmp_path)
+    shutil.rmtree(tasks / "sum-numbers")
+    shutil.rmtree(tasks / "fix-greeting")
+    shutil.copytree(tasks / "hello-file", tasks / "hello-honest")
+    base = "FROM batch-runner-test/harbor-base:1\nWORKDIR /app\n"  # as the example's: no image of its own
+    for name, step in (("hello-file", hostile), ("hello-honest", honest)):
+        run = step.replace("RUN ", f"RUN : {uuid.uuid4().hex}; ", 1)
+        (tasks / name / "environment" / "Dockerfile").write_text(base + run)
+    return tasks
+
+
+@contextlib.contextmanager
+def images_removed(tasks: Path):
+    """The images built from `tasks` are removed afterwards."""
+    import docker
+
+    try:
+        yield
+    finally:
+        client = docker.from_env()
+        for task in tasks.iterdir():
+            with contextlib.suppress(docker.errors.DockerException):
+                client.images.remove(image_tag(task.name, build_context(task_files(task, "environment"))), force=True)
+        client.close()
+
+
+def spawn_step(count: int) -> str:
+    """A RUN that says its pids cgroup, then starts `count` sleeps of 5 s at once and waits for them (bounded:
+    never a fork bomb; without a limit, `count` processes for 5 s)."""
+    return (
+        "RUN grep :pids: /proc/self/cgroup; i=0; "
+        f"while [ $i -lt {count} ]; do sleep 5 & i=$((i+1)); done; wait; echo started-$i\n"
+    )
+
+
+def test_a_build_runs_within_max_processes(docker_host, run_here, server, tmp_path):
+    """A hostile Dockerfile's RUN steps had no process limit (the legacy builder's API takes none), while the
+    agent's container has --max_processes: a fork bomb at build time took the host. Now the build's RUN
+    containers are in a cgroup of the build whose pids.max is --max_processes: 300 processes at once fail to
+    start under 64, and the build fails; its honest twin, 8 of them, builds. The cgroup is gone after."""
+    tasks = built_twins(tmp_path, spawn_step(300), spawn_step(8))
+    with images_removed(tasks):
+        done = run_here(tasks, "--check_tasks", "--max_processes=64")
+    assert done.code == 1, done.stderr + done.stdout
+    assert "1 of 2 tasks sound" in done.stdout, done.stdout
+    assert "not enforced" not in done.stdout + done.stderr
+    log = (done.run_dir / "builds" / "hello-file.log").read_text()
+    assert "can't fork" in log and "started-300" not in log and "returned a non-zero code" in log, log[-800:]
+    parent = log.split(":pids:/", 1)[1].split("/", 1)[0]
+    assert parent.startswith("batch-runner-build-"), log[:800]
+    assert not list(Path("/sys/fs/cgroup").glob(f"*/{parent}")) + list(Path("/sys/fs/cgroup").glob(parent))
+    assert not (done.run_dir / "builds" / "hello-honest.log").exists()
+    assert server.chat_requests() == []
+
+
+class TcpToEngine:
+    """The engine of unix socket `socket_path` on a loopback TCP port: an engine the runner takes for a remote one."""
+
+    def __init__(self, socket_path: str):
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.socket_path = socket_path
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        with contextlib.suppress(OSError):  # until close()
+            while True:
+                client, _ = self.listener.accept()
+                engine = socket.socket(socket.AF_UNIX)
+                engine.connect(self.socket_path)
+                for source, target in ((client, engine), (engine, client)):
+                    threading.Thread(target=self._pipe, args=(source, target), daemon=True).start()
+
+    @staticmethod
+    def _pipe(source, target) -> None:
+        with contextlib.suppress(OSError):
+            while data := source.recv(65536):
+                target.sendall(data)
+        with contextlib.suppress(OSError):
+            target.shutdown(1)  # SHUT_WR
+
+    def close(self) -> None:
+        self.listener.close()
+
+
+def test_a_remote_engine_s_builds_are_said_to_have_no_process_limit(
+    docker_host, run_here, server, tmp_path, monkeypatch
+):
+    """No cgroup of the runner's bounds an engine elsewhere: the run says once that --max_processes is not
+    enforced on its builds, and builds (the honest twin's 8 processes)."""
+    tasks = built_twins(tmp_path, spawn_step(8), spawn_step(8))
+    engine = TcpToEngine(docker_host.removeprefix("unix://"))
+    monkeypatch.setenv("DOCKER_HOST", f"tcp://127.0.0.1:{engine.port}")
+    try:
+        with images_removed(tasks):
+            done = run_here(tasks, "--check_tasks", "--max_processes=64")
+    finally:
+        engine.close()
+    assert done.code == 0, done.stderr + done.stdout
+    said = "--max_processes not enforced on task images being built: the Docker engine is not on this machine"
+    assert (done.stdout + done.stderr).count(said) == 1, done.stdout + done.stderr
+
+
+def test_a_build_runs_within_max_memory_mb(docker_host, run_here, server, tmp_path):
+    """The build's memory is the lower of task.toml's (hello-file: 512 MB) and --max_memory_mb: 200 MB in a
+    RUN under --max_memory_mb=96 is killed (137), its honest twin's 16 MB builds."""
+    tasks = built_twins(tmp_path, build_step(200, 0), build_step(16, 0))
+    with images_removed(tasks):
+        done = run_here(tasks, "--check_tasks", "--max_memory_mb=96")
+    assert done.code == 1, done.stderr + done.stdout
+    assert "1 of 2 tasks sound" in done.stdout, done.stdout
+    log = (done.run_dir / "builds" / "hello-file.log").read_text()
+    assert "\nallocated\n" not in log and "returned a non-zero code: 137" in log, log[-500:]
+    assert not (done.run_dir / "builds" / "hello-honest.log").exists()
 
 
 # Each plant is proved to work in the agent's own container (the commands after it show its effect there);
@@ -550,8 +669,6 @@ class Listener:
     """A TCP service on the host's loopback that records what connects to it (a registry's place)."""
 
     def __init__(self):
-        import socket
-
         self.socket = socket.create_server(("127.0.0.1", 0))
         self.port = self.socket.getsockname()[1]
         self.seen: list[bytes] = []

@@ -2,26 +2,30 @@
 tag is the context's digest, so an image already there is not built again, unless an image its FROM
 names has changed since), with no network, within a deadline; the engine's output kept for a failure.
 
-The legacy builder's API (the SDK's `build`) is used: it takes `network_mode` for every RUN, and the
-engine cancels a build whose connection closes, which is how the deadline ends one. The engine would pull
-an image a FROM names that it does not have, from its own network: no build starts from one that is
-missing (task_images.py), and an ADD from a URL or git is refused at load (dockerfile.py).
+The legacy builder's API (/build, as the SDK's `build` asks it, plus a cgroup parent) is used: it takes
+`networkmode` for every RUN, and the engine cancels a build whose connection closes, which is how the
+deadline ends one. The engine would pull an image a FROM names that it does not have, from its own network:
+no build starts from one that is missing (task_images.py), and an ADD from a URL or git is refused at load
+(dockerfile.py).
 
 A RUN step runs in a container of the engine's defaults (root in the image, Docker's default capabilities
 and seccomp profile), bounded by the task's memory (the lower of task.toml's and --max_memory_mb, no swap)
-and CPUs: the legacy builder's API takes no process limit, no ulimit and no security option. Only the
+and CPUs, and, where the runner can make it (build_cgroup.py), in a cgroup of the build whose pids.max is
+--max_processes: the legacy builder's API takes no process limit, no ulimit and no security option. Only the
 last OUTPUT_KEPT bytes of its output are kept, in memory and in the log."""
 
 from __future__ import annotations
 
 import contextlib
-import io
 import json
 import math
 import threading
+from collections.abc import Iterator
 
 import docker
-from docker.errors import DockerException, ImageNotFound
+import requests
+from docker.errors import DockerException, ImageNotFound, create_api_error_from_http_exception
+from docker.utils.json_stream import json_stream
 
 from trajforge.environments.docker import connect
 from trajforge.environments.dockerfile import images
@@ -76,29 +80,29 @@ def build_limits(client: docker.DockerClient, settings: FolderSettings) -> dict:
     return limits
 
 
-def build(context: bytes, tag: str, settings: FolderSettings, made_from: dict[str, str]) -> tuple[bool, str]:
+def build(
+    context: bytes, tag: str, settings: FolderSettings, made_from: dict[str, str], cgroup_parent: str = ""
+) -> tuple[bool, str]:
     """Build `context` (an uncompressed tar holding a Dockerfile) as `tag`, within the task's build timeout
-    and limits: (built, the last of the engine's output). The build has a client of its own, closed at the
-    deadline, which ends the build on the engine too."""
+    and limits, its RUN steps' containers in `cgroup_parent` ("": the engine's own): (built, the last of the
+    engine's output). The build has a client of its own, closed at the deadline, which ends the build on the
+    engine too."""
     client = connect()
     said = Tail(OUTPUT_KEPT)
     failed: list[str] = []
-    limits = build_limits(client, settings)
+    params = {
+        "t": tag,
+        "networkmode": "none",
+        "rm": True,
+        "forcerm": True,
+        "labels": json.dumps({RUNNER_LABEL: "1", BASES_LABEL: json.dumps(made_from, sort_keys=True)}),
+        **build_limits(client, settings),
+        **({"cgroupparent": cgroup_parent} if cgroup_parent else {}),
+    }
 
     def run() -> None:
         try:
-            stream = client.api.build(
-                fileobj=io.BytesIO(context),
-                custom_context=True,
-                tag=tag,
-                network_mode="none",
-                container_limits=limits,
-                rm=True,
-                forcerm=True,
-                decode=True,
-                labels={RUNNER_LABEL: "1", BASES_LABEL: json.dumps(made_from, sort_keys=True)},
-            )
-            for chunk in stream:
+            for chunk in _stream(client, context, params):
                 said.feed(str(chunk.get("stream") or chunk.get("status") or "").encode())
                 if "error" in chunk:
                     failed.append(str(chunk["error"])[:OUTPUT_KEPT])
@@ -122,6 +126,25 @@ def build(context: bytes, tag: str, settings: FolderSettings, made_from: dict[st
         return image_present(client, tag), _output(said, [])
     finally:
         client.close()
+
+
+def _stream(client: docker.DockerClient, context: bytes, params: dict) -> Iterator[dict]:
+    """The engine's /build, as the SDK's `build` asks it (which takes no cgroup parent), less the registry
+    credentials it sends (no image is pulled): its output's objects as they come."""
+    api = client.api
+    response = api.post(
+        f"{api.base_url}/v{api.api_version}/build",
+        params=params,
+        data=context,
+        headers={"Content-Type": "application/tar"},
+        stream=True,
+        timeout=None,
+    )
+    try:
+        response.raise_for_status()
+    except requests.HTTPError as exc:
+        raise create_api_error_from_http_exception(exc) from None
+    return json_stream(response.iter_content(chunk_size=None))
 
 
 def _output(said: Tail, failed: list[str]) -> str:

@@ -264,7 +264,12 @@ class BatchRunner:
         weights, toolsets, tool_names = tools
         plan = prepared.plan
         prepare_run(self.config.environment, self.config.resume)
-        build_images((entry.data for entry, _ in plan.pending), self.config.environment.run_dir, self.console.print)
+        build_images(
+            (entry.data for entry, _ in plan.pending),
+            self.config.environment.run_dir,
+            self.console.print,
+            self.config.environment.limits.max_processes,
+        )
         live = self.helpers.ready(self.config, "browser" in weights)
         if not self.helpers.serves_the_model:
             check_endpoint(live)

@@ -151,7 +151,9 @@ def check_tasks(config: RunConfig, console: Console) -> int:
     folder = RunFolder(config.run_dir)
     with folder.locked():
         prepare_run(environment, False)
-        build_images((entry.data for entry in entries), environment.run_dir, console.print)
+        build_images(
+            (entry.data for entry in entries), environment.run_dir, console.print, environment.limits.max_processes
+        )
         try:
             checks = asyncio.run(check_all(config, entries))
         finally:

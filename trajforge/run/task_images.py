@@ -12,6 +12,8 @@ import threading
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
+from rich.markup import escape
+
 from trajforge.environments.folder_task import KEY, FolderSettings, build_log
 from trajforge.run.task_folders import as_text, build_context, image_tag
 from trajforge.verification.host_folders import task_files
@@ -20,10 +22,11 @@ BUILDS_AT_ONCE = 2  # each build has the task's CPUs and memory (docker_build.py
 
 
 def build_images(
-    entries: Iterable[dict], run_dir: str, say: Callable[[str], None], at_once: int = BUILDS_AT_ONCE
+    entries: Iterable[dict], run_dir: str, say: Callable[[str], None], processes: int, at_once: int = BUILDS_AT_ONCE
 ) -> int:
-    """Build what `entries` need and is not on the engine yet, `at_once` builds at a time; returns how many
-    builds failed."""
+    """Build what `entries` need and is not on the engine yet, `at_once` builds at a time, each one's RUN
+    steps at most `processes` processes at once (--max_processes, 0: no limit) where the runner can bound
+    them (build_cgroup.py; else it says so once); returns how many builds failed."""
     wanted: dict[str, dict] = {}
     for entry in entries:
         settings = FolderSettings.of(entry)
@@ -31,6 +34,7 @@ def build_images(
             wanted.setdefault(entry["docker_image"], entry)
     if not wanted:
         return 0
+    from trajforge.environments.build_cgroup import build_cgroup, place
     from trajforge.environments.docker import connect  # the Docker SDK: loaded by runs that build an image only
     from trajforge.environments.docker_build import bases, build, current
 
@@ -42,8 +46,11 @@ def build_images(
             tag: bases(client, as_text(files.get("Dockerfile", b""), "replace")) for tag, files in environments.items()
         }
         missing = {tag: entry for tag, entry in wanted.items() if not current(client, tag, made_from[tag])}
+        hierarchy, why = place(client) if missing and processes else ("", "")
     finally:
         client.close()
+    if why:
+        say(f"[yellow]warning:[/] {escape(f'--max_processes not enforced on task images being built: {why}')}")
     numbered = {tag: number for number, tag in enumerate(missing, 1)}
 
     def make(tag: str) -> bool:
@@ -58,7 +65,11 @@ def build_images(
         elif absent:  # the engine would pull it, from its own network
             built, output = False, f"{', '.join(absent)}: not on the Docker engine, and the runner pulls no image\n"
         else:
-            built, output = build(context, tag, FolderSettings.of(entry), made_from[tag])  # type: ignore[arg-type]
+            try:
+                with build_cgroup(hierarchy, processes) as parent:
+                    built, output = build(context, tag, FolderSettings.of(entry), made_from[tag], parent)  # type: ignore[arg-type]
+            except OSError as exc:  # not bounded: not built
+                built, output = False, f"the build's cgroup (--max_processes) could not be made: {exc}\n"
         if built:
             log.unlink(missing_ok=True)
             return True
