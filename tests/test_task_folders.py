@@ -6,6 +6,7 @@ beside the honest sample that passes."""
 
 from __future__ import annotations
 
+import ast
 import asyncio
 import base64
 import contextlib
@@ -15,6 +16,7 @@ import os
 import shutil
 import socket
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -324,6 +326,26 @@ def test_a_remote_engine_s_builds_are_said_to_have_no_process_limit(
     assert done.code == 0, done.stderr + done.stdout
     said = "--max_processes not enforced on task images being built: the Docker engine is not on this machine"
     assert (done.stdout + done.stderr).count(said) == 1, done.stdout + done.stderr
+
+
+@pytest.mark.parametrize(
+    ("unshare", "said"),
+    [
+        ([], ""),
+        (["unshare", "--pid", "--fork", "--mount-proc"], "the Docker engine is in another process namespace"),
+        (["unshare", "--cgroup"], "the Docker engine is in another cgroup namespace"),
+    ],
+)
+def test_a_build_cgroup_is_made_only_where_the_engine_sees_it(docker_host, unshare, said):
+    """A runner in a container with the engine's socket would make its build cgroup in its own view of the
+    hierarchy while the engine takes the parent's name in its own: no limit, said to be one. A runner whose
+    process or cgroup namespace is not the engine's makes none (the run says --max_processes is not enforced
+    on builds); here, beside the engine, it does."""
+    code = "import docker; from trajforge.environments.build_cgroup import place; print(place(docker.from_env()))"
+    done = subprocess.run([*unshare, sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert done.returncode == 0, done.stderr
+    hierarchy, why = ast.literal_eval(done.stdout.strip())
+    assert (hierarchy.startswith("/sys/fs/cgroup") != bool(said)) and said in why, done.stdout
 
 
 def test_a_build_runs_within_max_memory_mb(docker_host, run_here, server, tmp_path):

@@ -6,15 +6,19 @@ build's cgroup parent, and removes it after the build (the engine makes the same
 hierarchy for its containers and leaves it there: those go too).
 
 That holds only where the runner and the engine see one cgroup tree and the engine takes the parent as a
-path in it: an engine on this machine (a unix socket) with the cgroupfs driver, of this machine's cgroup
-version, and a runner that may make cgroups there (root). Elsewhere (a remote engine, the systemd driver,
-no rights) `place` says why, and the run says once that builds have no process limit."""
+path in it: an engine on this machine (a unix socket served by a process of this process and cgroup
+namespace: a runner in a container is not the engine's host), with the cgroupfs driver, of this machine's
+cgroup version, whose hierarchy is mounted whole here, and a runner that may make cgroups there (root).
+Elsewhere (a remote engine, the systemd driver, no rights) `place` says why, and the run says once that
+builds have no process limit."""
 
 from __future__ import annotations
 
 import contextlib
 import glob
 import os
+import socket
+import struct
 import time
 import uuid
 from collections.abc import Iterator
@@ -24,14 +28,16 @@ import docker
 PREFIX = "batch-runner-build-"
 CGROUPS = "/sys/fs/cgroup"
 V1_PIDS = f"{CGROUPS}/pids"
-LOCAL = "http+docker://localhost"  # the SDK's base_url for an engine behind a unix socket
 REMOVE_WITHIN = 30.0  # seconds the engine has to remove a build's last container (a cancelled build's too)
 
 
 def place(client: docker.DockerClient) -> tuple[str, str]:
     """(the hierarchy a build's cgroup is made in, "") for the engine of `client`, or ("", why not)."""
-    if client.api.base_url != LOCAL:
+    socket_path = getattr(client.api.get_adapter(client.api.base_url), "socket_path", "")
+    if not socket_path:
         return "", "the Docker engine is not on this machine (DOCKER_HOST is not a unix socket)"
+    if why := _elsewhere(socket_path):
+        return "", why
     info = client.info()
     driver = info.get("CgroupDriver") or "unknown"
     if driver != "cgroupfs":
@@ -42,9 +48,38 @@ def place(client: docker.DockerClient) -> tuple[str, str]:
         root = CGROUPS
     else:
         return "", "the pids controller is not enabled at the root of cgroup v2"
+    if _mount_root(root) != "/":
+        return "", f"{root} here is a part of its hierarchy (a container's view), not the engine's"
     if not (os.path.isdir(root) and os.access(root, os.W_OK)):
         return "", f"no cgroup can be made in {root} (run as root, with the engine's cgroup version)"
     return root, ""
+
+
+def _elsewhere(socket_path: str) -> str:
+    """Why the process serving `socket_path` does not see the cgroups as this one does ("": it does): it is
+    in another process namespace (a container's, or the socket is forwarded) or another cgroup namespace."""
+    try:
+        with socket.socket(socket.AF_UNIX) as engine:
+            engine.connect(socket_path)
+            credentials = engine.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+        pid = struct.unpack("3i", credentials)[0]  # pid, uid, gid
+        if not pid:
+            return "the Docker engine is in another process namespace (a container's)"
+        if os.readlink(f"/proc/{pid}/ns/cgroup") != os.readlink("/proc/self/ns/cgroup"):
+            return "the Docker engine is in another cgroup namespace"
+    except OSError as exc:
+        return f"the Docker engine's cgroup namespace cannot be compared with this one's: {exc}"
+    return ""
+
+
+def _mount_root(path: str) -> str:
+    """The folder of its file system that `path` is the mount of, in /proc/self/mountinfo ("" when it is none)."""
+    with contextlib.suppress(OSError), open("/proc/self/mountinfo") as handle:
+        for line in handle:
+            fields = line.split()
+            if fields[4] == path:
+                return fields[3]
+    return ""
 
 
 def _words(path: str) -> list[str]:
