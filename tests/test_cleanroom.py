@@ -579,13 +579,18 @@ def test_a_pack_the_task_left_is_verified_again_only_when_its_bytes_changed(kind
 
 def test_only_a_sample_that_will_be_verified_records_its_packs(kind, tmp_path):
     """The packs' record costs a command at the agent's start: made for a sample that will be verified,
-    none for one that will not (what decides: its task folder, --verifier, --judge or its `verify`)."""
+    none for one that will not (what decides: its task folder, --verifier, --judge or its `verify`), nor
+    for a workspace with no pack folder (none, or one behind a link, which find does not follow)."""
     settings = EnvironmentSettings(kind=kind, run_dir=str(tmp_path), command_timeout=20)
 
     async def body():
         env = await backend_for(settings).open({"prompt": "p"})
         try:
-            await env.exec(TASK_PACK)
+            await env.exec("mkdir -p a/objects/packs && ln -s /usr/lib a/objects/pack")
+            started = env.started
+            await env.agent_begins(True)
+            assert env.started == started and env.packs == b"", "a command where no pack folder lies"
+            await env.exec(f"rm -r a && {TASK_PACK}")
             await env.agent_begins(False)
             unverified = env.packs
             await env.agent_begins(True)
