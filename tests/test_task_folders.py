@@ -348,6 +348,36 @@ def test_a_build_cgroup_is_made_only_where_the_engine_sees_it(docker_host, unsha
     assert (hierarchy.startswith("/sys/fs/cgroup") != bool(said)) and said in why, done.stdout
 
 
+def test_a_build_past_its_timeout_ends_on_the_engine_too(docker_host, run_here, server, tmp_path):
+    """At build_timeout_sec the runner closed its client's pool, which leaves the connection in use open: the
+    build went on on the engine (its RUN ran to its end, a `sleep infinity` for ever) while the runner
+    waited 30 s more. Now the build's connection is shut, which the engine takes as the build's cancel: its
+    RUN's container is gone as the run ends. The honest twin builds."""
+    tasks = built_twins(tmp_path, "RUN sleep 300\n", "RUN true\n")
+    toml = tasks / "hello-file" / "task.toml"
+    toml.write_text(toml.read_text().replace("build_timeout_sec = 120.0", "build_timeout_sec = 3.0"))
+    nonce = (tasks / "hello-file" / "environment" / "Dockerfile").read_text().split("RUN : ", 1)[1].split(";")[0]
+    with images_removed(tasks):
+        done = run_here(tasks, "--check_tasks")
+    assert done.code == 1, done.stderr + done.stdout
+    assert "1 of 2 tasks sound" in done.stdout, done.stdout
+    assert "the build did not end within 3s" in (done.run_dir / "builds" / "hello-file.log").read_text()
+    import docker
+
+    client = docker.from_env()
+    try:
+        for _ in range(50):  # the engine removes the cancelled step's container as it ends
+            running = [c for c in client.containers.list() if nonce in " ".join(c.attrs["Config"]["Cmd"] or [])]
+            if not running:
+                break
+            time.sleep(0.1)
+        assert not running, running
+    finally:
+        for container in running:  # what the engine went on running, not left for 300 s
+            container.remove(force=True)
+        client.close()
+
+
 def test_a_build_runs_within_max_memory_mb(docker_host, run_here, server, tmp_path):
     """The build's memory is the lower of task.toml's (hello-file: 512 MB) and --max_memory_mb: 200 MB in a
     RUN under --max_memory_mb=96 is killed (137), its honest twin's 16 MB builds."""

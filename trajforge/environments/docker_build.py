@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+import socket
 import threading
 from collections.abc import Iterator
 
@@ -100,9 +101,11 @@ def build(
         **({"cgroupparent": cgroup_parent} if cgroup_parent else {}),
     }
 
+    responses: list[requests.Response] = []  # the build's, once the engine answers: shut at the deadline
+
     def run() -> None:
         try:
-            for chunk in _stream(client, context, params):
+            for chunk in _stream(client, context, params, responses):
                 said.feed(str(chunk.get("stream") or chunk.get("status") or "").encode())
                 if "error" in chunk:
                     failed.append(str(chunk["error"])[:OUTPUT_KEPT])
@@ -116,6 +119,8 @@ def build(
     worker.join(settings.build_timeout)
     if worker.is_alive():
         with contextlib.suppress(Exception):
+            for response in responses:
+                _shut(response)
             client.api.close()
         worker.join(30)
         timeout = f"the build did not end within {settings.build_timeout:g}s (build_timeout_sec)"
@@ -128,9 +133,12 @@ def build(
         client.close()
 
 
-def _stream(client: docker.DockerClient, context: bytes, params: dict) -> Iterator[dict]:
+def _stream(
+    client: docker.DockerClient, context: bytes, params: dict, responses: list[requests.Response]
+) -> Iterator[dict]:
     """The engine's /build, as the SDK's `build` asks it (which takes no cgroup parent), less the registry
-    credentials it sends (no image is pulled): its output's objects as they come."""
+    credentials it sends (no image is pulled): its output's objects as they come; its response is added to
+    `responses`."""
     api = client.api
     response = api.post(
         f"{api.base_url}/v{api.api_version}/build",
@@ -140,11 +148,21 @@ def _stream(client: docker.DockerClient, context: bytes, params: dict) -> Iterat
         stream=True,
         timeout=None,
     )
+    responses.append(response)
     try:
         response.raise_for_status()
     except requests.HTTPError as exc:
         raise create_api_error_from_http_exception(exc) from None
     return json_stream(response.iter_content(chunk_size=None))
+
+
+def _shut(response: requests.Response) -> None:
+    """Shut the connection of a streaming response, which the engine takes as the build's cancel, and which
+    wakes the thread reading it: closing the client's pool closes only the connections not in use, and
+    closing a socket another thread reads from wakes nothing."""
+    connection = getattr(response.raw, "connection", None)  # urllib3's, held by the stream until it ends
+    if connection is not None and connection.sock is not None:
+        connection.sock.shutdown(socket.SHUT_RDWR)
 
 
 def _output(said: Tail, failed: list[str]) -> str:
