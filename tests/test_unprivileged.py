@@ -10,6 +10,7 @@ import glob
 import json
 import os
 import resource
+import shlex
 import shutil
 import stat
 import subprocess
@@ -403,7 +404,7 @@ async def _reserve_samples(env_settings) -> list:
         finally:
             await env.close()
         seen.append((root, files, outputs, files_then if verified else None))
-        if damage:  # its blocks given back to the disk: a reserve that is not whole any more
+        if damage and os.path.isdir(os.path.join(root, disk.RESERVE)):  # kept (bwrap): damaged, not whole
             os.truncate(os.path.join(root, disk.RESERVE, "7"), 0)
     return seen
 
@@ -419,13 +420,51 @@ def test_a_disk_s_reserve_is_kept_until_a_verification_takes_it_and_re_made_when
         assert sorted(files) == sorted(map(str, range(disk.RESERVE_FILES)))
         assert all(info.st_blocks * 512 >= disk.RESERVE_BYTES // disk.RESERVE_FILES for info in files.values())
     assert out1[0].exit_code == 0
-    assert _identity(kept) == _identity(plain)  # kept: the same files, untouched, after a sample without verification
+    if disk_kind == "bwrap":  # kept: the same files, untouched, after a sample without verification
+        assert _identity(kept) == _identity(plain)
+    else:  # local's commands reach the disk's root: the reserve goes with each sample (review 5)
+        assert not _identity(kept) & _identity(plain)
     for fill, verification in (full, full2):  # the agent filled the disk; the verification wrote all the same
         assert "No space left on device" in fill.output, fill
         assert (verification.output, verification.exit_code) == ("done\n", 0), verification
     assert during == {}  # given back to the verification
     assert not _identity(remade) & _identity(kept)  # made anew after the verification that took it
     assert not _identity(repaired) & _identity(remade)  # made anew after it was damaged (a file's blocks gone)
+
+
+def test_a_local_agent_leaves_the_next_sample_no_reserve_that_frees_nothing(tmp_path):
+    """(review 5) local's commands run as the runner, which reaches the disk's root: an agent made a file of
+    the kept reserve's folder immutable, so it looked whole, was kept, and freed nothing for the next sample's
+    verification on a disk its agent filled ('No space left on device'). The reserve goes with each local
+    sample; a disk it cannot be emptied of is not used again. The twin's first agent seals nothing."""
+    warning = disk.unenforced(DISK.max_disk_mb, "local", backend_class("local").LIMITS)
+    if warning:
+        pytest.skip(warning)
+    sealed = []
+
+    async def samples(first: str) -> list:
+        backend, seen = backend_for(settings("local", tmp_path, limits=DISK)), []
+        for agent in (first, FILL.format(where=".")):
+            env = await backend.open({})
+            try:
+                reserve = os.path.join(env.disk.root, disk.RESERVE)
+                sealed.append(reserve)
+                seen.append(await env.exec(agent.format(reserve=shlex.quote(reserve))))
+                if agent != first:
+                    await env.enter_clean_room()
+                    seen.append(await env.exec("head -c 500000 /dev/zero > $TMPDIR/half && echo done"))
+            finally:
+                await env.close()
+        return seen
+
+    try:
+        attack = asyncio.run(samples("chattr +i {reserve} && echo sealed"))
+        twin = asyncio.run(samples("echo hi > x"))
+    finally:
+        for path in sealed:
+            subprocess.run(["chattr", "-i", path], capture_output=True)
+    assert attack[0].output == "sealed\n" and "No space left on device" in attack[1].output, attack
+    assert [(done.output, done.exit_code) for done in (attack[2], twin[2])] == [("done\n", 0)] * 2, (attack, twin)
 
 
 def test_a_kept_workspace_with_a_fifo_is_kept_and_its_disk_given_back(disk_kind, run):

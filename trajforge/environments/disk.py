@@ -90,10 +90,11 @@ class Disk:
         if _libc.mount(os.fsencode(folder), os.fsencode(mount_point), None, MS_BIND, None) != 0:
             raise SetupError(f"--max_disk_mb: cannot bind the sample's disk: {os.strerror(ctypes.get_errno())}")
 
-    def emptied(self) -> bool:
-        """Everything the sample left removed (its tests too), the verification's reserve kept if it is whole;
-        whether the disk is empty now (else it is not used again)."""
-        kept = {"lost+found", RESERVE} if _whole(os.path.join(self.root, RESERVE)) else {"lost+found"}
+    def emptied(self, keep_reserve: bool) -> bool:
+        """Everything the sample left removed (its tests too), the verification's reserve kept if it is whole
+        and `keep_reserve`; whether the disk is empty now (else it is not used again)."""
+        whole = keep_reserve and _whole(os.path.join(self.root, RESERVE))
+        kept = {"lost+found", RESERVE} if whole else {"lost+found"}
         for folder in (self.root, self.tests):
             for entry in os.listdir(folder):
                 if entry not in kept:
@@ -428,10 +429,11 @@ def keep_workspaces_below(prefix: str) -> None:
             os.rmdir(copy)
 
 
-def give_back(disk: Disk, settings: EnvironmentSettings) -> None:
-    """At the sample's end (its processes gone, its folders unmounted): emptied, and kept for the next."""
+def give_back(disk: Disk, settings: EnvironmentSettings, keep_reserve: bool) -> None:
+    """At the sample's end (its processes gone, its folders unmounted): emptied, and kept for the next, with
+    its reserve when `keep_reserve` (no command of the sample could reach the disk's root)."""
     with contextlib.suppress(OSError):
-        if disk.emptied():
+        if disk.emptied(keep_reserve):
             _free.setdefault((settings.run_tag, settings.limits.max_disk_mb), []).append(disk)
             return
     disk.drop()
