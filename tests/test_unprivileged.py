@@ -822,3 +822,51 @@ def test_a_run_waits_while_its_folder_s_disk_is_low_and_goes_on_when_there_is_ro
         assert len((out / "run" / "trajectories.jsonl").read_text().splitlines()) == 2
     finally:
         tmpfs.unmount(str(out))
+
+
+# Runs argv[2:] as root of a user namespace mapping the host's uids 0-65535 one to one, with
+# /proc/self/setgroups "deny" (as a runner in a rootless or userns-remapped container), holding the groups argv[1].
+USERNS_DENY = r"""import ctypes, os, sys
+r, w = os.pipe()
+go, ready = os.pipe()
+pid = os.fork()
+if pid == 0:
+    os.setgroups([int(group) for group in sys.argv[1].split(",") if group])
+    assert ctypes.CDLL(None, use_errno=True).unshare(0x10000000) == 0
+    os.write(w, b"x")
+    os.read(go, 1)
+    os.execvp(sys.argv[2], sys.argv[2:])
+os.read(r, 1)
+for name, text in (("setgroups", "deny"), ("uid_map", "0 0 65536"), ("gid_map", "0 0 65536")):
+    with open(f"/proc/{pid}/{name}", "w") as handle:
+        handle.write(text)
+os.write(ready, b"x")
+sys.exit(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]))"""
+CHECK = (
+    "from trajforge import plugins; from trajforge.environments import EnvironmentSettings, backend_class; "
+    "plugins.load(); backend_class('bwrap').check(EnvironmentSettings(kind='bwrap')); print('ok')"
+)
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("bwrap") is None, reason="maps the host's uids: root, bwrap")
+def test_a_root_runner_whose_groups_cannot_be_dropped_is_refused_at_start():
+    """(review 5) nsenter's --setgid goes on when setgroups() fails (it checks only when it joins a user
+    namespace), so a root runner whose user namespace denies setgroups gave every bwrap command its
+    supplementary groups (setpriv --clear-groups had refused to run them). bwrap's check refuses such a
+    runner at start; the twin, the same runner without supplementary groups, is accepted."""
+    runs = {
+        groups: subprocess.run(
+            [sys.executable, "-c", USERNS_DENY, groups, sys.executable, "-c", CHECK],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        for groups in ("10,20", "")
+    }
+    assert runs[""].stdout == "ok\n", runs[""].stderr
+    refused = runs["10,20"].stderr.splitlines()[-1]
+    assert refused.endswith(
+        "--environment=bwrap cannot run this root runner's commands as nobody: it holds supplementary groups "
+        "(10 20) that its user namespace does not let it drop (/proc/self/setgroups is deny), which its commands "
+        "would keep: start it without them"
+    ), runs["10,20"].stderr

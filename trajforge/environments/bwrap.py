@@ -15,7 +15,7 @@ import subprocess
 
 from trajforge.environments import OUTPUT_LIMIT, EnvironmentSettings, ExecResult, mountns, netns, seccomp, tmpfs, userns
 from trajforge.environments.contract import Spawned
-from trajforge.environments.limits import MB, Limits, confined, host_user
+from trajforge.environments.limits import MB, Limits, confined, drop_problem, host_user
 from trajforge.environments.local import (
     LocalBackend,
     LocalEnvironment,
@@ -272,6 +272,9 @@ class BwrapBackend(LocalBackend):  # the same workspaces, so the same leftovers 
             )
         if settings.sandbox_network:  # exit 2, also for --environment=auto: never the host's network instead
             netns.check()
+        problem = drop_problem() if host_user() is not None else None
+        if problem:
+            raise SetupError(f"--environment=bwrap cannot run this root runner's commands as nobody: {problem}")
         try:
             with seccomp.filter_fd() as rules:
                 argv = bwrap_argv(settings, [], "/", ["true"], seccomp_fd=rules)

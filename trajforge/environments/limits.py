@@ -17,6 +17,7 @@ Each mechanism is what works for every uid and every runtime:
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import functools
 import glob
 import os
@@ -36,6 +37,7 @@ NOBODY = 65534
 JOIN_FAILED = "{ echo 'cannot join the sample cgroup: the command does not run' >&2; exit 125; }"
 # util-linux: joins a command's namespaces and drops a root runner's bwrap commands to nobody (confined)
 NSENTER = shutil.which("nsenter") or "nsenter"
+PR_GET_SECUREBITS, SECBIT_NO_SETUID_FIXUP = 27, 1 << 2
 V1 = {"pids": "/sys/fs/cgroup/pids", "memory": "/sys/fs/cgroup/memory"}
 
 
@@ -197,6 +199,27 @@ def host_user() -> int | None:
     drop to: a runner that is not root, or root of a user namespace where only it is mapped (`unshare
     -r`), which is no one's root on the host."""
     return NOBODY if os.geteuid() == 0 and mapped(NOBODY) else None
+
+
+def drop_problem() -> str | None:
+    """Why a root runner's drop to nobody (nsenter's --setgid/--setuid in confined) would not leave a command
+    without its groups and capabilities, else None. nsenter goes on when setgroups() fails outside a user
+    namespace it joins, as in one whose /proc/self/setgroups is "deny" (a rootless or userns-remapped
+    container): the runner's supplementary groups would stay. With SECBIT_NO_SETUID_FIXUP, setuid clears no
+    capability (bwrap then refuses to run every command)."""
+    try:
+        with open("/proc/self/setgroups") as handle:
+            denied = handle.read().strip() == "deny"
+    except OSError:
+        denied = False
+    if denied and os.getgroups():
+        return (
+            f"it holds supplementary groups ({' '.join(map(str, os.getgroups()))}) that its user namespace does "
+            "not let it drop (/proc/self/setgroups is deny), which its commands would keep: start it without them"
+        )
+    if ctypes.CDLL(None, use_errno=True).prctl(PR_GET_SECUREBITS, 0, 0, 0, 0) & SECBIT_NO_SETUID_FIXUP:
+        return "its securebits keep capabilities across setuid (no_setuid_fixup): start it without them"
+    return None
 
 
 def mapped(uid: int) -> bool:
