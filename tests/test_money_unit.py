@@ -261,10 +261,13 @@ def test_a_dead_process_s_places_are_freed(tmp_path):
     assert store.take_slot("E", 2) is not None
 
 
-def test_the_local_ledger_answers_in_order_raises_as_the_store_and_skips_a_call_cancelled_before_its_turn(tmp_path):
+def test_the_local_ledger_answers_in_order_raises_as_the_store_and_keeps_what_a_cancelled_call_paid(tmp_path):
     """LocalLedger's own thread: calls run in the order asked, each answered as soon as it returns (not
-    after the calls queued behind it), a budget stop raised in the caller, and a call cancelled while
-    it waits (here behind another process's write lock) never runs."""
+    after the calls queued behind it), a budget stop raised in the caller. A call whose caller is cancelled
+    while it waits (here behind another process's write lock) still runs when it records money: a paid
+    reply's cost and cache entry were lost when its sample was cancelled meanwhile (review 5, HIGH: over
+    budget, and paid again on --resume); one that would hand out a place in flight does not, and a place
+    handed out to a caller cancelled meanwhile is freed."""
     import asyncio
     import sqlite3
 
@@ -280,19 +283,23 @@ def test_the_local_ledger_answers_in_order_raises_as_the_store_and_skips_a_call_
         other.execute("BEGIN IMMEDIATE")  # another worker holds the write lock
         read = asyncio.ensure_future(ledger("stopped"))
         blocked = asyncio.ensure_future(ledger("stop", CostUnknown.reason))  # waits for the lock
-        cancelled = asyncio.ensure_future(ledger("stop", "cancelled"))
+        paid = asyncio.ensure_future(ledger("settle", "k1", b"{}", 0.5, 10, 0.0, "http://a"))
+        place = asyncio.ensure_future(ledger("take_slot", "http://b", 1))
         assert await asyncio.wait_for(read, 5) is None  # answered while the write behind it waits
         await asyncio.sleep(0.2)
-        cancelled.cancel()
+        paid.cancel()
+        place.cancel()
         other.execute("COMMIT")
         await blocked
         assert await ledger("stopped") == CostUnknown.reason
+        assert await ledger("cached", "k1") == (b"{}", 0.5)  # the cancelled sample's paid reply: kept
+        assert await ledger("take_slot", "http://b", 1) is not None  # the cancelled caller held no place
         with pytest.raises(CostUnknown):
             await ledger("reserve", Call(10, 10, None), 1.0, 3600.0)
         await ledger.close()
         with pytest.raises(RuntimeError):
             await ledger("stopped")
-        return cancelled
+        return paid, place
 
-    assert asyncio.run(main()).cancelled()
+    assert all(call.cancelled() for call in asyncio.run(main()))
     assert Store(tmp_path).stopped() == CostUnknown.reason

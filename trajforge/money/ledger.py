@@ -31,7 +31,10 @@ class LocalLedger:
     event loop, each answered as soon as it returns. The calls asked while it works wait in one list it
     takes at once: at hundreds of sessions a worker, a thread pool's hand-over for each of the six calls
     around a model call (a work item, two futures chained, a semaphore, a wake-up of an idle thread) cost
-    more CPU than the calls themselves. A call cancelled before its turn never runs, as with a pool."""
+    more CPU than the calls themselves. A call whose caller was cancelled meanwhile (a sample's timeout, a
+    stop) still runs: a paid reply's cost and cache entry (settle), a place or reservation given back, are
+    never lost because nobody waits for the answer any more; only a call that would hand out a place or a
+    reservation to nobody (HELD) does not run, and one already handed out is given back."""
 
     def __init__(self, folder: str):
         self.store = Store(Path(folder))
@@ -39,6 +42,7 @@ class LocalLedger:
         self._turn = threading.Condition()
         self._thread: threading.Thread | None = None
         self._closed = False
+        self._giving: set[asyncio.Future] = set()  # what a cancelled caller was handed, being given back
 
     async def __call__(self, name: str, *args):
         loop = asyncio.get_running_loop()
@@ -61,28 +65,36 @@ class LocalLedger:
                     self._turn.wait()
                 batch, self._asked = self._asked, []
             for loop, future, name, args in batch:
-                if future.cancelled():
+                if future.cancelled() and name in HELD:  # a place or reservation nobody would take
                     continue
                 try:
                     value, error = getattr(self.store, name)(*args), None
                 except BaseException as exc:  # raised again in the caller, as a thread pool's future would
                     value, error = None, exc
                 with contextlib.suppress(RuntimeError):  # each answered at once; a loop closed meanwhile: nobody waits
-                    loop.call_soon_threadsafe(_answer, future, value, error)
+                    loop.call_soon_threadsafe(self._answer, future, name, value, error)
             if any(name == "close" for _, _, name, _ in batch):  # the last call there is
                 return
 
     async def close(self) -> None:
         await self("close")
 
+    def _answer(self, future: asyncio.Future, name: str, value, error: BaseException | None) -> None:
+        if future.cancelled():  # its caller is gone: what it was handed is given back
+            if name in HELD and value is not None:  # a place: freed as one whose outcome teaches nothing
+                ending = (HELD[name], value, *(("cancelled",) if HELD[name] == "free_slot" else ()))
+                giving = asyncio.ensure_future(self._give_back(*ending))
+                self._giving.add(giving)
+                giving.add_done_callback(self._giving.discard)
+            return
+        if error is not None:
+            future.set_exception(error)
+        else:
+            future.set_result(value)
 
-def _answer(future: asyncio.Future, value, error: BaseException | None) -> None:
-    if future.cancelled():
-        return
-    if error is not None:
-        future.set_exception(error)
-    else:
-        future.set_result(value)
+    async def _give_back(self, name: str, *args) -> None:
+        with contextlib.suppress(RuntimeError):  # closed meanwhile: the run is over, nothing is held
+            await self(name, *args)
 
 
 class MoneyActor:
