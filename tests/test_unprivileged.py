@@ -842,9 +842,13 @@ for name, text in (("setgroups", "deny"), ("uid_map", "0 0 65536"), ("gid_map", 
         handle.write(text)
 os.write(ready, b"x")
 sys.exit(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]))"""
+# bwrap's own check, then --environment=auto's choice: what each says.
 CHECK = (
-    "from trajforge import plugins; from trajforge.environments import EnvironmentSettings, backend_class; "
-    "plugins.load(); backend_class('bwrap').check(EnvironmentSettings(kind='bwrap')); print('ok')"
+    "from trajforge import plugins; from trajforge.environments import EnvironmentSettings, backend_class, choose; "
+    "from trajforge.errors import UsageError; plugins.load()\n"
+    "for kind, step in (('bwrap', backend_class('bwrap').check), ('auto', lambda s: choose(s)[0].kind)):\n"
+    "    try: print(kind, step(EnvironmentSettings(kind=kind)) or 'bwrap')\n"
+    "    except UsageError as exc: print(kind, 'refused:', exc)"
 )
 
 
@@ -853,7 +857,8 @@ def test_a_root_runner_whose_groups_cannot_be_dropped_is_refused_at_start():
     """(review 5) nsenter's --setgid goes on when setgroups() fails (it checks only when it joins a user
     namespace), so a root runner whose user namespace denies setgroups gave every bwrap command its
     supplementary groups (setpriv --clear-groups had refused to run them). bwrap's check refuses such a
-    runner at start; the twin, the same runner without supplementary groups, is accepted."""
+    runner at start, also --environment=auto, which must not fall back to local's unsandboxed root commands
+    (review 6); the twin, the same runner without supplementary groups, is accepted."""
     runs = {
         groups: subprocess.run(
             [sys.executable, "-c", USERNS_DENY, groups, sys.executable, "-c", CHECK],
@@ -863,10 +868,10 @@ def test_a_root_runner_whose_groups_cannot_be_dropped_is_refused_at_start():
         )
         for groups in ("10,20", "")
     }
-    assert runs[""].stdout == "ok\n", runs[""].stderr
-    refused = runs["10,20"].stderr.splitlines()[-1]
-    assert refused.endswith(
-        "--environment=bwrap cannot run this root runner's commands as nobody: it holds supplementary groups "
-        "(10 20) that its user namespace does not let it drop (/proc/self/setgroups is deny), which its commands "
-        "would keep: start it without them"
-    ), runs["10,20"].stderr
+    assert runs[""].stdout == "bwrap bwrap\nauto bwrap\n", runs[""].stderr
+    refused = (
+        "refused: --environment=bwrap cannot run this root runner's commands as nobody: it holds supplementary "
+        "groups (10 20) that its user namespace does not let it drop (/proc/self/setgroups is deny), which its "
+        "commands would keep: start it without them"
+    )
+    assert runs["10,20"].stdout == f"bwrap {refused}\nauto {refused}\n", runs["10,20"].stderr

@@ -23,7 +23,7 @@ from trajforge.environments.local import (
     run_process,
     spawn_process,
 )
-from trajforge.errors import SetupError
+from trajforge.errors import SetupError, UsageError
 
 # Read-only where present. On merged-/usr systems /bin, /lib... are symlinks into /usr: they stay symlinks.
 SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/opt")
@@ -273,8 +273,8 @@ class BwrapBackend(LocalBackend):  # the same workspaces, so the same leftovers 
         if settings.sandbox_network:  # exit 2, also for --environment=auto: never the host's network instead
             netns.check()
         problem = drop_problem() if host_user() is not None else None
-        if problem:
-            raise SetupError(f"--environment=bwrap cannot run this root runner's commands as nobody: {problem}")
+        if problem:  # exit 2, also for --environment=auto: never local's root commands instead
+            raise UsageError(f"--environment=bwrap cannot run this root runner's commands as nobody: {problem}")
         try:
             with seccomp.filter_fd() as rules:
                 argv = bwrap_argv(settings, [], "/", ["true"], seccomp_fd=rules)
