@@ -467,6 +467,33 @@ def test_a_local_agent_leaves_the_next_sample_no_reserve_that_frees_nothing(tmp_
     assert [(done.output, done.exit_code) for done in (attack[2], twin[2])] == [("done\n", 0)] * 2, (attack, twin)
 
 
+def test_a_local_agent_leaves_nothing_in_lost_found_for_the_next_sample(tmp_path):
+    """(review 6) A disk was emptied but for its lost+found, which a local command (the runner's uid)
+    reaches: 12 MB left there stayed on the reused disk, another sample's files and room. lost+found is
+    emptied now; the twin leaves nothing there, and its disk is taken again as it was."""
+    warning = disk.unenforced(DISK.max_disk_mb, "local", backend_class("local").LIMITS)
+    if warning:
+        pytest.skip(warning)
+
+    async def samples(first: str) -> list:
+        backend, seen = backend_for(settings("local", tmp_path, limits=DISK)), []
+        for agent in (first, "ls -A {found} | wc -l; df -k . | tail -1"):
+            env = await backend.open({})
+            try:
+                found = shlex.quote(os.path.join(env.disk.root, "lost+found"))
+                seen.append((env.disk.root, await env.exec(agent.format(found=found))))
+            finally:
+                await env.close()
+        return seen
+
+    attack = asyncio.run(samples("head -c 12000000 /dev/zero > {found}/x && echo left"))
+    twin = asyncio.run(samples("echo hi > x"))
+    for _, (_, after) in (attack, twin):
+        listed, df = after.output.splitlines()
+        assert listed == "0" and int(df.split()[3]) > 14000, after.output  # nothing there, the disk's room back
+    assert attack[0][1].output == "left\n" and twin[0][0] == twin[1][0]
+
+
 def test_a_kept_workspace_with_a_fifo_is_kept_and_its_disk_given_back(disk_kind, run):
     """--keep_workspaces copied a finished sample's workspace off its disk with copytree, which raised on a
     FIFO: the sample failed (crash_Error, again on every --resume) and its disk, the agent's files on it,

@@ -95,11 +95,20 @@ class Disk:
         and `keep_reserve`; whether the disk is empty now (else it is not used again)."""
         whole = keep_reserve and _whole(os.path.join(self.root, RESERVE))
         kept = {"lost+found", RESERVE} if whole else {"lost+found"}
+        # lost+found is mkfs's, kept as a folder but emptied: a local command (the runner's uid) could leave
+        # files in it for the next sample to find and to lack the room of. One that is not a folder: the disk
+        # is not used again.
+        found = os.path.join(self.root, "lost+found")
+        if os.path.isdir(found) and not os.path.islink(found):
+            for entry in os.listdir(found):
+                _remove(os.path.join(found, entry))
+        else:
+            kept.discard("lost+found")
         for folder in (self.root, self.tests):
             for entry in os.listdir(folder):
                 if entry not in kept:
                     shutil.rmtree(os.path.join(folder, entry), ignore_errors=True)
-        return set(os.listdir(self.root)) <= kept and not os.listdir(self.tests)
+        return set(os.listdir(self.root)) <= kept and not os.listdir(self.tests) and not os.listdir(found)
 
     def reserve(self) -> None:
         """The verification's reserve on the disk, before the agent could fill it: the one kept from an earlier
