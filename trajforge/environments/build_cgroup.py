@@ -25,9 +25,11 @@ from collections.abc import Iterator
 
 import docker
 
+from trajforge.environments.limits import V1
+from trajforge.environments.limits import V2 as CGROUPS
+
 PREFIX = "batch-runner-build-"
-CGROUPS = "/sys/fs/cgroup"
-V1_PIDS = f"{CGROUPS}/pids"
+V1_PIDS = V1["pids"]
 REMOVE_WITHIN = 30.0  # seconds the engine has to remove a build's last container (a cancelled build's too)
 
 

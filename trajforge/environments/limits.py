@@ -212,9 +212,10 @@ def drop_problem() -> str | None:
             denied = handle.read().strip() == "deny"
     except OSError:
         denied = False
-    if denied and os.getgroups():
+    groups = os.getgroups()
+    if denied and groups:
         return (
-            f"it holds supplementary groups ({' '.join(map(str, os.getgroups()))}) that its user namespace does "
+            f"it holds supplementary groups ({' '.join(map(str, groups))}) that its user namespace does "
             "not let it drop (/proc/self/setgroups is deny), which its commands would keep: start it without them"
         )
     if ctypes.CDLL(None, use_errno=True).prctl(PR_GET_SECUREBITS, 0, 0, 0, 0) & SECBIT_NO_SETUID_FIXUP:

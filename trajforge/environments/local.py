@@ -457,7 +457,6 @@ class LocalEnvironment(CommandEnvironment):
             self.disk = None
 
 
-PACK_FOLDER = ("objects", "pack")
 LOOKED_AT = 20_000  # entries looked at for a pack folder at most: past them, there may be one
 
 
@@ -467,16 +466,16 @@ def may_hold_packs(root: str) -> bool:
     .git and objects are looked in first; a tree of more than LOOKED_AT entries is taken to hold one."""
     below, seen = [root], 0
     while below:
+        folder = below.pop()
         try:
-            with os.scandir(below.pop()) as listing:
+            with os.scandir(folder) as listing:
                 entries = list(listing)
         except OSError:  # gone, or not a folder: it holds no pack folder that find would read either
             continue
         seen += len(entries)
         folders = [entry for entry in entries if entry.is_dir(follow_symlinks=False)]
-        for entry in folders:
-            if entry.name == PACK_FOLDER[1] and os.path.basename(os.path.dirname(entry.path)) == PACK_FOLDER[0]:
-                return True
+        if os.path.basename(folder) == "objects" and any(entry.name == "pack" for entry in folders):
+            return True
         if seen > LOOKED_AT:
             return True
         below += sorted((entry.path for entry in folders), key=lambda path: path.endswith(("/.git", "/objects")))
