@@ -23,6 +23,7 @@ from trajforge.environments.local import (
     run_process,
     spawn_process,
 )
+from trajforge.environments.orphans import reap_exited_orphans
 from trajforge.errors import SetupError, UsageError
 
 # Read-only where present. On merged-/usr systems /bin, /lib... are symlinks into /usr: they stay symlinks.
@@ -179,6 +180,10 @@ class BwrapEnvironment(LocalEnvironment):
             done = await run_process(limited, self.workspace, chain, timeout, stdin, limit, None, fds, self.clean)
         if two_uids:  # its sandbox outlives bwrap (the uid change cleared --die-with-parent): end what is left
             await self.end_leftovers()
+        # bwrap's PID-namespace init outlives bwrap and, re-parented to this worker, stays a zombie that counts
+        # in the sample's pids cgroup: collected within REAP_EVERY, not at the sample's end (one a command:
+        # past --max_processes commands, none could fork).
+        reap_exited_orphans()
         return done
 
     async def spawn(

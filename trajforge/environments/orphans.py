@@ -218,12 +218,28 @@ def _collect_orphans() -> None:
     started it."""
     with _State.lock:
         _State.look = None
-    me, own_session = os.getpid(), os.getsid(0)
+    me, own_session, later = os.getpid(), os.getsid(0), False
     for pid in children(me):
         stat = _stat(pid)
         if stat and stat[0] == "Z" and stat[1] == me and stat[2] != own_session and pid not in commands_running:
-            if starting:  # it may be a command exited before its pid reached commands_running: later
-                reap_exited_orphans()
-                return
+            # While a command starts, a zombie may be one that exited before its pid reached commands_running:
+            # left for a later look, unless it was a PID namespace's init (bwrap's), which no command of ours is.
+            if starting and not _namespace_init(pid):
+                later = True
+                continue
             with contextlib.suppress(ChildProcessError):
                 os.waitpid(pid, os.WNOHANG)
+    if later:
+        reap_exited_orphans()
+
+
+def _namespace_init(pid: int) -> bool:
+    """Whether `pid` has a pid of its own in a PID namespace below ours too (its status's NSpid lists two)."""
+    try:
+        with open(f"/proc/{pid}/status", "rb") as handle:
+            for line in handle:
+                if line.startswith(b"NSpid:"):
+                    return len(line.split()) > 2
+    except OSError:
+        pass
+    return False
