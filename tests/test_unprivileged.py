@@ -431,10 +431,7 @@ def test_a_disk_s_reserve_is_kept_until_a_verification_takes_it_and_re_made_when
         assert sorted(files) == sorted(map(str, range(disk.RESERVE_FILES)))
         assert all(info.st_blocks * 512 >= disk.RESERVE_BYTES // disk.RESERVE_FILES for info in files.values())
     assert out1[0].exit_code == 0
-    if disk_kind == "bwrap":  # kept: the same files, untouched, after a sample without verification
-        assert _identity(kept) == _identity(plain)
-    else:  # local's commands reach the disk's root: the reserve goes with each sample (review 5)
-        assert not _identity(kept) & _identity(plain)
+    assert _identity(kept) == _identity(plain)  # kept: the same files, untouched, after a sample without verification
     for fill, verification in (full, full2):  # the agent filled the disk; the verification wrote all the same
         assert "No space left on device" in fill.output, fill
         assert (verification.output, verification.exit_code) == ("done\n", 0), verification
@@ -443,11 +440,23 @@ def test_a_disk_s_reserve_is_kept_until_a_verification_takes_it_and_re_made_when
     assert not _identity(repaired) & _identity(remade)  # made anew after it was damaged (a file's blocks gone)
 
 
-def test_a_local_agent_leaves_the_next_sample_no_reserve_that_frees_nothing(tmp_path):
-    """(review 5) local's commands run as the runner, which reaches the disk's root: an agent made a file of
-    the kept reserve's folder immutable, so it looked whole, was kept, and freed nothing for the next sample's
-    verification on a disk its agent filled ('No space left on device'). The reserve goes with each local
-    sample; a disk it cannot be emptied of is not used again. The twin's first agent seals nothing."""
+# What a local agent (the runner's uid, which reaches the disk's root) may do to the kept reserve so that it
+# looks whole yet frees nothing: seal its folder (review 5), make a file append-only, mount one file over
+# the others (each then shows that one file, one link and its blocks).
+RESERVE_ATTACKS = {
+    "immutable folder": "chattr +i {reserve} && echo sealed",
+    "append-only files": "chattr +a {reserve}/* && echo sealed",
+    "files mounted over": "for i in $(seq 1 31); do mount --bind {reserve}/0 {reserve}/$i || exit; done; echo sealed",
+}
+
+
+@pytest.mark.parametrize("attack", RESERVE_ATTACKS)
+def test_a_local_agent_leaves_the_next_sample_no_reserve_that_frees_nothing(attack, tmp_path):
+    """(review 5) local's commands run as the runner, which reaches the disk's root: an agent sealed the
+    kept reserve so that it looked whole, was kept, and freed nothing for the next sample's verification on
+    a disk its agent filled ('No space left on device'). A reserve is kept only when nothing stops its
+    removal (no immutable or append-only attribute, nothing mounted on it); a disk it cannot be emptied of
+    is not used again. The twin's first agent seals nothing, and its reserve is kept."""
     warning = disk.unenforced(DISK.max_disk_mb, "local", backend_class("local").LIMITS)
     if warning:
         pytest.skip(warning)
@@ -469,13 +478,13 @@ def test_a_local_agent_leaves_the_next_sample_no_reserve_that_frees_nothing(tmp_
         return seen
 
     try:
-        attack = asyncio.run(samples("chattr +i {reserve} && echo sealed"))
+        attacked = asyncio.run(samples(RESERVE_ATTACKS[attack]))
         twin = asyncio.run(samples("echo hi > x"))
     finally:
         for path in sealed:
-            subprocess.run(["chattr", "-i", path], capture_output=True)
-    assert attack[0].output == "sealed\n" and "No space left on device" in attack[1].output, attack
-    assert [(done.output, done.exit_code) for done in (attack[2], twin[2])] == [("done\n", 0)] * 2, (attack, twin)
+            subprocess.run(["chattr", "-R", "-i", "-a", path], capture_output=True)
+    assert attacked[0].output == "sealed\n" and "No space left on device" in attacked[1].output, attacked
+    assert [(done.output, done.exit_code) for done in (attacked[2], twin[2])] == [("done\n", 0)] * 2, (attacked, twin)
 
 
 def test_a_local_agent_leaves_nothing_in_lost_found_for_the_next_sample(tmp_path):

@@ -90,10 +90,10 @@ class Disk:
         if _libc.mount(os.fsencode(folder), os.fsencode(mount_point), None, MS_BIND, None) != 0:
             raise SetupError(f"--max_disk_mb: cannot bind the sample's disk: {os.strerror(ctypes.get_errno())}")
 
-    def emptied(self, keep_reserve: bool) -> bool:
-        """Everything the sample left removed (its tests too), the verification's reserve kept if it is whole
-        and `keep_reserve`; whether the disk is empty now (else it is not used again)."""
-        whole = keep_reserve and _whole(os.path.join(self.root, RESERVE))
+    def emptied(self) -> bool:
+        """Everything the sample left removed (its tests too), the verification's reserve kept if it is whole;
+        whether the disk is empty now (else it is not used again)."""
+        whole = _whole(os.path.join(self.root, RESERVE))
         kept = {"lost+found", RESERVE} if whole else {"lost+found"}
         # lost+found is mkfs's, kept as a folder but emptied: a local command (the runner's uid) could leave
         # files in it for the next sample to find and to lack the room of. One that is not a folder: the disk
@@ -159,27 +159,74 @@ def _allocate(folder: str) -> None:
 
 def _whole(folder: str) -> bool:
     """`folder` is a reserve as _allocate made it, never trusted otherwise: the runner's folder holding
-    exactly its files, each a plain file of the runner's with one link and its blocks allocated."""
+    exactly its files, each a plain file of the runner's with one link and its blocks allocated, and
+    nothing that would keep release() from freeing them (a local command, the runner's uid, reaches the
+    disk's root): no immutable or append-only attribute, and all on the disk's own mount (nothing mounted
+    over them). Where the kernel does not tell the mount (before 5.8), it is not trusted."""
     me = os.geteuid()
     try:
-        info = os.lstat(folder)
-        if not stat.S_ISDIR(info.st_mode) or info.st_uid != me or stat.S_IMODE(info.st_mode) != 0o700:
-            return False
         fd = os.open(folder, DIRECTORY)
-        try:
-            if set(os.listdir(fd)) != RESERVE_NAMES:
-                return False
-            for name in RESERVE_NAMES:
-                part = os.stat(name, dir_fd=fd, follow_symlinks=False)
-                if not stat.S_ISREG(part.st_mode) or part.st_nlink != 1 or part.st_uid != me:
-                    return False
-                if part.st_blocks * 512 < RESERVE_PART:
-                    return False
-        finally:
-            os.close(fd)
     except OSError:
         return False
+    try:
+        top = _statx(fd, "")
+        if top is None or not stat.S_ISDIR(top.mode) or top.uid != me or stat.S_IMODE(top.mode) != 0o700:
+            return False
+        if top.sealed or top.mount != _mount_id(os.path.dirname(folder)) or set(os.listdir(fd)) != RESERVE_NAMES:
+            return False
+        for name in RESERVE_NAMES:
+            part = _statx(fd, name)
+            if part is None or not stat.S_ISREG(part.mode) or part.nlink != 1 or part.uid != me or part.sealed:
+                return False
+            if part.blocks * 512 < RESERVE_PART or part.mount != top.mount:
+                return False
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
     return True
+
+
+@dataclass(frozen=True)
+class _Status:
+    mode: int
+    uid: int
+    nlink: int
+    blocks: int
+    sealed: bool  # immutable or append-only: it cannot be removed
+    mount: int
+
+
+# struct statx (linux/stat.h), the fields read: stx_mask, stx_attributes, stx_nlink, stx_uid, stx_mode at
+# 0, 8, 16, 20, 28; stx_blocks at 48; stx_mnt_id at 144 (256 bytes in all).
+STATX_BASIC_STATS, STATX_MNT_ID, AT_SYMLINK_NOFOLLOW, AT_EMPTY_PATH = 0x7FF, 0x1000, 0x100, 0x1000
+STATX_ATTR_IMMUTABLE, STATX_ATTR_APPEND = 0x10, 0x20
+
+
+def _statx(dirfd: int, name: str) -> _Status | None:
+    """`name` below `dirfd` (the folder itself when empty), its link not followed; None when the kernel does
+    not say its mount."""
+    buffer = ctypes.create_string_buffer(256)
+    flags = AT_SYMLINK_NOFOLLOW | (0 if name else AT_EMPTY_PATH)
+    if _libc.statx(dirfd, os.fsencode(name), flags, STATX_BASIC_STATS | STATX_MNT_ID, buffer) != 0:
+        number = ctypes.get_errno()
+        raise OSError(number, os.strerror(number))
+    mask, _, attributes, nlink, uid, _, mode = struct.unpack_from("=IIQIIIH", buffer, 0)
+    if not mask & STATX_MNT_ID:
+        return None
+    (blocks,) = struct.unpack_from("=Q", buffer, 48)
+    (mount,) = struct.unpack_from("=Q", buffer, 144)
+    return _Status(mode, uid, nlink, blocks, bool(attributes & (STATX_ATTR_IMMUTABLE | STATX_ATTR_APPEND)), mount)
+
+
+def _mount_id(path: str) -> int:
+    """The mount `path` lies on (-1 when it cannot be told)."""
+    fd = os.open(path, DIRECTORY)
+    try:
+        found = _statx(fd, "")
+    finally:
+        os.close(fd)
+    return found.mount if found is not None else -1
 
 
 def _remove(path: str) -> None:
@@ -438,11 +485,11 @@ def keep_workspaces_below(prefix: str) -> None:
             os.rmdir(copy)
 
 
-def give_back(disk: Disk, settings: EnvironmentSettings, keep_reserve: bool) -> None:
-    """At the sample's end (its processes gone, its folders unmounted): emptied, and kept for the next, with
-    its reserve when `keep_reserve` (no command of the sample could reach the disk's root)."""
+def give_back(disk: Disk, settings: EnvironmentSettings) -> None:
+    """At the sample's end (its processes gone, its folders unmounted): emptied, and kept for the next with
+    its reserve where that is whole."""
     with contextlib.suppress(OSError):
-        if disk.emptied(keep_reserve):
+        if disk.emptied():
             _free.setdefault((settings.run_tag, settings.limits.max_disk_mb), []).append(disk)
             return
     disk.drop()
