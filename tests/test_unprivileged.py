@@ -922,3 +922,38 @@ def test_a_root_runner_whose_groups_cannot_be_dropped_is_refused_at_start():
         "commands would keep: start it without them"
     )
     assert runs["10,20"].stdout == f"bwrap {refused}\nauto {refused}\n", runs["10,20"].stderr
+
+
+# A worker's own sample, without the driver's check at start (a Ray worker on a node of its own): what it says.
+OPEN = (
+    "import asyncio; from trajforge import plugins; from trajforge.environments import EnvironmentSettings, "
+    "backend_for; from trajforge.environments.limits import Limits; from trajforge.errors import SetupError\n"
+    "plugins.load()\n"
+    "async def sample():\n"
+    "    settings = EnvironmentSettings(kind='bwrap', limits=Limits(max_disk_mb=0))  # no disk in a user namespace\n"
+    "    try: env = await backend_for(settings).open({})\n"
+    "    except SetupError as exc: return f'refused: {exc}'\n"
+    "    try: return (await env.exec('id -G')).output.strip()\n"
+    "    finally: await env.close()\n"
+    "print(asyncio.run(sample()))"
+)
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("bwrap") is None, reason="maps the host's uids: root, bwrap")
+def test_a_worker_whose_groups_cannot_be_dropped_runs_no_command():
+    """(review 6) bwrap's check of the drop to nobody ran on the driver only: a Ray worker on a node whose
+    user namespace denies setgroups ran every command with the worker's supplementary groups. Each worker
+    asks it once too, and its samples fail instead; the twin, without supplementary groups, runs its
+    command as nobody, in the sandbox in its user's group alone (the attack's showed a second, unmapped)."""
+    runs = {
+        groups: subprocess.run(
+            [sys.executable, "-c", USERNS_DENY, groups, sys.executable, "-c", OPEN],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        for groups in ("10,20", "")
+    }
+    assert runs["10,20"].stdout.startswith("refused: --environment=bwrap cannot run this root worker's"), runs
+    assert "supplementary groups (10 20)" in runs["10,20"].stdout, runs["10,20"].stdout
+    assert (runs[""].stdout, runs[""].returncode) == ("1000\n", 0), runs[""]  # the sandbox user's group alone

@@ -93,6 +93,13 @@ def bwrap_argv(
 
 
 @functools.cache
+def _drop_problem() -> str | None:
+    """drop_problem() where this process runs, once: check() asked it of the driver, and a Ray worker's node
+    may not be the driver's."""
+    return drop_problem() if host_user() is not None else None
+
+
+@functools.cache
 def _bwrap() -> str:
     return shutil.which("bwrap") or "bwrap"
 
@@ -265,6 +272,9 @@ def _give(uid: int, *folders: str) -> None:
 
 class BwrapBackend(LocalBackend):  # the same workspaces, so the same leftovers (a /tmp may be mounted)
     async def environment(self, entry: dict, sample: str = "") -> BwrapEnvironment:
+        problem = _drop_problem()
+        if problem:  # the sample fails: never a command with the root runner's groups or capabilities
+            raise SetupError(f"--environment=bwrap cannot run this root worker's commands as nobody: {problem}")
         return BwrapEnvironment(entry.get("cwd"), self.settings, sample, userns.namespace_fd())
 
     @classmethod
@@ -276,7 +286,7 @@ class BwrapBackend(LocalBackend):  # the same workspaces, so the same leftovers 
             )
         if settings.sandbox_network:  # exit 2, also for --environment=auto: never the host's network instead
             netns.check()
-        problem = drop_problem() if host_user() is not None else None
+        problem = _drop_problem()
         if problem:  # exit 2, also for --environment=auto: never local's root commands instead
             raise UsageError(f"--environment=bwrap cannot run this root runner's commands as nobody: {problem}")
         try:
