@@ -367,6 +367,79 @@ def test_a_sample_s_disk_and_inodes_are_bounded_together_and_the_next_sample_sta
     assert honest.output == "3000\n" or int(honest.output) > 900, honest  # a fresh disk's inodes again
 
 
+# Two samples open at once in one worker (a process of its own: mkfs.ext4 is found on its PATH at import),
+# each bounded to 16 MB, running the commands of argv[3] together. argv[4]: "exit" (the worker ends as
+# asked), "kill" (no atexit), or "damaged template" (made the wrong size between the two samples' opening).
+TWO_AT_ONCE = """
+import asyncio, glob, json, os, signal, sys, tempfile
+from trajforge import plugins
+from trajforge.environments import EnvironmentSettings, backend_for
+from trajforge.environments.limits import Limits
+kind, run_dir, commands, how = sys.argv[1], sys.argv[2], json.loads(sys.argv[3]), sys.argv[4]
+settings = EnvironmentSettings(kind=kind, command_timeout=20.0, run_dir=run_dir, limits=Limits(max_disk_mb=16))
+async def sample(env):
+    try:
+        size = os.statvfs(env.workspace)
+        image = os.stat(os.path.join(env.disk.folder, "image"))
+        outputs = [(await env.exec(command)).output for command in commands]
+        return [size.f_blocks * size.f_frsize, oct(image.st_mode & 0o777), env.disk.folder, *outputs]
+    finally:
+        await env.close()
+async def main():
+    plugins.load()  # the built-in backends, as a run registers them
+    backend = backend_for(settings)
+    first = await backend.open({})
+    if how == "damaged template":
+        where = f"batch-runner-{settings.run_tag}-disk-template-*/image"
+        for template in glob.glob(os.path.join(tempfile.gettempdir(), where)):
+            os.truncate(template, 8 << 20)
+    second = await backend.open({})
+    return await asyncio.gather(sample(first), sample(second))
+print(json.dumps(asyncio.run(main())), flush=True)
+if how == "kill":
+    os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+@pytest.mark.parametrize("how", ["exit", "kill", "damaged template"])
+def test_a_worker_runs_mkfs_once_and_its_further_disks_are_bounded_empty_copies(disk_kind, how, tmp_path):
+    """mkfs.ext4 (a process, ~6 ms of CPU, which opens every loop device of the host) ran for each image:
+    now once per worker, run and size, on a template never mounted; a second disk of the size made while
+    the first is in use is a copy of it, bounded and empty as the first. The template lies in the run's
+    temporary area: it goes at the worker's end, and after a killed worker with the run's remove_leftovers.
+    A copy that fails (the template damaged) gives way to mkfs for that image: bounded and empty all the same."""
+    calls = tmp_path / "mkfs-calls"
+    bin_folder = tmp_path / "bin"
+    bin_folder.mkdir()
+    wrapper = bin_folder / "mkfs.ext4"  # the real one, each call counted
+    wrapper.write_text(f'#!/bin/sh\necho "$@" >> {calls}\nexec {disk.MKFS} "$@"\n')
+    wrapper.chmod(0o755)
+    run_dir = str(tmp_path / "run")
+    environ = {**os.environ, "PATH": f"{bin_folder}:{os.environ['PATH']}"}
+    root = str(Path(__file__).resolve().parent.parent)  # this checkout's code
+    commands = json.dumps(["ls -A | grep -vx .tmp | wc -l", FILL.format(where="."), "rm big; " + MANY_FILES])
+    args = [sys.executable, "-c", TWO_AT_ONCE, disk_kind, run_dir, commands, how]
+    done = subprocess.run(args, cwd=root, env=environ, capture_output=True, text=True, timeout=120)
+    assert done.stderr == "", done.stderr
+    samples = json.loads(done.stdout)
+    made = calls.read_text().splitlines()
+    assert len(made) == (2 if how == "damaged template" else 1), made  # the template's: not one per disk
+    assert samples[0][2] != samples[1][2]  # two disks, both in use at once
+    for size, mode, _, listed, fill, many in samples:
+        assert size <= DISK.max_disk_mb * 1024 * 1024 and mode == "0o600"
+        assert listed == "0\n"  # each starts empty (local's TMPDIR, .tmp, aside)
+        assert "No space left on device" in fill and int(fill.split()[-1]) < 16 * 2**20, fill
+        assert 900 < int(many.split()[-1]) < 1024, many  # the inodes of a mkfs'd disk of the size
+    settings = EnvironmentSettings(kind=disk_kind, run_dir=run_dir, limits=DISK)
+    left = glob.glob(os.path.join(tempfile.gettempdir(), glob.escape(workspace_prefix(settings)) + "*"))
+    if how != "kill":
+        assert left == []  # its images and template went at the worker's end
+        return
+    assert any("-disk-template-" in folder for folder in left), left
+    backend_class(disk_kind).remove_leftovers(settings)
+    assert glob.glob(os.path.join(tempfile.gettempdir(), glob.escape(workspace_prefix(settings)) + "*")) == []
+
+
 def test_a_sample_within_its_disk_works_and_keep_workspaces_keeps_its_files(disk_kind, tmp_path):
     async def scenario():
         env = await backend_for(settings(disk_kind, tmp_path, limits=DISK, keep_workspaces=True)).open({})

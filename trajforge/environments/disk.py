@@ -5,7 +5,10 @@ the image's size to each sample in flight (the image is sparse and mounted with 
 sample deletes goes back to the host).
 
 Making an image (mkfs, mount) costs about a tenth of a second, so a worker makes one per slot when it
-first needs it and keeps it: a sample takes a free image, its workspace is a folder of it bind-mounted
+first needs it and keeps it. mkfs.ext4 runs once per worker, run and size, on a template that is never
+mounted nor given to a sample (mkfs is a process of its own and opens every loop device of the host):
+each further image of that size is a sparse copy of it, its data extents alone (~230 KB for 10 GB). A
+sample takes a free image, its workspace is a folder of it bind-mounted
 on the workspace's usual path (the same path on every run, as the response cache needs), and at its end
 the folder is emptied and the image given back. An image that cannot be emptied is dropped. Mounting
 needs root in the host's mount namespace, mkfs.ext4 and loop devices; elsewhere the run says at start
@@ -26,6 +29,7 @@ import stat
 import struct
 import subprocess
 import tempfile
+import threading
 import uuid
 from dataclasses import dataclass
 
@@ -131,19 +135,33 @@ class Disk:
 
 
 _free: dict[tuple[str, int], list[Disk]] = {}  # this worker's images not in use, by (run, size in MB)
+# This worker's pristine images (_template), by (run, size in MB): each in a folder of the run's temporary
+# area of its own, which goes with the worker as its images do (a killed worker's: remove_leftovers).
+_templates: dict[tuple[str, int], str] = {}
+_making = threading.Lock()  # one template made at a time: the samples opening together wait for the first
 
 
 @atexit.register
 def _drop_free() -> None:
-    """At this process's end, its images go (a killed worker's: the run's remove_leftovers)."""
+    """At this process's end, its images and templates go (a killed worker's: the run's remove_leftovers)."""
     for disks in _free.values():
         while disks:
             disks.pop().drop()
+    while _templates:
+        shutil.rmtree(os.path.dirname(_templates.popitem()[1]), ignore_errors=True)
 
 
-# A forked worker starts without its parent's free images (the driver's, kept after the MCP servers' start
-# listing): two processes taking one image empty each other's workspaces as each sample gives it back.
-os.register_at_fork(after_in_child=_free.clear)
+def _forget() -> None:
+    """A forked worker starts without its parent's free images (the driver's, kept after the MCP servers'
+    start listing): two processes taking one image empty each other's workspaces as each sample gives it
+    back. Nor with its templates, which its parent removes at its end."""
+    global _making
+    _free.clear()
+    _templates.clear()
+    _making = threading.Lock()  # another thread of the parent may have held it
+
+
+os.register_at_fork(after_in_child=_forget)
 
 
 def _allocate(folder: str) -> None:
@@ -273,17 +291,7 @@ def take(settings: EnvironmentSettings, prefix: str) -> Disk:
     try:
         os.mkdir(disk.root)
         os.mkdir(disk.tests, 0o711)
-        # 0600: the image holds the sample's files raw, for no other user of the host to read
-        fd = os.open(image, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
-        try:
-            os.ftruncate(fd, size * MB)
-        finally:
-            os.close(fd)
-        inodes = str(max(size * MB // INODE_BYTES, 64))
-        argv = [str(MKFS), *MKFS_OPTIONS, "-N", inodes, image]
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
-        if done.returncode:
-            raise OSError(done.stderr.strip() or f"{argv[0]} exited with {done.returncode}")
+        _make_image(image, settings.run_tag, size, prefix)
         _mount_image(image, disk.root)
         for path in (folder, disk.root, disk.tests):  # passed through, not listed, by the sandbox's uid to its folders
             os.chmod(path, 0o711)
@@ -291,6 +299,75 @@ def take(settings: EnvironmentSettings, prefix: str) -> Disk:
         disk.drop()
         raise SetupError(f"--max_disk_mb: cannot make the sample's disk of {size} MB: {exc}") from None
     return disk
+
+
+def _make_image(image: str, run_tag: str, size: int, prefix: str) -> None:
+    """A new ext4 image of `size` MB at `image`: a copy of this worker's template of that size (made by
+    mkfs on first use), else, when the copy fails, made by mkfs itself."""
+    template = _template(run_tag, size, prefix)
+    try:
+        _copy_image(template, image, size)
+    except (OSError, _Full):
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(image)  # what the copy wrote, if it got that far
+        _mkfs(image, size)
+
+
+def _template(run_tag: str, size: int, prefix: str) -> str:
+    """The path of this worker's pristine image of `size` MB for the run, made by mkfs when there is none
+    (or a later run of this process, --rescore, removed it as a leftover). It is never mounted."""
+    with _making:
+        template = _templates.get((run_tag, size))
+        if template is None or not os.path.exists(template):
+            folder = tempfile.mkdtemp(prefix=prefix + "disk-template-")
+            template = os.path.join(folder, "image")
+            try:
+                _mkfs(template, size)
+            except BaseException:
+                shutil.rmtree(folder, ignore_errors=True)
+                raise
+            _templates[(run_tag, size)] = template
+        return template
+
+
+def _new_image(image: str, size: int) -> int:
+    """A new file at `image` of `size` MB, all a hole, opened for writing. 0600: an image holds a sample's
+    files raw, for no other user of the host to read."""
+    fd = os.open(image, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+    try:
+        os.ftruncate(fd, size * MB)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _mkfs(image: str, size: int) -> None:
+    """An ext4 image of `size` MB made at `image` by mkfs.ext4, one inode per INODE_BYTES of it."""
+    os.close(_new_image(image, size))
+    inodes = str(max(size * MB // INODE_BYTES, 64))
+    argv = [str(MKFS), *MKFS_OPTIONS, "-N", inodes, image]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    if done.returncode:
+        raise OSError(done.stderr.strip() or f"{argv[0]} exited with {done.returncode}")
+
+
+def _copy_image(template: str, image: str, size: int) -> None:
+    """`template`'s data extents copied at their offsets into a new image, its holes left holes. At most the
+    template's allocated bytes are written (_Full past them): a file system that does not tell holes
+    from data would have the copy write the whole size on the host's disk."""
+    source = os.open(template, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        info = os.fstat(source)
+        if info.st_size != size * MB:
+            raise OSError(errno.EINVAL, f"the template {template} is not of {size} MB")
+        fd = _new_image(image, size)
+        try:
+            _Copy(info.st_blocks * 512).data(source, fd, info.st_size)
+        finally:
+            os.close(fd)
+    finally:
+        os.close(source)
 
 
 def _mount_image(image: str, root: str) -> None:
