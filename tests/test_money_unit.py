@@ -303,3 +303,37 @@ def test_the_local_ledger_answers_in_order_raises_as_the_store_and_keeps_what_a_
 
     assert all(call.cancelled() for call in asyncio.run(main()))
     assert Store(tmp_path).stopped() == CostUnknown.reason
+
+
+def test_a_place_handed_to_a_caller_cancelled_as_the_ledger_closes_is_freed(tmp_path):
+    """(review 6) A place handed out to a caller cancelled meanwhile was given back by a new call from the
+    caller's loop, refused once the ledger had closed (the worker's end): the place stayed held by a live
+    process, one less for every other worker of the endpoint until this one exited. The ledger's thread
+    ends what it handed out and was not ended before the store closes. The twin's caller is not cancelled:
+    it gets its place, which the worker's end frees as well (no call could free it after the close)."""
+    import asyncio
+    import sqlite3
+
+    from trajforge.money.ledger import LocalLedger
+    from trajforge.money.store import FILE_NAME
+
+    async def run(cancelled: bool) -> None:
+        (tmp_path / str(cancelled)).mkdir()
+        ledger = LocalLedger(str(tmp_path / str(cancelled)))
+        assert await ledger("stopped") is None
+        other = sqlite3.connect(tmp_path / str(cancelled) / FILE_NAME, isolation_level=None)
+        other.execute("BEGIN IMMEDIATE")  # another worker holds the write lock: the place is handed out later
+        place = asyncio.ensure_future(ledger("take_slot", "http://b", 1))
+        await asyncio.sleep(0.2)  # the ledger's thread waits in it
+        closing = asyncio.ensure_future(ledger.close())
+        await asyncio.sleep(0)  # asked before the place's answer reaches this loop
+        if cancelled:
+            place.cancel()
+        other.execute("COMMIT")
+        await closing
+        if not cancelled:
+            assert isinstance(await place, int)  # its place, answered as the ledger closes
+
+    for cancelled in (True, False):
+        asyncio.run(run(cancelled))
+        assert Store(tmp_path / str(cancelled)).take_slot("http://b", 1) is not None, cancelled  # free again

@@ -34,7 +34,9 @@ class LocalLedger:
     more CPU than the calls themselves. A call whose caller was cancelled meanwhile (a sample's timeout, a
     stop) still runs: a paid reply's cost and cache entry (settle), a place or reservation given back, are
     never lost because nobody waits for the answer any more; only a call that would hand out a place or a
-    reservation to nobody (HELD) does not run, and one already handed out is given back."""
+    reservation to nobody (HELD) does not run, and one already handed out is given back: by the caller's
+    loop, or by this thread when that loop is gone or the ledger closes first (what was handed out and not
+    ended is ended before the store closes)."""
 
     def __init__(self, folder: str):
         self.store = Store(Path(folder))
@@ -43,6 +45,7 @@ class LocalLedger:
         self._thread: threading.Thread | None = None
         self._closed = False
         self._giving: set[asyncio.Future] = set()  # what a cancelled caller was handed, being given back
+        self._out: set[tuple[str, object]] = set()  # (the call that ends it, an id) handed out, not ended (thread)
 
     async def __call__(self, name: str, *args):
         loop = asyncio.get_running_loop()
@@ -67,14 +70,30 @@ class LocalLedger:
             for loop, future, name, args in batch:
                 if future.cancelled() and name in HELD:  # a place or reservation nobody would take
                     continue
+                if name == "close":  # the last call there is: nothing stays held past it
+                    for held in list(self._out):
+                        self._end(*held)
                 try:
                     value, error = getattr(self.store, name)(*args), None
                 except BaseException as exc:  # raised again in the caller, as a thread pool's future would
                     value, error = None, exc
-                with contextlib.suppress(RuntimeError):  # each answered at once; a loop closed meanwhile: nobody waits
+                if name in HELD and value is not None:
+                    self._out.add((HELD[name], value))
+                elif name in HELD.values():
+                    self._out.discard((name, args[0]))
+                try:  # each answered at once
                     loop.call_soon_threadsafe(self._answer, future, name, value, error)
-            if any(name == "close" for _, _, name, _ in batch):  # the last call there is
+                except RuntimeError:  # its loop is closed: nobody waits, and nobody would give back what it holds
+                    if name in HELD and value is not None:
+                        self._end(HELD[name], value)
+            if any(name == "close" for _, _, name, _ in batch):
                 return
+
+    def _end(self, name: str, held: object) -> None:
+        """What was handed out to a caller gone, ended here (a place freed as one whose outcome teaches nothing)."""
+        self._out.discard((name, held))
+        with contextlib.suppress(Exception):  # a store that fails now: the place or reservation expires with us
+            getattr(self.store, name)(held, *(("cancelled",) if name == "free_slot" else ()))
 
     async def close(self) -> None:
         await self("close")
@@ -83,7 +102,7 @@ class LocalLedger:
         if future.cancelled():  # its caller is gone: what it was handed is given back
             if name in HELD and value is not None:  # a place: freed as one whose outcome teaches nothing
                 ending = (HELD[name], value, *(("cancelled",) if HELD[name] == "free_slot" else ()))
-                giving = asyncio.ensure_future(self._give_back(*ending))
+                giving = asyncio.ensure_future(self._give_back(*ending))  # closed meanwhile: close ended it
                 self._giving.add(giving)
                 giving.add_done_callback(self._giving.discard)
             return
@@ -93,7 +112,7 @@ class LocalLedger:
             future.set_result(value)
 
     async def _give_back(self, name: str, *args) -> None:
-        with contextlib.suppress(RuntimeError):  # closed meanwhile: the run is over, nothing is held
+        with contextlib.suppress(RuntimeError):  # closed meanwhile: the thread ended it before the store closed
             await self(name, *args)
 
 
