@@ -997,6 +997,29 @@ def test_a_root_runner_whose_groups_cannot_be_dropped_is_refused_at_start():
     assert runs["10,20"].stdout == f"bwrap {refused}\nauto {refused}\n", runs["10,20"].stderr
 
 
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("bwrap") is None, reason="a root runner's check: root, bwrap")
+def test_a_root_runner_refuses_a_setuid_bwrap(tmp_path):
+    """(review 7) A root runner's commands exec bwrap as nobody after nsenter's drop, without no_new_privs
+    and with the whole bounding set (setpriv had set both): a setuid bwrap (some distributions ship one) was
+    root again there, its sandbox set up by privileged code. The check refuses it, also for
+    --environment=auto; the twin, the same bwrap without the bit first on PATH, is accepted."""
+    said = {}
+    for mode in (0o4755, 0o755):
+        folder = tmp_path / oct(mode)
+        folder.mkdir()
+        shutil.copy(shutil.which("bwrap"), folder / "bwrap")
+        os.chmod(folder / "bwrap", mode)
+        path = {**os.environ, "PATH": f"{folder}:{os.environ['PATH']}"}
+        said[mode] = subprocess.run([sys.executable, "-c", CHECK], capture_output=True, text=True, env=path, timeout=60)
+    assert said[0o755].stdout == "bwrap bwrap\nauto bwrap\n", said[0o755]
+    refused = (
+        "refused: --environment=bwrap cannot run this root runner's commands as nobody: its bwrap "
+        f"({tmp_path / oct(0o4755) / 'bwrap'}) is setuid or setgid: install bubblewrap without it (a root runner "
+        "needs none)"
+    )
+    assert said[0o4755].stdout == f"bwrap {refused}\nauto {refused}\n", said[0o4755]
+
+
 # A worker's own sample, without the driver's check at start (a Ray worker on a node of its own): what it says.
 OPEN = (
     "import asyncio; from trajforge import plugins; from trajforge.environments import EnvironmentSettings, "

@@ -11,6 +11,7 @@ import contextlib
 import functools
 import os
 import shutil
+import stat
 import subprocess
 
 from trajforge.environments import OUTPUT_LIMIT, EnvironmentSettings, ExecResult, mountns, netns, seccomp, tmpfs, userns
@@ -95,8 +96,26 @@ def bwrap_argv(
 @functools.cache
 def _drop_problem() -> str | None:
     """drop_problem() where this process runs, once: check() asked it of the driver, and a Ray worker's node
-    may not be the driver's."""
-    return drop_problem() if host_user() is not None else None
+    may not be the driver's. A root runner's commands exec bwrap as nobody without no_new_privs and with the
+    whole bounding set (limits.confined): a setuid or file-capable bwrap would be root again there."""
+    if host_user() is None:
+        return None
+    return drop_problem() or _privileged(_bwrap())
+
+
+def _privileged(path: str) -> str | None:
+    """Why the bwrap at `path` would run with privileges of its own (setuid, setgid, file capabilities)."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return None  # none here: check() says so
+    if mode & (stat.S_ISUID | stat.S_ISGID):
+        return f"its bwrap ({path}) is setuid or setgid: install bubblewrap without it (a root runner needs none)"
+    try:
+        os.getxattr(path, "security.capability")
+    except OSError:
+        return None
+    return f"its bwrap ({path}) has file capabilities: remove them (setcap -r) or install bubblewrap without them"
 
 
 @functools.cache
