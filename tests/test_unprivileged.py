@@ -972,6 +972,20 @@ CHECK = (
 )
 
 
+def _without_setgroups(script: str) -> dict[str, subprocess.CompletedProcess]:
+    """`script` run by a root whose user namespace denies setgroups, with supplementary groups 10 and 20 (key
+    "10,20") and without any (key "")."""
+    return {
+        groups: subprocess.run(
+            [sys.executable, "-c", USERNS_DENY, groups, sys.executable, "-c", script],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        for groups in ("10,20", "")
+    }
+
+
 @pytest.mark.skipif(os.geteuid() != 0 or shutil.which("bwrap") is None, reason="maps the host's uids: root, bwrap")
 def test_a_root_runner_whose_groups_cannot_be_dropped_is_refused_at_start():
     """(review 5) nsenter's --setgid goes on when setgroups() fails (it checks only when it joins a user
@@ -979,15 +993,7 @@ def test_a_root_runner_whose_groups_cannot_be_dropped_is_refused_at_start():
     supplementary groups (setpriv --clear-groups had refused to run them). bwrap's check refuses such a
     runner at start, also --environment=auto, which must not fall back to local's unsandboxed root commands
     (review 6); the twin, the same runner without supplementary groups, is accepted."""
-    runs = {
-        groups: subprocess.run(
-            [sys.executable, "-c", USERNS_DENY, groups, sys.executable, "-c", CHECK],
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
-        for groups in ("10,20", "")
-    }
+    runs = _without_setgroups(CHECK)
     assert runs[""].stdout == "bwrap bwrap\nauto bwrap\n", runs[""].stderr
     refused = (
         "refused: --environment=bwrap cannot run this root runner's commands as nobody: it holds supplementary "
@@ -1041,15 +1047,7 @@ def test_a_worker_whose_groups_cannot_be_dropped_runs_no_command():
     user namespace denies setgroups ran every command with the worker's supplementary groups. Each worker
     asks it once too, and its samples fail instead; the twin, without supplementary groups, runs its
     command as nobody, in the sandbox in its user's group alone (the attack's showed a second, unmapped)."""
-    runs = {
-        groups: subprocess.run(
-            [sys.executable, "-c", USERNS_DENY, groups, sys.executable, "-c", OPEN],
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
-        for groups in ("10,20", "")
-    }
+    runs = _without_setgroups(OPEN)
     assert runs["10,20"].stdout.startswith("refused: --environment=bwrap cannot run this root worker's"), runs
     assert "supplementary groups (10 20)" in runs["10,20"].stdout, runs["10,20"].stdout
     assert (runs[""].stdout, runs[""].returncode) == ("1000\n", 0), runs[""]  # the sandbox user's group alone
