@@ -9,6 +9,7 @@ import contextlib
 import glob
 import json
 import os
+import re
 import resource
 import shlex
 import shutil
@@ -368,8 +369,8 @@ def test_a_sample_s_disk_and_inodes_are_bounded_together_and_the_next_sample_sta
 
 
 # Two samples open at once in one worker (a process of its own: mkfs.ext4 is found on its PATH at import),
-# each bounded to 16 MB, running the commands of argv[3] together. argv[4]: "exit" (the worker ends as
-# asked), "kill" (no atexit), or "damaged template" (made the wrong size between the two samples' opening).
+# each bounded to 16 MB, running the commands of argv[3] together, then the template files of the run found
+# in the temporary folder. argv[4]: "exit" (the worker ends as asked) or "kill" (no atexit).
 TWO_AT_ONCE = """
 import asyncio, glob, json, os, signal, sys, tempfile
 from trajforge import plugins
@@ -388,26 +389,23 @@ async def sample(env):
 async def main():
     plugins.load()  # the built-in backends, as a run registers them
     backend = backend_for(settings)
-    first = await backend.open({})
-    if how == "damaged template":
-        where = f"batch-runner-{settings.run_tag}-disk-template-*/image"
-        for template in glob.glob(os.path.join(tempfile.gettempdir(), where)):
-            os.truncate(template, 8 << 20)
-    second = await backend.open({})
-    return await asyncio.gather(sample(first), sample(second))
+    first, second = await backend.open({}), await backend.open({})
+    where = f"batch-runner-{settings.run_tag}-disk-template-*"
+    return [*await asyncio.gather(sample(first), sample(second)), glob.glob(os.path.join(tempfile.gettempdir(), where))]
 print(json.dumps(asyncio.run(main())), flush=True)
 if how == "kill":
     os.kill(os.getpid(), signal.SIGKILL)
 """
 
 
-@pytest.mark.parametrize("how", ["exit", "kill", "damaged template"])
+@pytest.mark.parametrize("how", ["exit", "kill"])
 def test_a_worker_runs_mkfs_once_and_its_further_disks_are_bounded_empty_copies(disk_kind, how, tmp_path):
     """mkfs.ext4 (a process, ~6 ms of CPU, which opens every loop device of the host) ran for each image:
     now once per worker, run and size, on a template never mounted; a second disk of the size made while
-    the first is in use is a copy of it, bounded and empty as the first. The template lies in the run's
-    temporary area: it goes at the worker's end, and after a killed worker with the run's remove_leftovers.
-    A copy that fails (the template damaged) gives way to mkfs for that image: bounded and empty all the same."""
+    the first is in use is a copy of it, bounded and empty as the first. The template is kept in the
+    worker's memory, its file gone at once (review 8: a local command, root, wrote into the template file
+    with debugfs, and every later disk of the worker held its file): none lies in the temporary folder while
+    the samples run, and what a killed worker leaves the run's remove_leftovers removes."""
     calls = tmp_path / "mkfs-calls"
     bin_folder = tmp_path / "bin"
     bin_folder.mkdir()
@@ -421,9 +419,10 @@ def test_a_worker_runs_mkfs_once_and_its_further_disks_are_bounded_empty_copies(
     args = [sys.executable, "-c", TWO_AT_ONCE, disk_kind, run_dir, commands, how]
     done = subprocess.run(args, cwd=root, env=environ, capture_output=True, text=True, timeout=120)
     assert done.stderr == "", done.stderr
-    samples = json.loads(done.stdout)
+    *samples, templates = json.loads(done.stdout)
     made = calls.read_text().splitlines()
-    assert len(made) == (2 if how == "damaged template" else 1), made  # the template's: not one per disk
+    assert len(made) == 1, made  # the template's: not one per disk
+    assert templates == []  # no template file for a sample's command to write into
     assert samples[0][2] != samples[1][2]  # two disks, both in use at once
     for size, mode, _, listed, fill, many in samples:
         assert size <= DISK.max_disk_mb * 1024 * 1024 and mode == "0o600"
@@ -433,9 +432,9 @@ def test_a_worker_runs_mkfs_once_and_its_further_disks_are_bounded_empty_copies(
     settings = EnvironmentSettings(kind=disk_kind, run_dir=run_dir, limits=DISK)
     left = glob.glob(os.path.join(tempfile.gettempdir(), glob.escape(workspace_prefix(settings)) + "*"))
     if how != "kill":
-        assert left == []  # its images and template went at the worker's end
+        assert left == []  # its images went at the worker's end
         return
-    assert any("-disk-template-" in folder for folder in left), left
+    assert any("-disk-" in folder for folder in left), left
     backend_class(disk_kind).remove_leftovers(settings)
     assert glob.glob(os.path.join(tempfile.gettempdir(), glob.escape(workspace_prefix(settings)) + "*")) == []
 
@@ -504,7 +503,10 @@ def test_a_disk_s_reserve_is_kept_until_a_verification_takes_it_and_re_made_when
         assert sorted(files) == sorted(map(str, range(disk.RESERVE_FILES)))
         assert all(info.st_blocks * 512 >= disk.RESERVE_BYTES // disk.RESERVE_FILES for info in files.values())
     assert out1[0].exit_code == 0
-    assert _identity(kept) == _identity(plain)  # kept: the same files, untouched, after a sample without verification
+    if disk_kind == "bwrap":  # kept: the same files, untouched, after a sample without verification
+        assert _identity(kept) == _identity(plain)
+    else:  # local's commands reach the disk's root: the reserve goes with each sample (review 5)
+        assert not _identity(kept) & _identity(plain)
     for fill, verification in (full, full2):  # the agent filled the disk; the verification wrote all the same
         assert "No space left on device" in fill.output, fill
         assert (verification.output, verification.exit_code) == ("done\n", 0), verification
@@ -513,36 +515,49 @@ def test_a_disk_s_reserve_is_kept_until_a_verification_takes_it_and_re_made_when
     assert not _identity(repaired) & _identity(remade)  # made anew after it was damaged (a file's blocks gone)
 
 
-# What a local agent (the runner's uid, which reaches the disk's root) may do to the kept reserve so that it
-# looks whole yet frees nothing: seal its folder (review 5), make a file append-only, mount one file over
-# the others (each then shows that one file, one link and its blocks).
+# What a local agent (the runner, root, which reaches the disk's root and mounts in the host's namespace) may
+# do to its disk so that the next sample on it has a reserve that frees nothing, or less room than the disk's:
+# seal the reserve (review 5), mount one of its files over the others, keep its files' blocks after they are
+# deleted (loop devices, or mounts made of them: review 8), hide files in lost+found under a mount, or mount a
+# file system over the disk (review 8).
 RESERVE_ATTACKS = {
     "immutable folder": "chattr +i {reserve} && echo sealed",
     "append-only files": "chattr +a {reserve}/* && echo sealed",
     "files mounted over": "for i in $(seq 1 31); do mount --bind {reserve}/0 {reserve}/$i || exit; done; echo sealed",
+    "files kept by loop devices": "for f in {reserve}/*; do losetup -f $f || exit; done; echo sealed",
+    "files kept by mounts": "for i in $(seq 0 31); do touch {pins}/$i; mount --bind {reserve}/$i {pins}/$i || exit; "
+    "done; echo sealed",
+    "files hidden in lost+found": "head -c 8000000 /dev/zero > {root}/lost+found/x && mount -t tmpfs none "
+    "{root}/lost+found && echo sealed",
+    "a file system over the disk": "mount -t tmpfs none {root} && mkdir {root}/lost+found && echo sealed",
 }
 
 
 @pytest.mark.parametrize("attack", RESERVE_ATTACKS)
-def test_a_local_agent_leaves_the_next_sample_no_reserve_that_frees_nothing(attack, tmp_path):
-    """(review 5) local's commands run as the runner, which reaches the disk's root: an agent sealed the
-    kept reserve so that it looked whole, was kept, and freed nothing for the next sample's verification on
-    a disk its agent filled ('No space left on device'). A reserve is kept only when nothing stops its
-    removal (no immutable or append-only attribute, nothing mounted on it); a disk it cannot be emptied of
-    is not used again. The twin's first agent seals nothing, and its reserve is kept."""
+def test_a_local_agent_leaves_the_next_sample_its_whole_disk_and_reserve(attack, tmp_path):
+    """(reviews 5, 8) local's commands run as the runner, which reaches the disk's root: an agent left the
+    next sample on its disk a reserve that looked whole and freed nothing for its verification on a disk it
+    filled ('No space left on device'), or less room than the disk's. The reserve goes with each local
+    sample, and a disk is used again only when it is empty, with all its free blocks and inodes, and nothing
+    is mounted over it; else the next sample has a new one. The twin's first agent does none of it."""
     warning = disk.unenforced(DISK.max_disk_mb, "local", backend_class("local").LIMITS)
     if warning:
         pytest.skip(warning)
-    sealed = []
+    roots, devices, pins = [], [], tmp_path / "pins"
+    pins.mkdir()
 
-    async def samples(first: str) -> list:
-        backend, seen = backend_for(settings("local", tmp_path, limits=DISK)), []
+    async def samples(first: str, run: str) -> list:  # each in a run of its own: none takes the other's disks
+        (tmp_path / run).mkdir()
+        backend, seen = backend_for(settings("local", tmp_path / run, limits=DISK)), []
         for agent in (first, FILL.format(where=".")):
             env = await backend.open({})
             try:
-                reserve = os.path.join(env.disk.root, disk.RESERVE)
-                sealed.append(reserve)
-                seen.append(await env.exec(agent.format(reserve=shlex.quote(reserve))))
+                roots.append(env.disk.root)
+                devices.append(os.stat(env.disk.root).st_dev)
+                where = {"reserve": os.path.join(env.disk.root, disk.RESERVE), "root": env.disk.root, "pins": pins}
+                seen.append(
+                    await env.exec(agent.format(**{key: shlex.quote(str(path)) for key, path in where.items()}))
+                )
                 if agent != first:
                     await env.enter_clean_room()
                     seen.append(await env.exec("head -c 500000 /dev/zero > $TMPDIR/half && echo done"))
@@ -551,13 +566,24 @@ def test_a_local_agent_leaves_the_next_sample_no_reserve_that_frees_nothing(atta
         return seen
 
     try:
-        attacked = asyncio.run(samples(RESERVE_ATTACKS[attack]))
-        twin = asyncio.run(samples("echo hi > x"))
+        attacked = asyncio.run(samples(RESERVE_ATTACKS[attack], "attacked"))
+        twin = asyncio.run(samples("echo hi > x", "twin"))
     finally:
-        for path in sealed:
-            subprocess.run(["chattr", "-R", "-i", "-a", path], capture_output=True)
+        _undo(roots, devices, pins)
     assert attacked[0].output == "sealed\n" and "No space left on device" in attacked[1].output, attacked
     assert [(done.output, done.exit_code) for done in (attacked[2], twin[2])] == [("done\n", 0)] * 2, (attacked, twin)
+    assert int(attacked[1].output.split()[-1]) >= int(twin[1].output.split()[-1]) - 65536  # the whole disk's room
+
+
+def _undo(roots: list[str], devices: list[int], pins: Path) -> None:
+    """What the attacks above left on the host: attributes, loop devices, mounts."""
+    for root in roots:
+        subprocess.run(["chattr", "-R", "-i", "-a", os.path.join(root, disk.RESERVE)], capture_output=True)
+    for line in subprocess.run(["losetup", "-a"], capture_output=True, text=True).stdout.splitlines():
+        if any(re.search(rf"\[0*{device}\]:", line) for device in devices):  # of a file on one of the disks
+            subprocess.run(["losetup", "-d", line.split(":")[0]], capture_output=True)
+    for point in [*sorted(map(str, pins.iterdir())), *roots]:
+        subprocess.run(["umount", "-l", point], capture_output=True)
 
 
 def test_a_local_agent_leaves_nothing_in_lost_found_for_the_next_sample(tmp_path):

@@ -128,6 +128,7 @@ class BwrapEnvironment(LocalEnvironment):
 
     absolute_cwd = False  # only the workspace is there inside the sandbox: an absolute cwd must lie in it
     marked_leftovers = False  # nothing of a command outlives it: its PID namespace dies with it
+    reserve_kept = True  # no command sees the disk's root (only the sample's folders of it are bound)
 
     def __init__(self, cwd: str | None, settings: EnvironmentSettings, sample: str = "", userns_fd: int | None = None):
         super().__init__(cwd, settings, sample)

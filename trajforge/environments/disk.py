@@ -31,6 +31,7 @@ import subprocess
 import tempfile
 import threading
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from trajforge.environments import mountns, tmpfs
@@ -76,6 +77,9 @@ class Disk:
     folder: str
     root: str
     namespace: mountns.SlotMounts | None = None  # where bwrap's commands start (mountns.py), made on first use
+    device: int = 0  # the file system's st_dev: nothing of another is mounted over the root while it is this
+    room: tuple[int, int] = (0, 0)  # free blocks and inodes of the disk holding nothing but its lost+found
+    reserved: tuple[int, int] = (0, 0)  # blocks and inodes the reserve took when it was last made
 
     @property
     def tests(self) -> str:
@@ -94,10 +98,14 @@ class Disk:
         if _libc.mount(os.fsencode(folder), os.fsencode(mount_point), None, MS_BIND, None) != 0:
             raise SetupError(f"--max_disk_mb: cannot bind the sample's disk: {os.strerror(ctypes.get_errno())}")
 
-    def emptied(self) -> bool:
-        """Everything the sample left removed (its tests too), the verification's reserve kept if it is whole;
-        whether the disk is empty now (else it is not used again)."""
-        whole = _whole(os.path.join(self.root, RESERVE))
+    def emptied(self, keep_reserve: bool) -> bool:
+        """Everything the sample left removed (its tests too), the verification's reserve kept if it is whole
+        and `keep_reserve`; whether the disk is empty now, with all its room (else it is not used again): a
+        local command (the runner, root) can mount over the disk or a folder of it, or keep a deleted file's
+        blocks (a loop device or a mount made of it), which no listing shows but its free blocks do."""
+        if os.stat(self.root).st_dev != self.device:
+            return False
+        whole = keep_reserve and _whole(os.path.join(self.root, RESERVE))
         kept = {"lost+found", RESERVE} if whole else {"lost+found"}
         # lost+found is mkfs's, kept as a folder but emptied: a local command (the runner's uid) could leave
         # files in it for the next sample to find and to lack the room of. One that is not a folder: the disk
@@ -112,7 +120,10 @@ class Disk:
             for entry in os.listdir(folder):
                 if entry not in kept:
                     shutil.rmtree(os.path.join(folder, entry), ignore_errors=True)
-        return set(os.listdir(self.root)) <= kept and not os.listdir(self.tests) and not os.listdir(found)
+        if not set(os.listdir(self.root)) <= kept or os.listdir(self.tests) or os.listdir(found):
+            return False
+        (blocks, inodes), (taken_blocks, taken_inodes) = _free_room(self.root), self.reserved if whole else (0, 0)
+        return blocks >= self.room[0] - taken_blocks and inodes >= self.room[1] - taken_inodes
 
     def reserve(self) -> None:
         """The verification's reserve on the disk, before the agent could fill it: the one kept from an earlier
@@ -120,7 +131,10 @@ class Disk:
         folder = os.path.join(self.root, RESERVE)
         if not _whole(folder):
             _remove(folder)
+            before = _free_room(self.root)
             _allocate(folder)
+            after = _free_room(self.root)  # nothing else writes the disk now: the agent has not begun
+            self.reserved = (before[0] - after[0], before[1] - after[1])
 
     def release(self) -> None:
         """The reserve given back to the disk (once nothing of the agent's runs): the verification's room. Blocking."""
@@ -130,34 +144,33 @@ class Disk:
         if self.namespace is not None:
             self.namespace.close()
             self.namespace = None
-        tmpfs.unmount(self.root)
-        shutil.rmtree(self.folder, ignore_errors=True)
+        if tmpfs.unmount(self.root):  # else removing its folder would empty what is still mounted there
+            shutil.rmtree(self.folder, ignore_errors=True)
 
 
 _free: dict[tuple[str, int], list[Disk]] = {}  # this worker's images not in use, by (run, size in MB)
-# This worker's pristine images (_template), by (run, size in MB): each in a folder of the run's temporary
-# area of its own, which goes with the worker as its images do (a killed worker's: remove_leftovers).
-_templates: dict[tuple[str, int], str] = {}
+# This worker's pristine image of each (run, size in MB), made by mkfs on first use (_template): its data
+# (offset, bytes; about 230 KB for 10 GB) kept in memory and its file removed at once, so that nothing on the
+# host's disk lies there for a local command (root) to write into and every later disk to inherit. None: the
+# host's file system does not tell holes from data, and each image is made by mkfs.
+_templates: dict[tuple[str, int], list[tuple[int, bytes]] | None] = {}
 _making = threading.Lock()  # one template made at a time: the samples opening together wait for the first
 
 
 @atexit.register
 def _drop_free() -> None:
-    """At this process's end, its images and templates go (a killed worker's: the run's remove_leftovers)."""
+    """At this process's end, its images go (a killed worker's: the run's remove_leftovers)."""
     for disks in _free.values():
         while disks:
             disks.pop().drop()
-    while _templates:
-        shutil.rmtree(os.path.dirname(_templates.popitem()[1]), ignore_errors=True)
 
 
 def _forget() -> None:
     """A forked worker starts without its parent's free images (the driver's, kept after the MCP servers'
     start listing): two processes taking one image empty each other's workspaces as each sample gives it
-    back. Nor with its templates, which its parent removes at its end."""
+    back. Its templates, pristine bytes, it keeps."""
     global _making
     _free.clear()
-    _templates.clear()
     _making = threading.Lock()  # another thread of the parent may have held it
 
 
@@ -177,74 +190,33 @@ def _allocate(folder: str) -> None:
 
 def _whole(folder: str) -> bool:
     """`folder` is a reserve as _allocate made it, never trusted otherwise: the runner's folder holding
-    exactly its files, each a plain file of the runner's with one link and its blocks allocated, and
-    nothing that would keep release() from freeing them (a local command, the runner's uid, reaches the
-    disk's root): no immutable or append-only attribute, and all on the disk's own mount (nothing mounted
-    over them). Where the kernel does not tell the mount (before 5.8), it is not trusted."""
+    exactly its files, each a plain file of the runner's with one link and its blocks allocated."""
     me = os.geteuid()
     try:
+        info = os.lstat(folder)
+        if not stat.S_ISDIR(info.st_mode) or info.st_uid != me or stat.S_IMODE(info.st_mode) != 0o700:
+            return False
         fd = os.open(folder, DIRECTORY)
+        try:
+            if set(os.listdir(fd)) != RESERVE_NAMES:
+                return False
+            for name in RESERVE_NAMES:
+                part = os.stat(name, dir_fd=fd, follow_symlinks=False)
+                if not stat.S_ISREG(part.st_mode) or part.st_nlink != 1 or part.st_uid != me:
+                    return False
+                if part.st_blocks * 512 < RESERVE_PART:
+                    return False
+        finally:
+            os.close(fd)
     except OSError:
         return False
-    try:
-        top = _statx(fd, "")
-        if top is None or not stat.S_ISDIR(top.mode) or top.uid != me or stat.S_IMODE(top.mode) != 0o700:
-            return False
-        if top.sealed or top.mount != _mount_id(os.path.dirname(folder)) or set(os.listdir(fd)) != RESERVE_NAMES:
-            return False
-        for name in RESERVE_NAMES:
-            part = _statx(fd, name)
-            if part is None or not stat.S_ISREG(part.mode) or part.nlink != 1 or part.uid != me or part.sealed:
-                return False
-            if part.blocks * 512 < RESERVE_PART or part.mount != top.mount:
-                return False
-    except OSError:
-        return False
-    finally:
-        os.close(fd)
     return True
 
 
-@dataclass(frozen=True)
-class _Status:
-    mode: int
-    uid: int
-    nlink: int
-    blocks: int
-    sealed: bool  # immutable or append-only: it cannot be removed
-    mount: int
-
-
-# struct statx (linux/stat.h), the fields read: stx_mask, stx_attributes, stx_nlink, stx_uid, stx_mode at
-# 0, 8, 16, 20, 28; stx_blocks at 48; stx_mnt_id at 144 (256 bytes in all).
-STATX_BASIC_STATS, STATX_MNT_ID, AT_SYMLINK_NOFOLLOW, AT_EMPTY_PATH = 0x7FF, 0x1000, 0x100, 0x1000
-STATX_ATTR_IMMUTABLE, STATX_ATTR_APPEND = 0x10, 0x20
-
-
-def _statx(dirfd: int, name: str) -> _Status | None:
-    """`name` below `dirfd` (the folder itself when empty), its link not followed; None when the kernel does
-    not say its mount."""
-    buffer = ctypes.create_string_buffer(256)
-    flags = AT_SYMLINK_NOFOLLOW | (0 if name else AT_EMPTY_PATH)
-    if _libc.statx(dirfd, os.fsencode(name), flags, STATX_BASIC_STATS | STATX_MNT_ID, buffer) != 0:
-        number = ctypes.get_errno()
-        raise OSError(number, os.strerror(number))
-    mask, _, attributes, nlink, uid, _, mode = struct.unpack_from("=IIQIIIH", buffer, 0)
-    if not mask & STATX_MNT_ID:
-        return None
-    (blocks,) = struct.unpack_from("=Q", buffer, 48)
-    (mount,) = struct.unpack_from("=Q", buffer, 144)
-    return _Status(mode, uid, nlink, blocks, bool(attributes & (STATX_ATTR_IMMUTABLE | STATX_ATTR_APPEND)), mount)
-
-
-def _mount_id(path: str) -> int:
-    """The mount `path` lies on (-1 when it cannot be told)."""
-    fd = os.open(path, DIRECTORY)
-    try:
-        found = _statx(fd, "")
-    finally:
-        os.close(fd)
-    return found.mount if found is not None else -1
+def _free_room(root: str) -> tuple[int, int]:
+    """Free blocks and inodes of the file system at `root`."""
+    found = os.statvfs(root)
+    return found.f_bfree, found.f_ffree
 
 
 def _remove(path: str) -> None:
@@ -282,7 +254,8 @@ def take(settings: EnvironmentSettings, prefix: str) -> Disk:
             disk = free.pop()  # one step (another thread may take the last image between a test and a pop)
         except IndexError:
             break
-        if os.path.ismount(disk.root):  # a later run of this process (--rescore) may have removed it as a leftover
+        # A later run of this process (--rescore) may have removed it as a leftover.
+        if os.path.ismount(disk.root) and os.stat(disk.root).st_dev == disk.device:
             return disk
         disk.drop()
     folder = tempfile.mkdtemp(prefix=prefix + "disk-")
@@ -295,6 +268,7 @@ def take(settings: EnvironmentSettings, prefix: str) -> Disk:
         _mount_image(image, disk.root)
         for path in (folder, disk.root, disk.tests):  # passed through, not listed, by the sandbox's uid to its folders
             os.chmod(path, 0o711)
+        disk.device, disk.room = os.stat(disk.root).st_dev, _free_room(disk.root)
     except (OSError, subprocess.TimeoutExpired) as exc:
         disk.drop()
         raise SetupError(f"--max_disk_mb: cannot make the sample's disk of {size} MB: {exc}") from None
@@ -302,32 +276,64 @@ def take(settings: EnvironmentSettings, prefix: str) -> Disk:
 
 
 def _make_image(image: str, run_tag: str, size: int, prefix: str) -> None:
-    """A new ext4 image of `size` MB at `image`: a copy of this worker's template of that size (made by
-    mkfs on first use), else, when the copy fails, made by mkfs itself."""
-    template = _template(run_tag, size, prefix)
-    try:
-        _copy_image(template, image, size)
-    except (OSError, _Full):
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(image)  # what the copy wrote, if it got that far
+    """A new ext4 image of `size` MB at `image`: this worker's template of that size written into it, its
+    holes left holes (made by mkfs itself where the template could not be read so)."""
+    extents = _template(run_tag, size, prefix)
+    if extents is None:
         _mkfs(image, size)
+        return
+    fd = _new_image(image, size)
+    try:
+        for offset, data in extents:
+            os.pwrite(fd, data, offset)
+    finally:
+        os.close(fd)
 
 
-def _template(run_tag: str, size: int, prefix: str) -> str:
-    """The path of this worker's pristine image of `size` MB for the run, made by mkfs when there is none
-    (or a later run of this process, --rescore, removed it as a leftover). It is never mounted."""
+def _template(run_tag: str, size: int, prefix: str) -> list[tuple[int, bytes]] | None:
+    """This worker's pristine image of `size` MB for the run (_templates), made by mkfs on first use in a
+    folder of the run's temporary area that goes at once."""
     with _making:
-        template = _templates.get((run_tag, size))
-        if template is None or not os.path.exists(template):
+        if (run_tag, size) not in _templates:
             folder = tempfile.mkdtemp(prefix=prefix + "disk-template-")
-            template = os.path.join(folder, "image")
             try:
-                _mkfs(template, size)
-            except BaseException:
+                image = os.path.join(folder, "image")
+                _mkfs(image, size)
+                _templates[(run_tag, size)] = _extents(image)
+            finally:
                 shutil.rmtree(folder, ignore_errors=True)
+        return _templates[(run_tag, size)]
+
+
+def _extents(image: str) -> list[tuple[int, bytes]] | None:
+    """The data of the file at `image` with their offsets; None when there is more of it than the file's
+    allocated blocks (a file system that does not tell holes from data: 10 GB of zeros)."""
+    fd = os.open(image, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        info = os.fstat(fd)
+        room, extents = info.st_blocks * 512, []
+        for start, end in _data_ranges(fd, info.st_size):
+            room -= end - start
+            if room < 0:
+                return None
+            extents.append((start, os.pread(fd, end - start, start)))
+        return extents
+    finally:
+        os.close(fd)
+
+
+def _data_ranges(fd: int, size: int) -> Iterator[tuple[int, int]]:
+    """(start, end) of each run of data in the file at `fd`, its holes skipped."""
+    offset = 0
+    while offset < size:
+        try:
+            start = os.lseek(fd, offset, os.SEEK_DATA)
+        except OSError as exc:
+            if exc.errno != errno.ENXIO:  # ENXIO: no data after `offset`
                 raise
-            _templates[(run_tag, size)] = template
-        return template
+            return
+        offset = os.lseek(fd, start, os.SEEK_HOLE)
+        yield start, offset
 
 
 def _new_image(image: str, size: int) -> int:
@@ -350,24 +356,6 @@ def _mkfs(image: str, size: int) -> None:
     done = subprocess.run(argv, capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
     if done.returncode:
         raise OSError(done.stderr.strip() or f"{argv[0]} exited with {done.returncode}")
-
-
-def _copy_image(template: str, image: str, size: int) -> None:
-    """`template`'s data extents copied at their offsets into a new image, its holes left holes. At most the
-    template's allocated bytes are written (_Full past them): a file system that does not tell holes
-    from data would have the copy write the whole size on the host's disk."""
-    source = os.open(template, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    try:
-        info = os.fstat(source)
-        if info.st_size != size * MB:
-            raise OSError(errno.EINVAL, f"the template {template} is not of {size} MB")
-        fd = _new_image(image, size)
-        try:
-            _Copy(info.st_blocks * 512).data(source, fd, info.st_size)
-        finally:
-            os.close(fd)
-    finally:
-        os.close(source)
 
 
 def _mount_image(image: str, root: str) -> None:
@@ -520,15 +508,7 @@ class _Copy:
 
     def data(self, src: int, out: int, size: int) -> None:
         """The data of `src` written at its offsets in `out`, its holes left holes; _Full past the room."""
-        offset = 0
-        while offset < size:
-            try:
-                start = os.lseek(src, offset, os.SEEK_DATA)
-            except OSError as exc:
-                if exc.errno != errno.ENXIO:  # ENXIO: no data after `offset`
-                    raise
-                break
-            end = os.lseek(src, start, os.SEEK_HOLE)
+        for start, end in _data_ranges(src, size):
             while start < end:
                 chunk = os.pread(src, min(CHUNK, end - start), start)
                 if not chunk:
@@ -538,7 +518,6 @@ class _Copy:
                     raise _Full
                 os.pwrite(out, chunk, start)
                 start += len(chunk)
-            offset = end
         os.ftruncate(out, size)
 
 
@@ -562,11 +541,11 @@ def keep_workspaces_below(prefix: str) -> None:
             os.rmdir(copy)
 
 
-def give_back(disk: Disk, settings: EnvironmentSettings) -> None:
-    """At the sample's end (its processes gone, its folders unmounted): emptied, and kept for the next with
-    its reserve where that is whole."""
+def give_back(disk: Disk, settings: EnvironmentSettings, keep_reserve: bool) -> None:
+    """At the sample's end (its processes gone, its folders unmounted): emptied, and kept for the next, with
+    its reserve when `keep_reserve` (no command of the sample could reach the disk's root)."""
     with contextlib.suppress(OSError):
-        if disk.emptied():
+        if disk.emptied(keep_reserve):
             _free.setdefault((settings.run_tag, settings.limits.max_disk_mb), []).append(disk)
             return
     disk.drop()

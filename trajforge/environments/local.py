@@ -307,6 +307,9 @@ class LocalEnvironment(CommandEnvironment):
 
     absolute_cwd = True  # an absolute `cwd` is taken as it is: commands see the host's folders
     marked_leftovers = True  # a command's daemon may outlive it: found by its marker where no cgroup holds it
+    # The disk's reserve goes with the sample: its commands run as the runner, which reaches the disk's root
+    # and could leave a reserve that looks whole and frees nothing (an immutable file) for the next sample.
+    reserve_kept = False
 
     def __init__(self, cwd: str | None, settings: EnvironmentSettings, sample: str = ""):
         self.settings = settings
@@ -450,7 +453,7 @@ class LocalEnvironment(CommandEnvironment):
             if self.settings.keep_workspaces and os.path.isdir(self.disk_workspace):  # not after remove_leftovers
                 disk.copy_files(self.disk_workspace, self.workspace)
         finally:
-            disk.give_back(self.disk, self.settings)
+            disk.give_back(self.disk, self.settings, self.reserve_kept)
             self.disk = None
 
 

@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import errno
 import os
 
 from trajforge.environments.limits import host_user
 
-MS_NOSUID, MS_NODEV, MNT_DETACH = 2, 4, 2
+MS_NOSUID, MS_NODEV, MNT_DETACH, UMOUNT_NOFOLLOW = 2, 4, 2, 8
 _libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
 
 
@@ -27,8 +28,16 @@ def mount(path: str, size_mb: int, uid: int | None) -> bool:
     return _libc.mount(b"tmpfs", os.fsencode(path), b"tmpfs", MS_NOSUID | MS_NODEV, options) == 0
 
 
-def unmount(path: str) -> None:
-    _libc.umount2(os.fsencode(path), MNT_DETACH)  # lazily: a process still in it keeps it until it ends
+def unmount(path: str) -> bool:
+    """Whatever is mounted on `path` unmounted, lazily (a process still in it keeps it until it ends), also
+    what a local command (root) mounted over it; whether nothing is mounted there any more."""
+    for _ in range(MOUNTS_OVER):
+        if _libc.umount2(os.fsencode(path), MNT_DETACH | UMOUNT_NOFOLLOW) != 0:
+            return ctypes.get_errno() in (errno.EINVAL, errno.ENOENT)  # not a mount point (any more), or gone
+    return False
+
+
+MOUNTS_OVER = 64  # mounts on one path unmounted at most (one is ours)
 
 
 def mounted_below(prefix: str) -> list[tuple[str, str]]:
