@@ -183,7 +183,12 @@ def cluster(request):
 
     saved = {name: os.environ.get(name) for name in ("RAY_AUTH_MODE", "RAY_USAGE_STATS_ENABLED")}
     os.environ.update(RAY_AUTH_MODE="disabled", RAY_USAGE_STATS_ENABLED="0")  # the runs inherit them
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "include_dashboard": False})
+    # A killed node's raylet refuses the GCS's health checks at once: it is found dead after five checks in a
+    # row, 5 s apart at 1 s a check (Ray's default: 3 s, 15 s in all). A busy node is not: each check still
+    # waits Ray's default timeout (10 s) for an answer (a 0.5 s timeout declared busy nodes dead).
+    checks = {"health_check_period_ms": 1000}
+    head = {"num_cpus": 0, "include_dashboard": False, "_system_config": checks}
+    cluster = Cluster(initialize_head=True, head_node_args=head)
     try:
         for _ in range(2):
             cluster.add_node(num_cpus=2)
