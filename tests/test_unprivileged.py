@@ -1052,6 +1052,28 @@ def test_a_root_runner_refuses_a_setuid_bwrap(tmp_path):
     assert said[0o4755].stdout == f"bwrap {refused}\nauto {refused}\n", said[0o4755]
 
 
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("bwrap") is None, reason="a root runner's check: root, bwrap")
+def test_the_browser_toolset_says_why_a_setuid_bwrap_cannot_sandbox_chromium(run, server, tmp_path, monkeypatch):
+    """(review 8) The browser's sandbox asked bwrap's check and caught its SetupError alone: a root runner's
+    refusal (a UsageError: here a setuid bwrap) killed the browser service with a traceback, and the run
+    said only that the service exited with 1. It says why now, in one line, exit 2, no request sent."""
+    folder = tmp_path / "suid"
+    folder.mkdir()
+    shutil.copy(shutil.which("bwrap"), folder / "bwrap")
+    os.chmod(folder / "bwrap", 0o4755)
+    monkeypatch.setenv("PATH", f"{folder}:{os.environ['PATH']}")
+    page = {"prompt": 'open a page [mock call=browser_navigate:{"url": "http://127.0.0.1:1/"}]'}
+    done = run([page], "--distribution=browser_use", "--environment=local")
+    assert done.code == 2 and "Traceback" not in done.stderr, done.stderr
+    why = f"its bwrap ({folder / 'bwrap'}) is setuid or setgid"
+    said = (
+        "error: the browser toolset: Chromium does not run as root without a sandbox, and bwrap cannot sandbox "
+        f"it here (--environment=bwrap cannot run this root runner's commands as nobody: {why}"
+    )
+    assert said in done.stderr, done.stderr
+    assert not server.chat_requests()
+
+
 # A worker's own sample, without the driver's check at start (a Ray worker on a node of its own): what it says.
 OPEN = (
     "import asyncio; from trajforge import plugins; from trajforge.environments import EnvironmentSettings, "

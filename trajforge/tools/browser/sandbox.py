@@ -25,11 +25,11 @@ import tempfile
 from trajforge.environments import EnvironmentSettings
 from trajforge.environments.bwrap import SYSTEM_DIRS, UNPRIVILEGED, BwrapBackend, system_mounts
 from trajforge.environments.limits import NOBODY, host_user
-from trajforge.errors import SetupError
+from trajforge.errors import SetupError, UsageError
 
 NO_SANDBOX = "--no-sandbox"
 ROOT_REFUSED = (
-    "Chromium does not run as root without a sandbox, and bwrap cannot sandbox it here: install "
+    "Chromium does not run as root without a sandbox, and bwrap cannot sandbox it here ({problem}): install "
     "bubblewrap, or run the runner as a user other than root"
 )
 HOST_UID = NOBODY  # what a root runner's Chromium runs as on the host (nobody), uid 1000 inside bwrap
@@ -38,12 +38,13 @@ SHARED_READ_ONLY = ("/var/cache/fontconfig",)
 
 
 @functools.cache
-def bwrap_works() -> bool:
+def bwrap_problem() -> str | None:
+    """Why bwrap cannot sandbox Chromium here (its check's message: a root runner's refusals too), else None."""
     try:
         BwrapBackend.check(EnvironmentSettings(kind="bwrap"))
-    except SetupError:
-        return False
-    return True
+    except (SetupError, UsageError) as exc:
+        return str(exc)
+    return None
 
 
 @functools.cache
@@ -89,7 +90,8 @@ class SandboxedBrowser:
 
     def __init__(self, executable: str, args: list[str]):
         self.folder = ""
-        if bwrap_works():
+        problem = bwrap_problem()
+        if problem is None:
             self.folder = tempfile.mkdtemp(prefix="batch-runner-browser-")
             self.executable = os.path.join(self.folder, "chromium")
             with open(self.executable, "w") as handle:
@@ -99,7 +101,7 @@ class SandboxedBrowser:
         elif os.geteuid() != 0:
             self.executable, self.args = executable, [arg for arg in args if arg != NO_SANDBOX]
         else:
-            raise PermissionError(ROOT_REFUSED)
+            raise PermissionError(ROOT_REFUSED.format(problem=problem))
 
     def close(self) -> None:
         if self.folder:
