@@ -142,6 +142,14 @@ class Worker:
         has no prompt left to start."""
         slots = asyncio.Semaphore(self.config.concurrency)
         running: set[asyncio.Task] = set()
+        try:
+            await self._keep_busy(tasks, slots, running)
+        finally:  # cancelled (SIGTERM, the driver gone): its prompts end now, while the client and ledger are open
+            for task in running:
+                task.cancel()
+            await asyncio.gather(*running, return_exceptions=True)
+
+    async def _keep_busy(self, tasks, slots: asyncio.Semaphore, running: set[asyncio.Task]) -> None:
         pending: Iterator[tuple] = iter(())
         while True:
             await slots.acquire()
