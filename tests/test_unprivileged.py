@@ -431,8 +431,8 @@ def test_a_worker_runs_mkfs_once_and_its_further_disks_are_bounded_empty_copies(
         assert 900 < int(many.split()[-1]) < 1024, many  # the inodes of a mkfs'd disk of the size
     settings = EnvironmentSettings(kind=disk_kind, run_dir=run_dir, limits=DISK)
     left = glob.glob(os.path.join(tempfile.gettempdir(), glob.escape(workspace_prefix(settings)) + "*"))
-    if how != "kill":
-        assert left == []  # its images went at the worker's end
+    if how != "kill" or disk_kind == "local":  # its images went at the worker's end (local's with their samples)
+        assert left == []
         return
     assert any("-disk-" in folder for folder in left), left
     backend_class(disk_kind).remove_leftovers(settings)
@@ -492,21 +492,22 @@ async def _reserve_samples(env_settings) -> list:
     return seen
 
 
-def test_a_disk_s_reserve_is_kept_until_a_verification_takes_it_and_re_made_when_not_whole(disk_kind, tmp_path):
-    """The verification's reserve is made with the disk and kept from one sample to the next (no 2 ms of
+def test_a_disk_s_reserve_is_kept_until_a_verification_takes_it_and_re_made_when_not_whole(bwrap, tmp_path):  # noqa: F811
+    """bwrap's disk goes from one sample of a slot to the next (local's goes with its sample). The
+    verification's reserve is made with the disk and kept from one sample to the next (no 2 ms of
     allocating and deleting it a sample), given back when a verification runs (which writes on a disk the
     agent filled), made anew for the next sample, and made anew when it is not whole."""
-    samples = asyncio.run(_reserve_samples(settings(disk_kind, tmp_path, limits=DISK)))
+    warning = disk.unenforced(DISK.max_disk_mb, "bwrap", backend_class("bwrap").LIMITS)
+    if warning:
+        pytest.skip(warning)
+    samples = asyncio.run(_reserve_samples(settings("bwrap", tmp_path, limits=DISK)))
     (root, plain, out1, _), (root2, kept, full, during), (root3, remade, _, _), (root4, repaired, full2, _) = samples
     assert root == root2 == root3 == root4  # one disk, given back and taken again
     for files in (plain, kept, remade, repaired):  # whole as each sample starts
         assert sorted(files) == sorted(map(str, range(disk.RESERVE_FILES)))
         assert all(info.st_blocks * 512 >= disk.RESERVE_BYTES // disk.RESERVE_FILES for info in files.values())
     assert out1[0].exit_code == 0
-    if disk_kind == "bwrap":  # kept: the same files, untouched, after a sample without verification
-        assert _identity(kept) == _identity(plain)
-    else:  # local's commands reach the disk's root: the reserve goes with each sample (review 5)
-        assert not _identity(kept) & _identity(plain)
+    assert _identity(kept) == _identity(plain)  # kept: the same files, untouched, after a sample without verification
     for fill, verification in (full, full2):  # the agent filled the disk; the verification wrote all the same
         assert "No space left on device" in fill.output, fill
         assert (verification.output, verification.exit_code) == ("done\n", 0), verification
@@ -515,11 +516,12 @@ def test_a_disk_s_reserve_is_kept_until_a_verification_takes_it_and_re_made_when
     assert not _identity(repaired) & _identity(remade)  # made anew after it was damaged (a file's blocks gone)
 
 
-# What a local agent (the runner, root, which reaches the disk's root and mounts in the host's namespace) may
-# do to its disk so that the next sample on it has a reserve that frees nothing, or less room than the disk's:
-# seal the reserve (review 5), mount one of its files over the others, keep its files' blocks after they are
-# deleted (loop devices, or mounts made of them: review 8), hide files in lost+found under a mount, or mount a
-# file system over the disk (review 8).
+# What a local agent (the runner, root, which reaches the disk's root, its image and the host's mounts) did
+# to its disk so that the next sample on it had a reserve that freed nothing, less room than the disk's, or a
+# workspace it could not run its files in: seal the reserve (review 5), mount one of its files over the others,
+# keep its files' blocks after they are deleted (loop devices, or mounts made of them: review 8), leave files in
+# lost+found (review 6), hide them there under a mount, mount a file system over the disk (review 8), or stack
+# the disk on itself with noexec (review 9).
 RESERVE_ATTACKS = {
     "immutable folder": "chattr +i {reserve} && echo sealed",
     "append-only files": "chattr +a {reserve}/* && echo sealed",
@@ -527,19 +529,23 @@ RESERVE_ATTACKS = {
     "files kept by loop devices": "for f in {reserve}/*; do losetup -f $f || exit; done; echo sealed",
     "files kept by mounts": "for i in $(seq 0 31); do touch {pins}/$i; mount --bind {reserve}/$i {pins}/$i || exit; "
     "done; echo sealed",
+    "files left in lost+found": "head -c 8000000 /dev/zero > {root}/lost+found/x && echo sealed",
     "files hidden in lost+found": "head -c 8000000 /dev/zero > {root}/lost+found/x && mount -t tmpfs none "
     "{root}/lost+found && echo sealed",
+    "the disk mounted on itself noexec": "mount --bind {root} {root} && mount -o remount,bind,noexec {root} && "
+    "echo sealed",
     "a file system over the disk": "mount -t tmpfs none {root} && mkdir {root}/lost+found && echo sealed",
 }
 
 
 @pytest.mark.parametrize("attack", RESERVE_ATTACKS)
 def test_a_local_agent_leaves_the_next_sample_its_whole_disk_and_reserve(attack, tmp_path):
-    """(reviews 5, 8) local's commands run as the runner, which reaches the disk's root: an agent left the
-    next sample on its disk a reserve that looked whole and freed nothing for its verification on a disk it
-    filled ('No space left on device'), or less room than the disk's. The reserve goes with each local
-    sample, and a disk is used again only when it is empty, with all its free blocks and inodes, and nothing
-    is mounted over it; else the next sample has a new one. The twin's first agent does none of it."""
+    """(reviews 5, 6, 8, 9) local's commands run as the runner, which reaches the disk's root: an agent left
+    the next sample on its disk a reserve that looked whole and freed nothing for its verification on a disk
+    it filled ('No space left on device'), less room than the disk's, or a workspace mounted noexec. Checks
+    of a disk given back met each attack in turn and missed the next; now a local sample's disk goes with it
+    and the next sample has one of its own, whatever the agent did. The twin's first agent does none of it;
+    its second sample writes a script and runs it, and fills its disk to the full size."""
     warning = disk.unenforced(DISK.max_disk_mb, "local", backend_class("local").LIMITS)
     if warning:
         pytest.skip(warning)
@@ -549,7 +555,7 @@ def test_a_local_agent_leaves_the_next_sample_its_whole_disk_and_reserve(attack,
     async def samples(first: str, run: str) -> list:  # each in a run of its own: none takes the other's disks
         (tmp_path / run).mkdir()
         backend, seen = backend_for(settings("local", tmp_path / run, limits=DISK)), []
-        for agent in (first, FILL.format(where=".")):
+        for agent in (first, "printf 'echo ran' > run.sh && chmod +x run.sh && ./run.sh; " + FILL.format(where=".")):
             env = await backend.open({})
             try:
                 roots.append(env.disk.root)
@@ -573,6 +579,8 @@ def test_a_local_agent_leaves_the_next_sample_its_whole_disk_and_reserve(attack,
     assert attacked[0].output == "sealed\n" and "No space left on device" in attacked[1].output, attacked
     assert [(done.output, done.exit_code) for done in (attacked[2], twin[2])] == [("done\n", 0)] * 2, (attacked, twin)
     assert int(attacked[1].output.split()[-1]) >= int(twin[1].output.split()[-1]) - 65536  # the whole disk's room
+    assert [done.output.split()[0] for done in (attacked[1], twin[1])] == ["ran"] * 2, (attacked, twin)
+    assert len(set(roots)) == len(roots)  # a disk of its own for every local sample
 
 
 def _undo(roots: list[str], devices: list[int], pins: Path) -> None:
@@ -586,31 +594,33 @@ def _undo(roots: list[str], devices: list[int], pins: Path) -> None:
         subprocess.run(["umount", "-l", point], capture_output=True)
 
 
-def test_a_local_agent_leaves_nothing_in_lost_found_for_the_next_sample(tmp_path):
-    """(review 6) A disk was emptied but for its lost+found, which a local command (the runner's uid)
-    reaches: 12 MB left there stayed on the reused disk, another sample's files and room. lost+found is
-    emptied now; the twin leaves nothing there, and its disk is taken again as it was."""
-    warning = disk.unenforced(DISK.max_disk_mb, "local", backend_class("local").LIMITS)
-    if warning:
-        pytest.skip(warning)
+DEEP = "for i in $(seq 1 1200); do mkdir d && cd d || exit; done; echo deep"
 
-    async def samples(first: str) -> list:
-        backend, seen = backend_for(settings("local", tmp_path, limits=DISK)), []
-        for agent in (first, "ls -A {found} | wc -l; df -k . | tail -1"):
-            env = await backend.open({})
-            try:
-                found = shlex.quote(os.path.join(env.disk.root, "lost+found"))
-                seen.append((env.disk.root, await env.exec(agent.format(found=found))))
-            finally:
-                await env.close()
-        return seen
 
-    attack = asyncio.run(samples("head -c 12000000 /dev/zero > {found}/x && echo left"))
-    twin = asyncio.run(samples("echo hi > x"))
-    for _, (_, after) in (attack, twin):
-        listed, df = after.output.splitlines()
-        assert listed == "0" and int(df.split()[3]) > 14000, after.output  # nothing there, the disk's room back
-    assert attack[0][1].output == "left\n" and twin[0][0] == twin[1][0]
+@pytest.mark.parametrize("bounded", [True, False], ids=["disk", "no disk"])
+def test_a_tree_too_deep_for_rmtree_goes_with_its_sample(disk_kind, bounded, tmp_path):
+    """(review 9) shutil.rmtree recursed once per folder level: an agent's tree 1,200 folders deep raised
+    RecursionError through its ignore_errors at the sample's end, which failed it as a crash (run again by
+    every --resume) and left its disk mounted with its data, or its workspace in /tmp, until the run's end.
+    The tree goes with its sample now, and the next sample of the slot starts empty."""
+    limits = Limits(max_disk_mb=64 if bounded else 0)  # 4,096 inodes: room for the 1,200 folders
+
+    async def samples() -> tuple:
+        backend = backend_for(settings(disk_kind, tmp_path, limits=limits))
+        first = await backend.open({})
+        try:
+            deep = await first.exec(DEEP)
+        finally:
+            await first.close()
+        second = await backend.open({})
+        try:
+            return deep, await second.exec("ls -A | grep -vx .tmp | wc -l"), first.workspace
+        finally:
+            await second.close()
+
+    deep, listed, workspace = asyncio.run(samples())
+    assert (deep.output, listed.output) == ("deep\n", "0\n"), (deep, listed)
+    assert not os.path.exists(workspace) or not os.listdir(workspace)  # its name is the next sample's
 
 
 def test_a_kept_workspace_with_a_fifo_is_kept_and_its_disk_given_back(disk_kind, run):

@@ -25,6 +25,7 @@ from trajforge.environments.local import (
     spawn_process,
 )
 from trajforge.environments.orphans import reap_exited_orphans
+from trajforge.environments.trees import remove_tree
 from trajforge.errors import SetupError, UsageError
 
 # Read-only where present. On merged-/usr systems /bin, /lib... are symlinks into /usr: they stay symlinks.
@@ -128,7 +129,7 @@ class BwrapEnvironment(LocalEnvironment):
 
     absolute_cwd = False  # only the workspace is there inside the sandbox: an absolute cwd must lie in it
     marked_leftovers = False  # nothing of a command outlives it: its PID namespace dies with it
-    reserve_kept = True  # no command sees the disk's root (only the sample's folders of it are bound)
+    reuses_disk = True  # no command sees the disk's root (only the sample's folders of it are bound) nor mounts
 
     def __init__(self, cwd: str | None, settings: EnvironmentSettings, sample: str = "", userns_fd: int | None = None):
         super().__init__(cwd, settings, sample)
@@ -268,7 +269,7 @@ class BwrapEnvironment(LocalEnvironment):
         if self.tmp_mounted:  # a tmpfs: what it holds is gone with it (--keep_workspaces keeps none of it)
             tmpfs.unmount(self.tmp)
         if self.tmp and not self.settings.keep_workspaces:
-            shutil.rmtree(self.tmp, ignore_errors=True)
+            remove_tree(self.tmp)
 
 
 def chain_env(env: dict) -> dict:

@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from trajforge.environments import mountns, tmpfs
 from trajforge.environments.limits import MB, RUNNER
 from trajforge.environments.settings import EnvironmentSettings
+from trajforge.environments.trees import remove_tree
 from trajforge.errors import SetupError
 
 INODE_BYTES = 16 * 1024  # ext4's own default ratio: 655,360 inodes in 10 GB
@@ -77,9 +78,6 @@ class Disk:
     folder: str
     root: str
     namespace: mountns.SlotMounts | None = None  # where bwrap's commands start (mountns.py), made on first use
-    device: int = 0  # the file system's st_dev: nothing of another is mounted over the root while it is this
-    room: tuple[int, int] = (0, 0)  # free blocks and inodes of the disk holding nothing but its lost+found
-    reserved: tuple[int, int] = (0, 0)  # blocks and inodes the reserve took when it was last made
 
     @property
     def tests(self) -> str:
@@ -98,32 +96,18 @@ class Disk:
         if _libc.mount(os.fsencode(folder), os.fsencode(mount_point), None, MS_BIND, None) != 0:
             raise SetupError(f"--max_disk_mb: cannot bind the sample's disk: {os.strerror(ctypes.get_errno())}")
 
-    def emptied(self, keep_reserve: bool) -> bool:
-        """Everything the sample left removed (its tests too), the verification's reserve kept if it is whole
-        and `keep_reserve`; whether the disk is empty now, with all its room (else it is not used again): a
-        local command (the runner, root) can mount over the disk or a folder of it, or keep a deleted file's
-        blocks (a loop device or a mount made of it), which no listing shows but its free blocks do."""
-        if os.stat(self.root).st_dev != self.device:
-            return False
-        whole = keep_reserve and _whole(os.path.join(self.root, RESERVE))
+    def emptied(self) -> bool:
+        """Everything the sample left removed (its tests too), the verification's reserve kept if it is whole;
+        whether the disk is empty now (else it is not used again). Only a sample whose commands never saw the
+        disk's root gives its disk back (bwrap's): nothing of it was mounted over, pinned or written raw."""
+        whole = _whole(os.path.join(self.root, RESERVE))
         kept = {"lost+found", RESERVE} if whole else {"lost+found"}
-        # lost+found is mkfs's, kept as a folder but emptied: a local command (the runner's uid) could leave
-        # files in it for the next sample to find and to lack the room of. One that is not a folder: the disk
-        # is not used again.
-        found = os.path.join(self.root, "lost+found")
-        if os.path.isdir(found) and not os.path.islink(found):
-            for entry in os.listdir(found):
-                _remove(os.path.join(found, entry))
-        else:
-            kept.discard("lost+found")
         for folder in (self.root, self.tests):
             for entry in os.listdir(folder):
                 if entry not in kept:
-                    shutil.rmtree(os.path.join(folder, entry), ignore_errors=True)
-        if not set(os.listdir(self.root)) <= kept or os.listdir(self.tests) or os.listdir(found):
-            return False
-        (blocks, inodes), (taken_blocks, taken_inodes) = _free_room(self.root), self.reserved if whole else (0, 0)
-        return blocks >= self.room[0] - taken_blocks and inodes >= self.room[1] - taken_inodes
+                    remove_tree(os.path.join(folder, entry))
+        found = os.path.join(self.root, "lost+found")
+        return set(os.listdir(self.root)) <= kept and not os.listdir(self.tests) and not os.listdir(found)
 
     def reserve(self) -> None:
         """The verification's reserve on the disk, before the agent could fill it: the one kept from an earlier
@@ -131,10 +115,7 @@ class Disk:
         folder = os.path.join(self.root, RESERVE)
         if not _whole(folder):
             _remove(folder)
-            before = _free_room(self.root)
             _allocate(folder)
-            after = _free_room(self.root)  # nothing else writes the disk now: the agent has not begun
-            self.reserved = (before[0] - after[0], before[1] - after[1])
 
     def release(self) -> None:
         """The reserve given back to the disk (once nothing of the agent's runs): the verification's room. Blocking."""
@@ -145,7 +126,7 @@ class Disk:
             self.namespace.close()
             self.namespace = None
         if tmpfs.unmount(self.root):  # else removing its folder would empty what is still mounted there
-            shutil.rmtree(self.folder, ignore_errors=True)
+            remove_tree(self.folder)
 
 
 _free: dict[tuple[str, int], list[Disk]] = {}  # this worker's images not in use, by (run, size in MB)
@@ -213,17 +194,11 @@ def _whole(folder: str) -> bool:
     return True
 
 
-def _free_room(root: str) -> tuple[int, int]:
-    """Free blocks and inodes of the file system at `root`."""
-    found = os.statvfs(root)
-    return found.f_bfree, found.f_ffree
-
-
 def _remove(path: str) -> None:
     """`path` gone, whatever it is (a folder, or a file or link in its place)."""
     with contextlib.suppress(FileNotFoundError):
         if stat.S_ISDIR(os.lstat(path).st_mode):
-            shutil.rmtree(path, ignore_errors=True)
+            remove_tree(path)
         else:
             os.unlink(path)
 
@@ -254,8 +229,7 @@ def take(settings: EnvironmentSettings, prefix: str) -> Disk:
             disk = free.pop()  # one step (another thread may take the last image between a test and a pop)
         except IndexError:
             break
-        # A later run of this process (--rescore) may have removed it as a leftover.
-        if os.path.ismount(disk.root) and os.stat(disk.root).st_dev == disk.device:
+        if os.path.ismount(disk.root):  # a later run of this process (--rescore) may have removed it as a leftover
             return disk
         disk.drop()
     folder = tempfile.mkdtemp(prefix=prefix + "disk-")
@@ -268,7 +242,6 @@ def take(settings: EnvironmentSettings, prefix: str) -> Disk:
         _mount_image(image, disk.root)
         for path in (folder, disk.root, disk.tests):  # passed through, not listed, by the sandbox's uid to its folders
             os.chmod(path, 0o711)
-        disk.device, disk.room = os.stat(disk.root).st_dev, _free_room(disk.root)
     except (OSError, subprocess.TimeoutExpired) as exc:
         disk.drop()
         raise SetupError(f"--max_disk_mb: cannot make the sample's disk of {size} MB: {exc}") from None
@@ -541,11 +514,11 @@ def keep_workspaces_below(prefix: str) -> None:
             os.rmdir(copy)
 
 
-def give_back(disk: Disk, settings: EnvironmentSettings, keep_reserve: bool) -> None:
-    """At the sample's end (its processes gone, its folders unmounted): emptied, and kept for the next, with
-    its reserve when `keep_reserve` (no command of the sample could reach the disk's root)."""
-    with contextlib.suppress(OSError):
-        if disk.emptied(keep_reserve):
+def give_back(disk: Disk, settings: EnvironmentSettings) -> None:
+    """At the sample's end (its processes gone, its folders unmounted): emptied, and kept for the next with
+    its reserve where that is whole; dropped when it cannot be emptied, whatever went wrong."""
+    with contextlib.suppress(Exception):
+        if disk.emptied():
             _free.setdefault((settings.run_tag, settings.limits.max_disk_mb), []).append(disk)
             return
     disk.drop()

@@ -6,11 +6,9 @@ import array
 import asyncio
 import contextlib
 import fcntl
-import functools
 import glob
 import os
 import secrets
-import shutil
 import signal
 import stat
 import tempfile
@@ -31,6 +29,7 @@ from trajforge.environments.orphans import (
     starting_command,
 )
 from trajforge.environments.shell import CommandEnvironment
+from trajforge.environments.trees import remove_tree
 from trajforge.errors import SetupError
 from trajforge.tail import CappedOutput
 
@@ -260,7 +259,7 @@ def make_workspace(settings: EnvironmentSettings, kind: str = "", name: str = ""
             os.mkdir(path, 0o700)
             return path
         if not settings.keep_workspaces and _own_directory(path):
-            shutil.rmtree(path, ignore_errors=True)
+            remove_tree(path)
             with contextlib.suppress(FileExistsError):
                 os.mkdir(path, 0o700)
                 return path
@@ -307,9 +306,10 @@ class LocalEnvironment(CommandEnvironment):
 
     absolute_cwd = True  # an absolute `cwd` is taken as it is: commands see the host's folders
     marked_leftovers = True  # a command's daemon may outlive it: found by its marker where no cgroup holds it
-    # The disk's reserve goes with the sample: its commands run as the runner, which reaches the disk's root
-    # and could leave a reserve that looks whole and frees nothing (an immutable file) for the next sample.
-    reserve_kept = False
+    # A disk goes with its sample: its commands run as the runner (often root), which reaches the disk's root,
+    # its image and the host's mounts, and could leave the next sample a disk that looks whole and is not
+    # (a reserve that frees nothing, blocks kept by a loop device, a noexec mount stacked on it: reviews 5-9).
+    reuses_disk = False
 
     def __init__(self, cwd: str | None, settings: EnvironmentSettings, sample: str = ""):
         self.settings = settings
@@ -443,17 +443,21 @@ class LocalEnvironment(CommandEnvironment):
         if self.disk is not None:
             self._leave_disk()
         for folder in filter(None, folders):
-            shutil.rmtree(folder, ignore_errors=True)
+            remove_tree(folder)
 
     def _leave_disk(self) -> None:
-        """The workspace's path unbound (with --keep_workspaces, the files copied there), the disk given back."""
+        """The workspace's path unbound (with --keep_workspaces, the files copied there), the disk given back
+        for the next sample of the slot, or dropped."""
         assert self.disk is not None
         tmpfs.unmount(self.workspace)
         try:
             if self.settings.keep_workspaces and os.path.isdir(self.disk_workspace):  # not after remove_leftovers
                 disk.copy_files(self.disk_workspace, self.workspace)
         finally:
-            disk.give_back(self.disk, self.settings, self.reserve_kept)
+            if self.reuses_disk:
+                disk.give_back(self.disk, self.settings)
+            else:
+                self.disk.drop()
             self.disk = None
 
 
@@ -508,4 +512,4 @@ class LocalBackend(Backend):
             # The disks' images go in any case (kept workspaces were copied off theirs first).
             kept = "disk-*" if settings.keep_workspaces else "*"
             folders = glob.glob(os.path.join(tempfile.gettempdir(), glob.escape(workspace_prefix(settings)) + kept))
-            list(pool.map(functools.partial(shutil.rmtree, ignore_errors=True), folders))
+            list(pool.map(remove_tree, folders))

@@ -15,6 +15,7 @@ import uuid
 from trajforge.environments import OUTPUT_LIMIT, Backend, EnvironmentSettings, ExecResult, container_cwd, image_of
 from trajforge.environments.local import LocalBackend, command_env, make_workspace, run_process
 from trajforge.environments.shell import CommandEnvironment
+from trajforge.environments.trees import remove_tree
 from trajforge.errors import SetupError
 
 BINARIES = ("apptainer", "singularity")
@@ -78,7 +79,7 @@ class SingularityEnvironment(CommandEnvironment):
             return
         await run_process([self.binary, "instance", "stop", "--force", self.name], self.workspace, self.env, 60)
         if not self.settings.keep_workspaces:
-            await asyncio.to_thread(shutil.rmtree, self.workspace, ignore_errors=True)
+            await asyncio.to_thread(remove_tree, self.workspace)
 
 
 class SingularityBackend(Backend):
