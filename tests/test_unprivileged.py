@@ -1078,7 +1078,8 @@ def test_the_browser_toolset_says_why_a_setuid_bwrap_cannot_sandbox_chromium(run
     why = f"its bwrap ({folder / 'bwrap'}) is setuid or setgid"
     said = (
         "error: the browser toolset: Chromium does not run as root without a sandbox, and bwrap cannot sandbox "
-        f"it here (--environment=bwrap cannot run this root runner's commands as nobody: {why}"
+        f"it here: --environment=bwrap cannot run this root runner's commands as nobody: {why}: install bubblewrap "
+        "without it (a root runner needs none)\n"
     )
     assert said in done.stderr, done.stderr
     assert not server.chat_requests()

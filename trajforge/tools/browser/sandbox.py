@@ -28,10 +28,7 @@ from trajforge.environments.limits import NOBODY, host_user
 from trajforge.errors import SetupError, UsageError
 
 NO_SANDBOX = "--no-sandbox"
-ROOT_REFUSED = (
-    "Chromium does not run as root without a sandbox, and bwrap cannot sandbox it here ({problem}): install "
-    "bubblewrap, or run the runner as a user other than root"
-)
+ROOT_REFUSED = "Chromium does not run as root without a sandbox, and bwrap cannot sandbox it here: {problem}"
 HOST_UID = NOBODY  # what a root runner's Chromium runs as on the host (nobody), uid 1000 inside bwrap
 # The font cache, read-only where it exists, so Chromium need not rebuild it at every launch.
 SHARED_READ_ONLY = ("/var/cache/fontconfig",)
