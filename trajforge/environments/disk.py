@@ -4,13 +4,13 @@ of it. A write past either bound fails inside the sample (ENOSPC), and the host'
 the image's size to each sample in flight (the image is sparse and mounted with `discard`: what a
 sample deletes goes back to the host).
 
-Making an image (mkfs, mount) costs about a tenth of a second, so a worker makes one per slot when it
-first needs it and keeps it. mkfs.ext4 runs once per worker, run and size, on a template that is never
-mounted nor given to a sample (mkfs is a process of its own and opens every loop device of the host):
-each further image of that size is a sparse copy of it, its data extents alone (~230 KB for 10 GB). A
-sample takes a free image, its workspace is a folder of it bind-mounted
-on the workspace's usual path (the same path on every run, as the response cache needs), and at its end
-the folder is emptied and the image given back. An image that cannot be emptied is dropped. Mounting
+mkfs.ext4 runs once per worker, run and size (it is a process of its own and opens every loop device of the
+host), on a template given the verification's reserve and kept in memory, its data extents alone (~230 KB for
+10 GB): every image of that size is those bytes, its holes left holes. A sample's workspace is a folder of
+its image bind-mounted on the workspace's usual path (the same path on every run, as the response cache
+needs). Under bwrap a worker keeps an image per slot: at a sample's end the folder is emptied and the image
+given back, or dropped when it cannot be emptied. Under local, whose commands reach the disk's root, its
+image and the host's mounts, a sample's image goes with it. Mounting
 needs root in the host's mount namespace, mkfs.ext4 and loop devices; elsewhere the run says at start
 that the bound is not enforced (limits.unenforced)."""
 

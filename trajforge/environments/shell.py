@@ -358,8 +358,13 @@ class CommandEnvironment(Environment):
 
     async def remove_escapes(self) -> str:
         mark = f"removed-{secrets.token_hex(8)}:"  # what the scan prints before a removed file's name
-        variables = {"HOME": "/", "MARK": mark, "SINCE": str(self.agent_since), "RECORD": "1" if self.packs else ""}
-        variables["GIT_NEUTRAL"] = GIT_NEUTRAL
+        variables = {
+            "HOME": "/",
+            "MARK": mark,
+            "SINCE": str(self.agent_since),
+            "RECORD": "1" if self.packs else "",
+            "GIT_NEUTRAL": GIT_NEUTRAL,
+        }
         # Exported by the scan's own shell, not by an `env` before it: one exec less (two with confined's shell).
         own = " ".join(f"{name}={shlex.quote(value)}" for name, value in variables.items())
         exports = f"export {own} {GIT_VARIABLES}"

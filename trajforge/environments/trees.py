@@ -18,6 +18,6 @@ def remove_tree(path: str) -> None:
     try:
         shutil.rmtree(path, ignore_errors=True)
     except RecursionError:
-        argv = ["rm", "-rf", "--one-file-system", "--", path]  # a file system mounted below stays, as with rmtree
+        argv = ["rm", "-rf", "--one-file-system", "--", path]  # a file system mounted below stays (rmtree goes in)
         with contextlib.suppress(OSError, subprocess.SubprocessError):
             subprocess.run(argv, capture_output=True, stdin=subprocess.DEVNULL, timeout=DEEP_TIMEOUT)

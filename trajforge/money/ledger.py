@@ -24,6 +24,7 @@ from trajforge.money.errors import SpendStop, stop_for
 from trajforge.money.store import Store
 
 HELD = {"reserve": "release", "take_slot": "free_slot"}  # a call that hands out an id -> the call that ends it
+GIVEN_BACK = {"free_slot": ("cancelled",)}  # what an ending call says of an id given back: a place's teaches nothing
 
 
 class LocalLedger:
@@ -93,7 +94,7 @@ class LocalLedger:
         """What was handed out to a caller gone, ended here (a place freed as one whose outcome teaches nothing)."""
         self._out.discard((name, held))
         with contextlib.suppress(Exception):  # a store that fails now: the place or reservation expires with us
-            getattr(self.store, name)(held, *(("cancelled",) if name == "free_slot" else ()))
+            getattr(self.store, name)(held, *GIVEN_BACK.get(name, ()))
 
     async def close(self) -> None:
         await self("close")
@@ -101,7 +102,7 @@ class LocalLedger:
     def _answer(self, future: asyncio.Future, name: str, value, error: BaseException | None) -> None:
         if future.cancelled():  # its caller is gone: what it was handed is given back
             if name in HELD and value is not None:  # a place: freed as one whose outcome teaches nothing
-                ending = (HELD[name], value, *(("cancelled",) if HELD[name] == "free_slot" else ()))
+                ending = (HELD[name], value, *GIVEN_BACK.get(HELD[name], ()))
                 giving = asyncio.ensure_future(self._give_back(*ending))  # closed meanwhile: close ended it
                 self._giving.add(giving)
                 giving.add_done_callback(self._giving.discard)
