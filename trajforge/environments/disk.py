@@ -5,8 +5,8 @@ the image's size to each sample in flight (the image is sparse and mounted with 
 sample deletes goes back to the host).
 
 mkfs.ext4 runs once per worker, run and size (it is a process of its own and opens every loop device of the
-host), on a template given the verification's reserve and kept in memory, its data extents alone (~230 KB for
-10 GB): every image of that size is those bytes, its holes left holes. A sample's workspace is a folder of
+host), on a template never mounted and kept in memory, its data extents alone (~230 KB for 10 GB): every
+image of that size is those bytes, its holes left holes. A sample's workspace is a folder of
 its image bind-mounted on the workspace's usual path (the same path on every run, as the response cache
 needs). Under bwrap a worker keeps an image per slot: at a sample's end the folder is emptied and the image
 given back, or dropped when it cannot be emptied. Under local, whose commands reach the disk's root, its
@@ -265,33 +265,17 @@ def _make_image(image: str, run_tag: str, size: int, prefix: str) -> None:
 
 def _template(run_tag: str, size: int, prefix: str) -> list[tuple[int, bytes]] | None:
     """This worker's pristine image of `size` MB for the run (_templates), made by mkfs on first use in a
-    folder of the run's temporary area that goes at once, with the verification's reserve on it: a new
-    disk has it whole (allocating it costs 1.3 ms of CPU, and local makes a disk per sample)."""
+    folder of the run's temporary area that goes at once."""
     with _making:
         if (run_tag, size) not in _templates:
             folder = tempfile.mkdtemp(prefix=prefix + "disk-template-")
             try:
                 image = os.path.join(folder, "image")
                 _mkfs(image, size)
-                _reserve_on(image, os.path.join(folder, "fs"))
                 _templates[(run_tag, size)] = _extents(image)
             finally:
                 shutil.rmtree(folder, ignore_errors=True)
         return _templates[(run_tag, size)]
-
-
-def _reserve_on(image: str, root: str) -> None:
-    """The verification's reserve made on the ext4 `image`, mounted at `root` meanwhile and unmounted at once
-    (not lazily: what the file system wrote is in the image before it is read)."""
-    os.mkdir(root)
-    _mount_image(image, root)
-    try:
-        _allocate(os.path.join(root, RESERVE))
-    finally:
-        if _libc.umount2(os.fsencode(root), 0) != 0:
-            number = ctypes.get_errno()
-            tmpfs.unmount(root)
-            raise OSError(number, f"umount: {os.strerror(number)}")
 
 
 def _extents(image: str) -> list[tuple[int, bytes]] | None:
