@@ -597,12 +597,14 @@ def _undo(roots: list[str], devices: list[int], pins: Path) -> None:
 DEEP = "for i in $(seq 1 1200); do mkdir d && cd d || exit; done; echo deep"
 
 
+@pytest.mark.parametrize("descriptors", [0, 512], ids=["the runner's", "512 descriptors"])
 @pytest.mark.parametrize("bounded", [True, False], ids=["disk", "no disk"])
-def test_a_tree_too_deep_for_rmtree_goes_with_its_sample(disk_kind, bounded, tmp_path):
-    """(review 9) shutil.rmtree recursed once per folder level: an agent's tree 1,200 folders deep raised
-    RecursionError through its ignore_errors at the sample's end, which failed it as a crash (run again by
-    every --resume) and left its disk mounted with its data, or its workspace in /tmp, until the run's end.
-    The tree goes with its sample now, and the next sample of the slot starts empty."""
+def test_a_tree_too_deep_for_rmtree_goes_with_its_sample(disk_kind, bounded, descriptors, tmp_path):
+    """(reviews 9, 10) shutil.rmtree recurses once per folder level, a descriptor held per level: an agent's
+    tree 1,200 folders deep raised RecursionError through its ignore_errors at the sample's end, which failed
+    it as a crash (run again by every --resume) and left its disk mounted with its data, or its workspace in
+    /tmp, until the run's end; under a common descriptor limit rmtree met EMFILE first, which ignore_errors
+    hid, and the tree stayed. The tree goes with its sample now, and the next sample of the slot starts empty."""
     limits = Limits(max_disk_mb=64 if bounded else 0)  # 4,096 inodes: room for the 1,200 folders
 
     async def samples() -> tuple:
@@ -611,7 +613,12 @@ def test_a_tree_too_deep_for_rmtree_goes_with_its_sample(disk_kind, bounded, tmp
         try:
             deep = await first.exec(DEEP)
         finally:
-            await first.close()
+            soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+            resource.setrlimit(resource.RLIMIT_NOFILE, (descriptors or soft, hard))  # for the sample's end alone
+            try:
+                await first.close()
+            finally:
+                resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
         second = await backend.open({})
         try:
             return deep, await second.exec("ls -A | grep -vx .tmp | wc -l"), first.workspace
