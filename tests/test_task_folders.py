@@ -31,6 +31,7 @@ from test_host_folders import root_only_folder
 
 from trajforge.environments import EnvironmentSettings, backend_for
 from trajforge.environments.folder_task import FolderSettings
+from trajforge.environments.trees import remove_tree
 from trajforge.errors import SetupFailed
 from trajforge.run.task_folders import build_context, image_tag
 from trajforge.verification.host_folders import NO_FOLDERS, task_files
@@ -853,6 +854,28 @@ def test_a_task_folder_that_became_a_link_is_not_read(tmp_path):
     task.symlink_to(elsewhere)
     with pytest.raises(Unreadable, match="a task folder is read only where the load found it"):
         task_files(loaded, "tests")
+
+
+def test_a_task_folder_too_deep_to_walk_is_refused_with_a_message(tmp_path):
+    """(review 10) The load walks a task folder with os.fwalk, which recurses once per folder level
+    (Python 3.11): a dataset's task with a tests/ tree 1,200 folders deep ended the run with a RecursionError
+    traceback, exit 1. It is Unreadable now, which the load says in one line, exit 2; the twin, the same
+    task without the deep tree, is read."""
+    task = tmp_path / "tasks" / "hello-file"
+    shutil.copytree(EXAMPLE / "hello-file", task)
+    assert "test.sh" in task_files(task, "tests")  # the honest twin
+    fd = os.open(task / "tests", os.O_RDONLY | os.O_DIRECTORY)
+    for _ in range(1200):  # by descriptors: the path would be too long for one call
+        os.mkdir("d", dir_fd=fd)
+        below = os.open("d", os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+        os.close(fd)
+        fd = below
+    os.close(fd)
+    try:
+        with pytest.raises(Unreadable, match="its folders lie too deep to be read"):
+            task_files(task, "tests")
+    finally:
+        remove_tree(str(task))  # deeper than pytest's own clean-up can remove
 
 
 def test_a_part_of_a_task_folder_that_became_a_link_out_is_not_read(tmp_path):

@@ -57,7 +57,14 @@ def read_tree(folder: str, roots: Sequence[str], content: bool = True) -> Iterat
         real = os.readlink(f"/proc/self/fd/{top}")
         if not inside(real, roots):
             raise Unreadable(f"{folder} is {real}, outside {', '.join(roots) or 'every folder a task may use here'}")
-        for path, dirs, names, folder_fd in os.fwalk(".", dir_fd=top, follow_symlinks=False, onerror=_raise):
+        walk = os.fwalk(".", dir_fd=top, follow_symlinks=False, onerror=_raise)
+        while True:
+            try:  # fwalk recurses once per folder level (Python 3.11): a tree ~1,000 deep is too deep for it
+                path, dirs, names, folder_fd = next(walk)
+            except StopIteration:
+                break
+            except RecursionError:
+                raise Unreadable(f"{folder}: its folders lie too deep to be read") from None
             dirs.sort()
             for name in sorted(names):
                 try:
