@@ -11,6 +11,7 @@ import asyncio
 import base64
 import contextlib
 import io
+import itertools
 import json
 import os
 import shutil
@@ -876,6 +877,51 @@ def test_a_task_folder_too_deep_to_walk_is_refused_with_a_message(tmp_path):
             task_files(task, "tests")
     finally:
         remove_tree(str(task))  # deeper than pytest's own clean-up can remove
+
+
+def deepest_readable(task: Path, sub: str) -> int:
+    """A chain of folders d/d/d/... in the task's `sub` (of its owner), as deep as the load still reads the
+    task: its walk recurses once per level, in the helper that reads as the owner. A descriptor of the deepest."""
+    owner = task.stat()
+    fd = os.open(task / sub, os.O_RDONLY | os.O_DIRECTORY)
+    for depth in itertools.count(1):  # by descriptors: the path would be too long for one call
+        os.mkdir("d", dir_fd=fd)
+        os.chown("d", owner.st_uid, owner.st_gid, dir_fd=fd)
+        if depth > 980:
+            try:
+                task_files(task)
+            except Unreadable:
+                os.rmdir("d", dir_fd=fd)
+                return fd
+        below = os.open("d", os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+        os.close(fd)
+        fd = below
+    raise AssertionError("unreachable")
+
+
+def test_a_link_out_at_the_bottom_of_a_deep_task_folder_is_found(nobody_tasks, run_here, server):
+    """(review 10) The load looked for links out of environment/, tests/ and solution/ with os.walk, which
+    recurses once per folder level (Python 3.11): a solution/ tree as deep as the owner's read goes (that
+    read starts afresh in its own process) ended a root runner's load with a RecursionError traceback,
+    exit 1. Its own stack finds the link at the bottom, refused in one line, exit 2; the honest twin, the
+    same deep tree without the link, is loaded (and refused only for its environment)."""
+    tasks, _ = nobody_tasks
+    owned_by_nobody(tasks, ["hello-file"])
+    fd = deepest_readable(tasks / "hello-file", "solution")
+    try:
+        os.symlink("/etc/passwd", "passwd", dir_fd=fd)
+        done = run_here(tasks, "--environment=bwrap")
+        assert done.code == 2, done.stderr
+        assert "/d/passwd is a link that leaves the task folder" in done.stderr, done.stderr
+        assert "Traceback" not in done.stderr and server.chat_requests() == []
+
+        os.unlink("passwd", dir_fd=fd)
+        done = run_here(tasks, "--environment=bwrap", run_name="honest")
+        assert done.code == 2, done.stderr
+        assert "task folders run in Docker (hello-file)" in done.stderr, done.stderr
+    finally:
+        os.close(fd)
+        remove_tree(str(tasks / "hello-file"))  # deeper than the fixture's own clean-up can remove
 
 
 def test_a_part_of_a_task_folder_that_became_a_link_out_is_not_read(tmp_path):

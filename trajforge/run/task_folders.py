@@ -75,15 +75,28 @@ def prompt_of(text: str) -> str:
 
 
 def escapes(folder: Path, sub: str) -> str | None:
-    """A symlink under folder/sub that resolves outside the task folder, named; or None."""
+    """A symlink under folder/sub that resolves outside the task folder, named; or None. Walked with a stack
+    of its own, no symlink followed: os.walk recurses once per folder level (Python 3.11), and a tree ~1,000
+    deep ended the load in a RecursionError. ValueError when a folder under it cannot be listed."""
     root, top = folder.resolve(), folder / sub
     if top.is_symlink() and not _inside(top, root):
         return sub
-    for where, dirs, names in os.walk(top):
-        for name in dirs + names:
-            path = Path(where, name)
-            if path.is_symlink() and not _inside(path, root):
-                return str(path.relative_to(folder))
+    if not top.is_dir():
+        return None
+    below = [top]
+    while below:
+        try:
+            with os.scandir(below.pop()) as listed:
+                entries = sorted(listed, key=lambda entry: entry.name)
+        except OSError as exc:  # a path longer than PATH_MAX among them
+            raise ValueError(f"{sub}: a folder in it cannot be read ({exc.strerror})") from None
+        for entry in entries:
+            path = Path(entry.path)
+            if entry.is_symlink():
+                if not _inside(path, root):
+                    return str(path.relative_to(folder))
+            elif entry.is_dir(follow_symlinks=False):
+                below.append(path)
     return None
 
 
