@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from leftovers import remove_leftovers
 
 from trajectory import record_usage, tool_stats
 from trajforge import journal, plugins
@@ -303,6 +304,13 @@ def site():
 PRIVATE_DOCKERD = Path("/tmp/ci-docker/docker.pid")  # written by the dockerd that .ci/docker-up starts
 STARTED_BY = Path("/tmp/ci-docker/started-by-pytest")  # the pytest session that started it, which stops it
 DOCKER_UP_LOCK = Path("/tmp/batch-runner-docker-up.lock")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def no_leftovers(tmp_path_factory):
+    """What a test's killed run left (its disks, mounts, cgroups: leftovers.py) goes at the session's end."""
+    yield
+    remove_leftovers(tmp_path_factory.getbasetemp())
 
 
 def _session_pid() -> int:
