@@ -22,6 +22,7 @@ import tempfile
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import asdict, replace
 from pathlib import Path
 from urllib.parse import quote
@@ -879,24 +880,30 @@ def test_a_task_folder_too_deep_to_walk_is_refused_with_a_message(tmp_path):
         remove_tree(str(task))  # deeper than pytest's own clean-up can remove
 
 
-def deepest_readable(task: Path, sub: str) -> int:
-    """A chain of folders d/d/d/... in the task's `sub` (of its owner), as deep as the load still reads the
-    task: its walk recurses once per level, in the helper that reads as the owner. A descriptor of the deepest."""
-    owner = task.stat()
-    fd = os.open(task / sub, os.O_RDONLY | os.O_DIRECTORY)
+def deepest_readable(folder: Path, readable: Callable[[], bool]) -> int:
+    """A chain of folders d/d/d/... in `folder` (of its owner), as deep as the load still reads it (`readable`):
+    its walk recurses once per level, in the helper that reads as the owner. A descriptor of the deepest."""
+    owner = folder.stat()
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
     for depth in itertools.count(1):  # by descriptors: the path would be too long for one call
         os.mkdir("d", dir_fd=fd)
         os.chown("d", owner.st_uid, owner.st_gid, dir_fd=fd)
-        if depth > 980:
-            try:
-                task_files(task)
-            except Unreadable:
-                os.rmdir("d", dir_fd=fd)
-                return fd
+        if depth > 980 and not readable():
+            os.rmdir("d", dir_fd=fd)
+            return fd
         below = os.open("d", os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
         os.close(fd)
         fd = below
     raise AssertionError("unreachable")
+
+
+def reads(task: Path) -> bool:
+    """Whether the load reads the task folder whole."""
+    try:
+        task_files(task)
+    except Unreadable:
+        return False
+    return True
 
 
 def test_a_link_out_at_the_bottom_of_a_deep_task_folder_is_found(nobody_tasks, run_here, server):
@@ -907,7 +914,7 @@ def test_a_link_out_at_the_bottom_of_a_deep_task_folder_is_found(nobody_tasks, r
     same deep tree without the link, is loaded (and refused only for its environment)."""
     tasks, _ = nobody_tasks
     owned_by_nobody(tasks, ["hello-file"])
-    fd = deepest_readable(tasks / "hello-file", "solution")
+    fd = deepest_readable(tasks / "hello-file" / "solution", lambda: reads(tasks / "hello-file"))
     try:
         os.symlink("/etc/passwd", "passwd", dir_fd=fd)
         done = run_here(tasks, "--environment=bwrap")

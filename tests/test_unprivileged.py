@@ -26,6 +26,7 @@ import pytest
 from conftest import source, tool_results, wait_for
 from test_environments import _available
 from test_sandbox import bwrap, settings  # noqa: F401  (the fixture)
+from test_task_folders import deepest_readable
 
 from trajforge.environments import (
     EnvironmentSettings,
@@ -39,6 +40,8 @@ from trajforge.environments import (
 )
 from trajforge.environments.limits import Limits, host_user, unenforced
 from trajforge.environments.local import workspace_prefix
+from trajforge.environments.trees import remove_tree
+from trajforge.verification.host_folders import HostFolders
 
 HOST_MARK = "3.14159"  # a sleep no other test runs: how the host finds the sandboxed command
 PROBE = (
@@ -628,6 +631,51 @@ def test_a_tree_too_deep_for_rmtree_goes_with_its_sample(disk_kind, bounded, des
     deep, listed, workspace = asyncio.run(samples())
     assert (deep.output, listed.output) == ("deep\n", "0\n"), (deep, listed)
     assert not os.path.exists(workspace) or not os.listdir(workspace)  # its name is the next sample's
+
+
+NOBODY = 65534
+FOUND_A = 'test -n "$(find "$TESTS_DIR" -name a.txt)" && echo 1 || echo 0'
+
+
+def test_a_tree_as_deep_as_can_be_read_is_given_to_the_verifier(bwrap, run):  # noqa: F811
+    """(review 10) A root runner gives the hidden tests to the verifier's uid (and a sample's fresh folders to
+    nobody) with os.walk, and writes them with os.makedirs: both recurse once per folder level (Python 3.11).
+    A dataset's tests folder as deep as its owner's read goes (that read starts afresh in a helper process)
+    failed its verification with 'RecursionError: maximum recursion depth exceeded'. Both walk without
+    recursion now: that sample, whose agent also left trees 1,200 deep in its workspace and /tmp, is
+    verified and passes, as does its honest twin, and nothing of either stays in /tmp."""
+    home = Path(tempfile.mkdtemp(prefix="nobody-data-", dir="/tmp"))  # its owner's read: nobody's
+    try:
+        agent = DEEP.replace("echo deep", "cd /tmp && " + DEEP)
+        samples = (("deep", agent, "tests"), ("twin", "echo hi > a", {"a.txt": "x\n"}))
+        entries = [
+            {"prompt": f"{name} [mock command={quote(command, safe='')}]", "verify": FOUND_A, "tests": tests}
+            for name, command, tests in samples
+        ]
+        (home / "data.jsonl").write_text("".join(json.dumps(entry) + "\n" for entry in entries))
+        (home / "tests").mkdir()
+        home.chmod(0o755)
+        for path in (home, home / "tests", home / "data.jsonl"):
+            os.chown(path, NOBODY, NOBODY)
+        folders = HostFolders.of(home / "data.jsonl")
+        fd = deepest_readable(home / "tests", lambda: not folders.unreadable(["tests"]))
+        try:
+            with open(os.open("a.txt", os.O_WRONLY | os.O_CREAT, 0o644, dir_fd=fd), "w") as handle:
+                handle.write("x\n")
+            os.chown("a.txt", NOBODY, NOBODY, dir_fd=fd)
+        finally:
+            os.close(fd)
+        result = run(home / "data.jsonl", "--distribution=terminal_only", "--environment=bwrap", "--num_workers=1")
+        prefix = workspace_prefix(EnvironmentSettings(run_dir=str(result.run_dir.resolve())))
+        left = glob.glob(os.path.join(glob.escape(tempfile.gettempdir()), glob.escape(prefix) + "*"))
+        for folder in left:
+            remove_tree(folder)
+        assert result.code == 0 and not result.jsonl("errors.jsonl"), result.stdout + result.stderr
+        verified = {source(row)["prompt"].split()[0]: row["metadata"]["verification"] for row in result.trajectories}
+        assert [verified[name]["passed"] for name in ("deep", "twin")] == [True, True], verified
+        assert left == []
+    finally:
+        remove_tree(str(home))
 
 
 def test_a_kept_workspace_with_a_fifo_is_kept_and_its_disk_given_back(disk_kind, run):

@@ -25,7 +25,7 @@ from trajforge.environments.local import (
     spawn_process,
 )
 from trajforge.environments.orphans import reap_exited_orphans
-from trajforge.environments.trees import remove_tree
+from trajforge.environments.trees import below, remove_tree
 from trajforge.errors import SetupError, UsageError
 
 # Read-only where present. On merged-/usr systems /bin, /lib... are symlinks into /usr: they stay symlinks.
@@ -286,9 +286,9 @@ def tmp_size(limits: Limits) -> int:
 def _give(uid: int, *folders: str) -> None:
     """The sample's fresh folders (and what start() put in them) to the sandbox's host uid."""
     for folder in folders:
-        for root, dirs, files in os.walk(folder):
-            for name in (root, *(os.path.join(root, entry) for entry in dirs + files)):
-                os.lchown(name, uid, uid)
+        os.lchown(folder, uid, uid)
+        for entry in below(folder):  # as deep as the tree goes
+            os.lchown(entry.path, uid, uid)
 
 
 class BwrapBackend(LocalBackend):  # the same workspaces, so the same leftovers (a /tmp may be mounted)

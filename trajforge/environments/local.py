@@ -294,9 +294,13 @@ def write_tests(root: str, files: dict[str, bytes]) -> str:
     """`root`, a fresh host folder, holding `files` (their paths were checked at load: none leaves it)."""
     os.chmod(root, 0o755)  # readable by the sandbox's user (bound read-only), written by no one but us
     for name, data in files.items():
-        path = os.path.join(root, os.path.normpath(name))
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        with open(path, "wb") as handle:
+        *folders, file = os.path.normpath(name).split(os.sep)
+        path = root
+        for folder in folders:  # one level at a time: os.makedirs recurses once per level (Python 3.11)
+            path = os.path.join(path, folder)
+            with contextlib.suppress(FileExistsError):
+                os.mkdir(path)
+        with open(os.path.join(path, file), "wb") as handle:
             handle.write(data)
     return root
 

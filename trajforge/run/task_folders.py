@@ -28,6 +28,7 @@ from trajforge.environments import AUTO, EnvironmentSettings, backend_class, cho
 from trajforge.environments.dockerfile import fetch_problem
 from trajforge.environments.folder_task import IMAGE_PREFIX, KEY, FolderSettings
 from trajforge.environments.shell import Executable, tar_archive
+from trajforge.environments.trees import below
 from trajforge.errors import SetupError, UsageError
 from trajforge.run.dataset import MAX_LISTED, Entry, load_dataset
 from trajforge.runconfig import RunConfig
@@ -75,28 +76,19 @@ def prompt_of(text: str) -> str:
 
 
 def escapes(folder: Path, sub: str) -> str | None:
-    """A symlink under folder/sub that resolves outside the task folder, named; or None. Walked with a stack
-    of its own, no symlink followed: os.walk recurses once per folder level (Python 3.11), and a tree ~1,000
-    deep ended the load in a RecursionError. ValueError when a folder under it cannot be listed."""
+    """A symlink under folder/sub that resolves outside the task folder, named; or None. ValueError when a
+    folder under it cannot be listed."""
     root, top = folder.resolve(), folder / sub
     if top.is_symlink() and not _inside(top, root):
         return sub
     if not top.is_dir():
         return None
-    below = [top]
-    while below:
-        try:
-            with os.scandir(below.pop()) as listed:
-                entries = sorted(listed, key=lambda entry: entry.name)
-        except OSError as exc:  # a path longer than PATH_MAX among them
-            raise ValueError(f"{sub}: a folder in it cannot be read ({exc.strerror})") from None
-        for entry in entries:
-            path = Path(entry.path)
-            if entry.is_symlink():
-                if not _inside(path, root):
-                    return str(path.relative_to(folder))
-            elif entry.is_dir(follow_symlinks=False):
-                below.append(path)
+    try:
+        for entry in below(str(top)):  # as deep as the tree goes (os.walk's RecursionError ~1,000 deep)
+            if entry.is_symlink() and not _inside(Path(entry.path), root):
+                return str(Path(entry.path).relative_to(folder))
+    except OSError as exc:  # a path longer than PATH_MAX among them
+        raise ValueError(f"{sub}: a folder in it cannot be read ({exc.strerror})") from None
     return None
 
 
