@@ -168,12 +168,19 @@ def write_dataset(path: Path, entries: list) -> Path:
 
 
 def wait_for(condition: Callable[[], object], timeout: float = 60, what: str = "the condition") -> None:
-    """Poll `condition` until it holds; fail naming `what` after `timeout` seconds."""
+    """Poll `condition` until it holds; fail naming `what` after `timeout` seconds. A cheap condition is
+    polled every 10 ms; a costly one (a scan of every process's command line: 10-20 ms of CPU with a few
+    hundred processes) waits four times its own cost between looks (half a second at most): a wait takes
+    at most a fifth of a core from the rest of the suite, which has two."""
     deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
+    while True:
+        started = time.monotonic()
+        if condition():
+            return
+        now = time.monotonic()
+        if now > deadline:
             pytest.fail(f"gave up waiting for {what} after {timeout} s")
-        time.sleep(0.01)
+        time.sleep(min(max(0.01, 4 * (now - started)), 0.5))
 
 
 def run_cli(args: list[str]) -> tuple[int, str, str]:
@@ -236,16 +243,46 @@ class Runner:
         return [*command, *flags]
 
     def __call__(self, entries, *flags: str, run_name: str = "run", batch_size: int = 2, timeout: float = 120):
+        return self.start(entries, *flags, run_name=run_name, batch_size=batch_size).result(timeout)
+
+    def start(self, entries, *flags: str, run_name: str = "run", batch_size: int = 2) -> Started:
+        """The same run, started in the background: for a test that does something else meanwhile."""
         env = {k: v for k, v in os.environ.items() if not k.endswith("API_KEY")}
-        proc = subprocess.run(
+        proc = subprocess.Popen(
             self.command(entries, *flags, run_name=run_name, batch_size=batch_size),
             cwd=self.tmp_path,
-            capture_output=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
             text=True,
-            timeout=timeout,
             env=env,
         )
-        return Result(proc.returncode, proc.stdout, proc.stderr, self.tmp_path / "out" / run_name)
+        return Started(proc, self.tmp_path / "out" / run_name)
+
+
+class Started:
+    """A run of batch_runner.py going on in the background (Runner.start)."""
+
+    def __init__(self, proc: subprocess.Popen, run_dir: Path):
+        self.proc = proc
+        self.run_dir = run_dir
+        self.ended: Result | None = None
+
+    def result(self, timeout: float = 120) -> Result:
+        """Its Result, once it has ended; killed (and the test failed) if it runs past `timeout` seconds."""
+        if self.ended is None:
+            try:
+                stdout, stderr = self.proc.communicate(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                self.kill()
+                raise
+            self.ended = Result(self.proc.returncode, stdout, stderr, self.run_dir)
+        return self.ended
+
+    def kill(self) -> None:
+        """Ends it if it still runs (a test that failed before it waited for it)."""
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.communicate()
 
 
 class InProcessRunner(Runner):

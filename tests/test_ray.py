@@ -18,7 +18,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from conftest import ROOT, Result, Runner, source, wait_for
+from conftest import ROOT, Result, Runner, Started, source, wait_for
 from test_money import answered_calls, assert_no_step_answered_twice, ledger, paid_calls
 from test_sandbox_network import probe_command, probe_here
 from test_task_folders import REPLACE_CAT, Builds, copy_examples, samples, steer
@@ -209,17 +209,21 @@ ENTRIES = [{"prompt": f"task {i}"} for i in range(8)] + [{"prompt": "silent [moc
 
 
 @pytest.fixture(scope="module")
-def pool(tmp_path_factory) -> Result:
-    """The process pool's run of ENTRIES, made once: what every Ray run of them must match."""
+def pool(tmp_path_factory):
+    """The process pool's run of ENTRIES, made once: what every Ray run of them must match. Started here and
+    read by the first test that compares (the tests ask for it before the cluster, which starts meanwhile)."""
     server = MockServer()
     server.base_url = server.start()
+    started = Runner(tmp_path_factory.mktemp("pool"), server).start(ENTRIES, *TOOLS, run_name="pool", batch_size=3)
     try:
-        return Runner(tmp_path_factory.mktemp("pool"), server)(ENTRIES, *TOOLS, run_name="pool", batch_size=3)
+        yield started
     finally:
+        started.kill()
         server.stop()
 
 
-def assert_same_as_the_pool(ray: Result, pool: Result) -> None:
+def assert_same_as_the_pool(ray: Result, started: Started) -> None:
+    pool = started.result()
     assert pool.code == 0 and ray.code == 0, ray.stdout + ray.stderr
     assert comparable(ray) == comparable(pool)
     assert len(ray.trajectories) == 8 and ray.statistics["discarded_no_reasoning"] == 1
@@ -253,8 +257,8 @@ def test_a_killed_ray_worker_is_retried_and_the_run_is_the_pool_s_without_duplic
     killed = None
     while killed is None and time.monotonic() < deadline:
         lines = sum(p.read_bytes().count(b"\n") for p in folder.glob("batch_*.jsonl")) if folder.exists() else 0
-        workers = on_the_cluster(BATCH)
-        if lines >= 2 and workers:
+        workers = on_the_cluster(BATCH) if lines >= 2 else []  # a scan of the processes only when it can tell
+        if workers:
             killed = workers[0].pid
             os.kill(killed, signal.SIGKILL)
         time.sleep(0.05)
@@ -278,8 +282,8 @@ def test_a_killed_sink_fails_at_most_its_batches_never_the_run(run, server, clus
         deadline = time.monotonic() + RAY_RUN_TIMEOUT
         while killed is None and time.monotonic() < deadline:
             lines = sum(p.read_bytes().count(b"\n") for p in folder.glob("batch_*.jsonl")) if folder.exists() else 0
-            sinks = on_the_cluster(SINK)
-            if lines >= 1 and sinks and on_the_cluster(BATCH):
+            sinks = on_the_cluster(SINK) if lines >= 1 else []  # a scan of the processes only when it can tell
+            if sinks and on_the_cluster(BATCH):
                 killed = sinks[0].pid
                 os.kill(killed, signal.SIGKILL)
             time.sleep(0.05)
@@ -392,6 +396,18 @@ def test_a_plugin_file_reaches_the_cluster_s_workers_with_the_run(run, server, c
         assert "hello n" in row["conversations"][3]["value"]
 
 
+def rewards(run_dir: Path) -> dict:
+    """(task, sample index) -> (passed, reward) of each sample of a run over task folders."""
+    return {
+        (name, record["metadata"]["sample_index"]): (
+            record["metadata"]["verification"]["passed"],
+            record["metadata"]["verification"]["reward"],
+        )
+        for name, records in samples(run_dir).items()
+        for record in records
+    }
+
+
 @ON_THE_CLUSTER
 def test_task_folders_on_a_cluster_are_the_pool_s_built_once_and_resumed_without_building(
     docker_host, run, server, cluster, tmp_path
@@ -410,28 +426,26 @@ def test_task_folders_on_a_cluster_are_the_pool_s_built_once_and_resumed_without
     ray = run(tasks, *on_ray, run_name="ray", batch_size=2, timeout=RAY_RUN_TIMEOUT)
     assert ray.code == 0, ray.stdout + ray.stderr
     assert builds.count() == 4  # one per task, by the driver, for both samples and both worker nodes
-    pool = run(tasks, *flags, run_name="pool", batch_size=2, timeout=RAY_RUN_TIMEOUT)
+
+    # The pool's run goes on beside the resume, with a server of its own: the resume must send nothing.
+    sent, builds = len(server.chat_requests()), Builds(tasks)
+    found = rewards(ray.run_dir)
+    pool_server = MockServer()
+    pool_server.base_url = pool_server.start()
+    started = Runner(tmp_path, pool_server).start(tasks, *flags, run_name="pool", batch_size=2)
+    try:
+        again = run(tasks, *on_ray, "--resume", run_name="ray", batch_size=2, timeout=RAY_RUN_TIMEOUT)
+        pool = started.result(RAY_RUN_TIMEOUT)
+    finally:
+        started.kill()
+        pool_server.stop()
+    assert again.code == 0, again.stdout + again.stderr
+    assert len(server.chat_requests()) == sent and builds.count() == 0  # nor did the pool build
     assert pool.code == 0, pool.stdout + pool.stderr
 
-    def rewards(run_dir: Path) -> dict:
-        return {
-            (name, record["metadata"]["sample_index"]): (
-                record["metadata"]["verification"]["passed"],
-                record["metadata"]["verification"]["reward"],
-            )
-            for name, records in samples(run_dir).items()
-            for record in records
-        }
-
-    found = rewards(ray.run_dir)
     assert found == rewards(pool.run_dir)
     assert {key: value for key, value in found.items() if value[0]} == {
         ("hello-file", 0): (True, 1.0),
         ("hello-file", 1): (True, 1.0),
     }
     assert len(found) == 8 and found["hello-cat", 0] == (False, 0.0)
-
-    sent, builds = len(server.chat_requests()), Builds(tasks)
-    again = run(tasks, *on_ray, "--resume", run_name="ray", batch_size=2, timeout=RAY_RUN_TIMEOUT)
-    assert again.code == 0, again.stdout + again.stderr
-    assert len(server.chat_requests()) == sent and builds.count() == 0
