@@ -474,43 +474,60 @@ def _identity(files: dict[str, os.stat_result]) -> set[tuple]:
 
 
 async def _reserve_samples(env_settings) -> list:
-    """Four samples of one worker on one disk: a plain one, one that fills the disk and is verified, a plain one
-    after whose end the reserve is damaged from outside, and one that fills the disk and is verified."""
+    """Samples of one worker on one disk, in turn: one nobody verifies, one verified whose verification never
+    runs (its agent failed), one that fills the disk and is verified, one verified whose verification never
+    runs and after whose end the reserve is damaged from outside, one that fills the disk and is verified.
+    Each: (the disk's root, the reserve as the agent begins, the outputs, the reserve during the verification)."""
     backend = backend_for(env_settings)
     seen = []
-    for verified, damage in ((False, False), (True, False), (False, True), (True, False)):
+    for verified, verification, damage in (
+        (False, False, False),
+        (True, False, False),
+        (True, True, False),
+        (True, False, True),
+        (True, True, False),
+    ):
         env = await backend.open({})
         try:
+            await env.agent_begins(verified)
             root, files = env.disk.root, _reserve_files(env.disk.root)
-            outputs = [await env.exec(FILL.format(where=".") if verified else "echo hi > x")]
-            if verified:
+            outputs = [await env.exec(FILL.format(where=".") if verification else "echo hi > x")]
+            if verification:
                 await env.enter_clean_room()
                 outputs.append(await env.exec("head -c 500000 /dev/zero > $TMPDIR/half && echo done"))
                 files_then = _reserve_files(root)
         finally:
             await env.close()
-        seen.append((root, files, outputs, files_then if verified else None))
-        if damage and os.path.isdir(os.path.join(root, disk.RESERVE)):  # kept (bwrap): damaged, not whole
+        seen.append((root, files, outputs, files_then if verification else None))
+        if damage:  # kept (bwrap): damaged, not whole
             os.truncate(os.path.join(root, disk.RESERVE, "7"), 0)
     return seen
 
 
 def test_a_disk_s_reserve_is_kept_until_a_verification_takes_it_and_re_made_when_not_whole(bwrap, tmp_path):  # noqa: F811
     """bwrap's disk goes from one sample of a slot to the next (local's goes with its sample). The
-    verification's reserve is made with the disk and kept from one sample to the next (no 2 ms of
-    allocating and deleting it a sample), given back when a verification runs (which writes on a disk the
-    agent filled), made anew for the next sample, and made anew when it is not whole."""
+    verification's reserve is made as the agent of a sample that will be verified begins (none for a sample
+    nobody verifies: 1 ms of CPU), kept from one sample to the next (no 2 ms of allocating and deleting it a
+    sample), given back when a verification runs (which writes on a disk the agent filled), made anew for
+    the next verified sample, and made anew when it is not whole."""
     warning = disk.unenforced(DISK.max_disk_mb, "bwrap", backend_class("bwrap").LIMITS)
     if warning:
         pytest.skip(warning)
     samples = asyncio.run(_reserve_samples(settings("bwrap", tmp_path, limits=DISK)))
-    (root, plain, out1, _), (root2, kept, full, during), (root3, remade, _, _), (root4, repaired, full2, _) = samples
-    assert root == root2 == root3 == root4  # one disk, given back and taken again
-    for files in (plain, kept, remade, repaired):  # whole as each sample starts
+    (
+        (root, unverified, out1, _),
+        (_, made, _, _),
+        (_, kept, full, during),
+        (_, remade, _, _),
+        (_, repaired, full2, _),
+    ) = samples
+    assert {sample[0] for sample in samples} == {root}  # one disk, given back and taken again
+    assert unverified == {}  # nobody verifies the first sample: no reserve made
+    for files in (made, kept, remade, repaired):  # whole as each verified sample's agent begins
         assert sorted(files) == sorted(map(str, range(disk.RESERVE_FILES)))
         assert all(info.st_blocks * 512 >= disk.RESERVE_BYTES // disk.RESERVE_FILES for info in files.values())
     assert out1[0].exit_code == 0
-    assert _identity(kept) == _identity(plain)  # kept: the same files, untouched, after a sample without verification
+    assert _identity(kept) == _identity(made)  # kept: the same files, untouched, after a sample without verification
     for fill, verification in (full, full2):  # the agent filled the disk; the verification wrote all the same
         assert "No space left on device" in fill.output, fill
         assert (verification.output, verification.exit_code) == ("done\n", 0), verification
@@ -561,6 +578,7 @@ def test_a_local_agent_leaves_the_next_sample_its_whole_disk_and_reserve(attack,
         for agent in (first, "printf 'echo ran' > run.sh && chmod +x run.sh && ./run.sh; " + FILL.format(where=".")):
             env = await backend.open({})
             try:
+                await env.agent_begins(True)  # each verified, as the pipeline says: its reserve made
                 roots.append(env.disk.root)
                 devices.append(os.stat(env.disk.root).st_dev)
                 where = {"reserve": os.path.join(env.disk.root, disk.RESERVE), "root": env.disk.root, "pins": pins}
@@ -699,6 +717,30 @@ def test_a_kept_workspace_with_a_fifo_is_kept_and_its_disk_given_back(disk_kind,
     finally:
         for folder in left:
             shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_a_setup_that_fills_the_disk_of_a_verified_sample_fails_it_as_setup_failed(disk_kind, run, server):
+    """The verification's reserve is made once the task is in place, as the agent begins, and only for a
+    sample that will be verified: a task whose setup leaves less room on the disk than the reserve (1 MB and
+    32 inodes) is setup_failed, saying so, with no model call; its twin's setup leaves room and is verified."""
+    verify = {"command": "test -s small && echo checked"}
+    fill = "head -c 40000000 /dev/zero > big; echo small > small; true"  # exits 0 on the full disk
+    entries = [
+        {"prompt": "full [mock command=true]", "setup": fill, "verify": verify},
+        {"prompt": "twin [mock command=true]", "setup": "echo small > small", "verify": verify},
+    ]
+    flags = ("--distribution=terminal_only", f"--environment={disk_kind}", "--max_disk_mb=16", "--num_workers=1")
+    result = run(entries, *flags)
+    assert result.code == 1, result.stdout + result.stderr
+    (error,) = result.jsonl("errors.jsonl")
+    assert error["error_type"] == "setup_failed", error
+    assert (
+        "the task's setup left no room on the sample's disk for its verification (1 MB and 32 inodes)"
+        in (error["message"])
+    )
+    assert {request["prompt"].split()[0] for request in server.chat_requests()} == {"twin"}  # none for "full"
+    (twin,) = result.trajectories
+    assert twin["metadata"]["verification"]["passed"] is True, twin["metadata"]["verification"]
 
 
 KEEP_ATTACK = (

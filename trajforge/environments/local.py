@@ -5,6 +5,7 @@ from __future__ import annotations
 import array
 import asyncio
 import contextlib
+import errno
 import fcntl
 import glob
 import os
@@ -18,7 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from trajforge.environments import OUTPUT_LIMIT, Backend, EnvironmentSettings, ExecResult, disk, tmpfs
 from trajforge.environments.contract import Spawned, timeout_result
-from trajforge.environments.limits import RUNNER, SampleCgroup, confined, host_user
+from trajforge.environments.limits import MB, RUNNER, SampleCgroup, confined, host_user
 from trajforge.environments.orphans import (
     PROMPT_MARKER,
     become_subreaper,
@@ -30,7 +31,7 @@ from trajforge.environments.orphans import (
 )
 from trajforge.environments.shell import CommandEnvironment
 from trajforge.environments.trees import remove_tree
-from trajforge.errors import SetupError
+from trajforge.errors import SetupError, SetupFailed
 from trajforge.tail import CappedOutput
 
 # What every command sees besides PATH, HOME and TMPDIR; nothing of ours (API keys stay out of trajectories).
@@ -340,7 +341,6 @@ class LocalEnvironment(CommandEnvironment):
             self.disk = disk.take(self.settings, workspace_prefix(self.settings))
             self.disk_workspace = self.disk.make_folder("workspace")
             self.disk_verify = self.disk.make_folder("verify")
-            self.disk.reserve()  # the verification's room, before the agent could fill the disk
             self.disk.attach(self.disk_workspace, self.workspace)
         self.cwd = workspace_cwd(self.workspace, self.asked_cwd, self.absolute_cwd)
         os.makedirs(self.cwd, exist_ok=True)
@@ -350,11 +350,25 @@ class LocalEnvironment(CommandEnvironment):
     async def agent_begins(self, verified: bool) -> None:
         # The record's command only where a pack folder may lie: what it hashes is below one (a whole sandboxed
         # command, ~9 ms of CPU in bwrap, for the many workspaces that hold no repository).
-        await super().agent_begins(verified and await asyncio.to_thread(may_hold_packs, self.scan_root))
+        await super().agent_begins(verified and await asyncio.to_thread(self._before_verified_agent))
         # The workspace's files are on this machine's kernel, whose clock sets their ctime; a cwd of the
         # host's held files before the sample (any earlier process could have written them): all are checked.
         if os.path.commonpath([self.cwd, self.workspace]) == self.workspace:
             self.agent_since = int(time.time()) - 1  # a second early: a file's ctime is a coarse clock's
+
+    def _before_verified_agent(self) -> bool:
+        """Blocking. The verification's reserve on the sample's disk, before the agent could fill it (a sample
+        that nobody verifies has none: 1 ms of CPU); whether a pack folder may lie below the scan's root."""
+        if self.disk is not None:
+            try:
+                self.disk.reserve()
+            except OSError as exc:
+                if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+                    raise SetupError(f"--max_disk_mb: cannot keep the verification's reserve: {exc}") from None
+                room = f"{disk.RESERVE_BYTES // MB} MB and {disk.RESERVE_FILES} inodes"
+                why = f"the task's setup left no room on the sample's disk for its verification ({room})"
+                raise SetupFailed(why) from None
+        return may_hold_packs(self.scan_root)
 
     def _tmpdir(self) -> str:
         """TMPDIR for the prompt's commands: in its workspace, so its files go with it, not in the host's /tmp."""
