@@ -23,7 +23,7 @@ from pathlib import Path
 from urllib.parse import quote
 
 import pytest
-from conftest import source, tool_results, wait_for
+from conftest import Runner, source, tool_results, wait_for, write_dataset
 from test_environments import _available
 from test_sandbox import bwrap, settings  # noqa: F401  (the fixture)
 from test_task_folders import deepest_readable
@@ -692,6 +692,41 @@ def test_a_tree_as_deep_as_can_be_read_is_given_to_the_verifier(bwrap, run):  # 
         verified = {source(row)["prompt"].split()[0]: row["metadata"]["verification"] for row in result.trajectories}
         assert [verified[name]["passed"] for name in ("deep", "twin")] == [True, True], verified
         assert left == []
+    finally:
+        remove_tree(str(home))
+
+
+# A runner that is not root: nobody, with the one capability to read this machine's Python (under /root, 0700).
+AS_NOBODY = ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups"] + [
+    f"--{which}-caps=+dac_read_search" for which in ("inh", "ambient")
+]
+
+
+def test_a_folder_an_agent_closed_goes_with_a_runner_that_is_not_root(server):
+    """(review 10) A runner that is not root, on --environment=local: an agent's `chmod 000 d` over d/e/f left
+    a folder the runner could neither list nor empty (rmtree and `rm -rf` both stopped there), so the sample's
+    workspace stayed in /tmp after the run. Its own folders are made u+rwx and removed now, a link among them
+    not followed (the runner's folder it points to keeps its mode); the honest twin, the same tree left open,
+    goes as before."""
+    home = Path(tempfile.mkdtemp(prefix="nobody-run-", dir="/tmp"))  # the run's files: nobody's
+    (home / "outside").mkdir(mode=0o500)  # a folder of the runner's a link points to: never changed
+    closed = f"mkdir -p d/e && touch d/e/f && ln -s {home / 'outside'} d/e/link && chmod 000 d"
+    commands = {"closed": closed, "twin": "mkdir -p d/e && touch d/e/f"}
+    entries = [{"prompt": f"{name} [mock command={quote(command, safe='')}]"} for name, command in commands.items()]
+    argv = Runner(home, server).command(write_dataset(home / "data.jsonl", entries), "--environment=local")
+    subprocess.run(["chown", "-R", f"{NOBODY}:{NOBODY}", str(home)], check=True)
+    argv = [*AS_NOBODY, *argv, "--distribution=terminal_only", "--num_workers=1"]
+    env = {"PATH": os.environ["PATH"], "HOME": str(home)}
+    try:
+        done = subprocess.run(argv, cwd=home, env=env, capture_output=True, text=True, timeout=120)
+        prefix = workspace_prefix(EnvironmentSettings(run_dir=str(home / "out" / "run")))
+        left = glob.glob(os.path.join(glob.escape(tempfile.gettempdir()), glob.escape(prefix) + "*"))
+        for folder in left:
+            remove_tree(folder)
+        assert done.returncode == 0, done.stdout + done.stderr
+        rows = [json.loads(line) for line in (home / "out" / "run" / "trajectories.jsonl").read_text().splitlines()]
+        assert sorted(source(row)["prompt"].split()[0] for row in rows) == ["closed", "twin"]
+        assert left == [] and stat.S_IMODE((home / "outside").stat().st_mode) == 0o500
     finally:
         remove_tree(str(home))
 

@@ -3,14 +3,17 @@ folders and holds a descriptor per level: a tree a thousand folders deep (`mkdir
 RecursionError through its ignore_errors, or met the descriptor limit (EMFILE, which ignore_errors hides)
 and stayed, so the sample failed as a crash that --resume runs again, or its disk stayed mounted with its
 data, or its workspace in /tmp, until the run's end. What rmtree leaves is removed by `rm -rf` (which walks
-with fts: no depth limit, a bounded number of descriptors). And what lies under a folder, walked without
-recursion (os.walk recurses once per level too)."""
+with fts: no depth limit, a bounded number of descriptors). A runner that is not root cannot empty a folder
+of its own it may not list or write (an agent's `chmod 000 d` under --environment=local): such folders are
+made u+rwx and `rm -rf` runs again. And what lies under a folder, walked without recursion (os.walk recurses
+once per level too)."""
 
 from __future__ import annotations
 
 import contextlib
 import os
 import shutil
+import stat
 import subprocess
 from collections.abc import Iterator
 
@@ -22,9 +25,40 @@ def remove_tree(path: str) -> None:
     with contextlib.suppress(RecursionError):
         shutil.rmtree(path, ignore_errors=True)
     if os.path.lexists(path):
-        argv = ["rm", "-rf", "--one-file-system", "--", path]  # a file system mounted below stays (rmtree goes in)
-        with contextlib.suppress(OSError, subprocess.SubprocessError):
-            subprocess.run(argv, capture_output=True, stdin=subprocess.DEVNULL, timeout=DEEP_TIMEOUT)
+        _rm(path)
+    if os.path.lexists(path) and (uid := os.geteuid()):  # root's rm needs no permission bit
+        _open_up(path, uid)
+        _rm(path)
+
+
+def _rm(path: str) -> None:
+    argv = ["rm", "-rf", "--one-file-system", "--", path]  # a file system mounted below stays (rmtree goes in)
+    with contextlib.suppress(OSError, subprocess.SubprocessError):
+        subprocess.run(argv, capture_output=True, stdin=subprocess.DEVNULL, timeout=DEEP_TIMEOUT)
+
+
+def _open_up(path: str, uid: int) -> None:
+    """`uid`'s folders in `path` (itself too) made u+rwx, each before it is listed, so that rm can empty them."""
+    with contextlib.suppress(OSError):  # a folder it still cannot list (another user's): rm leaves it, as before
+        _let_in(path, uid)
+        for entry in below(path):
+            if entry.is_dir(follow_symlinks=False):
+                _let_in(entry.path, uid)
+
+
+def _let_in(folder: str, uid: int) -> None:
+    """`folder`, when it is `uid`'s, made u+rwx. Opened O_PATH|O_NOFOLLOW and changed through that descriptor: a
+    symlink (put in its place meanwhile) is not followed, so nothing outside the tree is changed. (A folder above
+    swapped for a link would take a process of the sample's still running as the runner's uid, which could change
+    what that uid owns itself: no more than it could do.)"""
+    with contextlib.suppress(OSError):
+        fd = os.open(folder, os.O_PATH | os.O_NOFOLLOW | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            found = os.fstat(fd)
+            if found.st_uid == uid and found.st_mode & 0o700 != 0o700:
+                os.chmod(f"/proc/self/fd/{fd}", stat.S_IMODE(found.st_mode) | 0o700)
+        finally:
+            os.close(fd)
 
 
 def below(folder: str) -> Iterator[os.DirEntry]:
