@@ -10,11 +10,20 @@ import asyncio
 import contextlib
 import functools
 import os
-import shutil
 import stat
 import subprocess
 
-from trajforge.environments import OUTPUT_LIMIT, EnvironmentSettings, ExecResult, mountns, netns, seccomp, tmpfs, userns
+from trajforge.environments import (
+    OUTPUT_LIMIT,
+    EnvironmentSettings,
+    ExecResult,
+    mountns,
+    netns,
+    programs,
+    seccomp,
+    tmpfs,
+    userns,
+)
 from trajforge.environments.contract import Spawned
 from trajforge.environments.limits import MB, Limits, confined, drop_problem, host_user
 from trajforge.environments.local import (
@@ -78,7 +87,7 @@ def bwrap_argv(
         unshare = ["--unshare-all", *UNPRIVILEGED, *(["--share-net"] if settings.sandbox_network else [])]
     # --die-with-parent and the PID namespace take every process of a command down with bwrap, so
     # killing bwrap's process group on a timeout kills the command's children too.
-    sandbox = [_bwrap(), *unshare]
+    sandbox = [programs.bwrap(), *unshare]
     if seccomp_fd is not None:
         sandbox += ["--seccomp", str(seccomp_fd)]
     sandbox += ["--die-with-parent", "--new-session"]
@@ -101,7 +110,7 @@ def _drop_problem() -> str | None:
     whole bounding set (limits.confined): a setuid or file-capable bwrap would be root again there."""
     if host_user() is None:
         return None
-    return drop_problem() or _privileged(_bwrap())
+    return drop_problem() or _privileged(programs.bwrap())
 
 
 def _privileged(path: str) -> str | None:
@@ -117,11 +126,6 @@ def _privileged(path: str) -> str | None:
     except OSError:
         return None
     return f"its bwrap ({path}) has file capabilities: remove them (setcap -r) or install bubblewrap without them"
-
-
-@functools.cache
-def _bwrap() -> str:
-    return shutil.which("bwrap") or "bwrap"
 
 
 class BwrapEnvironment(LocalEnvironment):
@@ -300,11 +304,7 @@ class BwrapBackend(LocalBackend):  # the same workspaces, so the same leftovers 
 
     @classmethod
     def check(cls, settings: EnvironmentSettings) -> None:
-        if shutil.which("bwrap") is None:
-            raise SetupError(
-                "--environment=bwrap needs bubblewrap, which is not on PATH: install it "
-                "(apt-get install bubblewrap, dnf install bubblewrap) or choose another --environment"
-            )
+        programs.bwrap()  # SetupError where it is in no absolute folder of PATH
         if settings.sandbox_network:  # exit 2, also for --environment=auto: never the host's network instead
             netns.check()
         problem = _drop_problem()

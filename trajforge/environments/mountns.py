@@ -21,10 +21,9 @@ from __future__ import annotations
 
 import os
 import select
-import shutil
 import subprocess
 
-from trajforge.environments import holder
+from trajforge.environments import holder, programs
 
 START_TIMEOUT = 30
 # The holder says its pid as the host's /proc sees it (bwrap gives it no PID namespace) and waits.
@@ -35,7 +34,7 @@ def holder_argv(system: tuple[str, ...], folders: list[str]) -> list[str]:
     """bwrap's arguments for a holder: `system` (bwrap's own mounts of the system's folders), the host's
     /proc and /dev (with what is mounted below them: a command's bwrap mounts a fresh /proc only where
     one is wholly visible), and each of `folders` at its path, its parents passable by any uid."""
-    argv = [shutil.which("bwrap") or "bwrap", *system, "--bind", "/proc", "/proc", "--dev-bind", "/dev", "/dev"]
+    argv = [programs.bwrap(), *system, "--bind", "/proc", "/proc", "--dev-bind", "/dev", "/dev"]
     made: set[str] = set()
     for folder in folders:
         parent, parents = os.path.dirname(folder), []

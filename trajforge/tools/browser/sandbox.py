@@ -22,7 +22,7 @@ import shutil
 import subprocess
 import tempfile
 
-from trajforge.environments import EnvironmentSettings
+from trajforge.environments import EnvironmentSettings, programs
 from trajforge.environments.bwrap import SYSTEM_DIRS, UNPRIVILEGED, BwrapBackend, system_mounts
 from trajforge.environments.limits import NOBODY, host_user
 from trajforge.errors import SetupError, UsageError
@@ -49,7 +49,7 @@ def no_user_namespaces() -> list[str]:
     """bwrap's --disable-userns where it has it (0.8 on): a page that takes the renderer makes no user
     namespace of its own, root in it with every capability. Chromium's own sandbox, which needs them, is off."""
     try:
-        usage = subprocess.run([shutil.which("bwrap") or "bwrap", "--help"], capture_output=True, text=True, timeout=30)
+        usage = subprocess.run([programs.bwrap(), "--help"], capture_output=True, text=True, timeout=30)
     except (OSError, subprocess.SubprocessError):
         return []
     return ["--disable-userns"] if "--disable-userns" in usage.stdout + usage.stderr else []
@@ -57,7 +57,7 @@ def no_user_namespaces() -> list[str]:
 
 def script(executable: str) -> str:
     """The launcher Playwright runs in place of Chromium: bwrap around it, its profile folder bound."""
-    sandbox = [shutil.which("bwrap") or "bwrap", "--unshare-all", "--share-net", *UNPRIVILEGED, *no_user_namespaces()]
+    sandbox = [programs.bwrap(), "--unshare-all", "--share-net", *UNPRIVILEGED, *no_user_namespaces()]
     sandbox += ["--die-with-parent", "--new-session", *system_mounts(), "--dev", "/dev", "--proc", "/proc"]
     sandbox += ["--tmpfs", "/tmp", "--tmpfs", "/dev/shm", "--setenv", "HOME", "/tmp"]
     for path in SHARED_READ_ONLY:
