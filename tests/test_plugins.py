@@ -15,7 +15,17 @@ from urllib.parse import quote
 
 import pytest
 
+from trajforge import plugins
+
 ORDERS = Path(__file__).parent / "plugins" / "orders_plugin.py"
+
+
+@pytest.fixture
+def run_here(run_here):
+    """Runs in this process (a refused run costs no start of Python): a run loads its --plugins into this
+    process's registry, which holds the built-ins alone again after the test, as conftest left it."""
+    yield run_here
+    plugins.load()
 
 
 def call(name: str, **arguments) -> str:
@@ -108,28 +118,28 @@ BROKEN = {
 
 
 @pytest.mark.parametrize("kind", sorted(BROKEN))
-def test_a_plugin_that_cannot_be_loaded_stops_the_run_naming_it(run, server, tmp_path, kind):
+def test_a_plugin_that_cannot_be_loaded_stops_the_run_naming_it(run_here, server, tmp_path, kind):
     text, said = BROKEN[kind]
     plugin = tmp_path / f"{kind}_plugin.py"
     plugin.write_text(text)
-    result = run([{"prompt": "hello"}], f"--plugins={plugin}", "--distribution=terminal_only")
+    result = run_here([{"prompt": "hello"}], f"--plugins={plugin}", "--distribution=terminal_only")
     assert result.code == 2, result.stderr
     assert said in result.stderr and (kind in ("clash", "bad_percent") or str(plugin.name) in result.stderr)
     assert result.stderr.count("\n") == 1 and not server.chat_requests()  # one line, no request
 
 
-def test_names_a_plugin_registers_are_unknown_without_it(run, server):
-    result = run([{"prompt": "hello"}], "--distribution=support")
+def test_names_a_plugin_registers_are_unknown_without_it(run_here, server):
+    result = run_here([{"prompt": "hello"}], "--distribution=support")
     assert result.code == 2 and "--distribution" in result.stderr and "support" in result.stderr
-    result = run([{"prompt": "hello"}], "--export=order_lines")
+    result = run_here([{"prompt": "hello"}], "--export=order_lines")
     assert result.code == 2 and "unknown format 'order_lines'" in result.stderr
-    result = run([{"prompt": "hello", "verify": {"mentions": "x"}}])
+    result = run_here([{"prompt": "hello", "verify": {"mentions": "x"}}])
     assert result.code == 2 and "unknown check(s) 'mentions'" in result.stderr
     assert not server.chat_requests()
 
 
-def test_a_plugin_s_check_refuses_a_bad_value_at_load(run, server):
-    result = run([{"prompt": "hello", "verify": {"mentions": 3}}], f"--plugins={ORDERS}")
+def test_a_plugin_s_check_refuses_a_bad_value_at_load(run_here, server):
+    result = run_here([{"prompt": "hello", "verify": {"mentions": 3}}], f"--plugins={ORDERS}")
     assert result.code == 2 and '"verify.mentions" must be a non-empty string' in result.stderr
     assert not server.chat_requests()
 
@@ -244,9 +254,9 @@ def test_a_distribution_file_draws_the_toolsets_it_names_a_plugin_s_too(run, ser
 
 
 @pytest.mark.parametrize("text", ['{"terminal": 2}', "[1]", "{}", '{"terminal": true}', "not json"])
-def test_a_bad_distribution_file_stops_the_run_naming_it(run, server, tmp_path, text):
+def test_a_bad_distribution_file_stops_the_run_naming_it(run_here, server, tmp_path, text):
     chances = tmp_path / "odd.json"
     chances.write_text(text)
-    result = run([{"prompt": "hello"}], f"--distribution={chances}")
+    result = run_here([{"prompt": "hello"}], f"--distribution={chances}")
     assert result.code == 2 and "--distribution" in result.stderr and "odd.json" in result.stderr
     assert not server.chat_requests()
