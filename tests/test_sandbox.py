@@ -231,24 +231,28 @@ def test_a_default_run_without_bwrap_warns_once_and_runs_locally(run_here, monke
     assert all("mock-model-was-here" in str(t["conversations"]) for t in result.trajectories)
 
 
-def fake_bwrap(marker: Path, real: str) -> str:
-    """A `bwrap` that says it ran (in `marker`), then runs the real one."""
-    return f'#!/bin/sh\necho "$PWD" >> {marker}\nexec {real} "$@"\n'
+def fake(marker: Path, real: str) -> str:
+    """A program that says it ran (in `marker`), then runs the real one at `real`."""
+    return f'#!/bin/sh\necho "$0 in $PWD" >> {marker}\nexec {real} "$@"\n'
 
 
-def test_a_bwrap_in_a_relative_folder_of_path_is_never_run(bwrap, run, server, monkeypatch, tmp_path):
-    """(review 10) bwrap was found with shutil.which("bwrap") or "bwrap": with PATH starting with `.`, a
-    `./bwrap` in the folder the runner started in was found as the relative path `./bwrap`, which the check
-    ran there and each command exec'ed again in its own cwd, the sample's workspace, where the agent may
-    write one (here it does): that one ran outside the sandbox. bwrap is searched in PATH's absolute folders
-    alone now, and run by its absolute real path: neither fake runs, and the run is sandboxed as its twin.
-    With no absolute folder of PATH holding one, --environment=bwrap is refused in one line, exit 2."""
-    real = os.path.realpath(shutil.which("bwrap") or "")
-    marker = tmp_path / "fake-bwrap-ran"
-    (tmp_path / "bwrap").write_text(fake_bwrap(marker, real))
-    (tmp_path / "bwrap").chmod(0o755)
-    plant = f"printf '%s' {shlex.quote(fake_bwrap(marker, real))} > bwrap && chmod 755 bwrap && echo planted"
-    entries = [{"prompt": f"plant [mock command={quote(plant, safe='')}]"}, {"prompt": "twin"}]
+def test_a_program_in_a_relative_folder_of_path_is_never_run(bwrap, run, server, monkeypatch, tmp_path):
+    """(review 10) bwrap was found with shutil.which("bwrap") or "bwrap" (nsenter, which a root runner's
+    commands exec before bwrap, as root, likewise): with PATH starting with `.`, a `./bwrap` in the folder the
+    runner started in was found as the relative path `./bwrap`, which the check ran there and each command
+    exec'ed again in its own cwd, the sample's workspace, where the agent may write one (here it does): that
+    one ran outside the sandbox. Programs are searched in PATH's absolute folders alone now, and run by their
+    absolute real paths: no fake runs, and the run is sandboxed as its twin. With no absolute folder of PATH
+    holding bwrap, --environment=bwrap is refused in one line, exit 2."""
+    marker = tmp_path / "fake-ran"
+    plant = []
+    for name in ("bwrap", "nsenter"):
+        script = fake(marker, os.path.realpath(shutil.which(name) or ""))
+        (tmp_path / name).write_text(script)
+        (tmp_path / name).chmod(0o755)
+        plant.append(f"printf '%s' {shlex.quote(script)} > {name} && chmod 755 {name}")
+    plant.append("echo planted")
+    entries = [{"prompt": f"plant [mock command={quote(' && '.join(plant), safe='')}]"}, {"prompt": "twin"}]
     monkeypatch.setenv("PATH", f".::{os.environ['PATH']}")
     result = run(entries, "--distribution=terminal_only", "--environment=bwrap")
     assert result.code == 0, result.stdout + result.stderr
@@ -256,7 +260,7 @@ def test_a_bwrap_in_a_relative_folder_of_path_is_never_run(bwrap, run, server, m
     assert "planted" in str([tool_results(row) for row in result.trajectories])
     assert not marker.exists(), marker.read_text()
 
-    monkeypatch.setenv("PATH", ".")  # the fake alone
+    monkeypatch.setenv("PATH", ".")  # the fakes alone
     sent = len(server.chat_requests())
     result = run(entries, "--distribution=terminal_only", "--environment=bwrap", run_name="refused")
     assert result.code == 2 and "bubblewrap, which is in no absolute folder of PATH" in result.stderr, result.stderr

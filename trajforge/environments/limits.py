@@ -22,11 +22,11 @@ import functools
 import glob
 import os
 import shlex
-import shutil
 import time
 import uuid
 from dataclasses import dataclass, fields
 
+from trajforge.environments.programs import program
 from trajforge.flags import default
 
 MB = 1024 * 1024
@@ -36,7 +36,7 @@ NOBODY = 65534
 # Printed by a command whose process could not join the sample's cgroup (removed by hand meanwhile).
 JOIN_FAILED = "{ echo 'cannot join the sample cgroup: the command does not run' >&2; exit 125; }"
 # util-linux: joins a command's namespaces and drops a root runner's bwrap commands to nobody (confined)
-NSENTER = shutil.which("nsenter") or "nsenter"
+NSENTER = program("nsenter")
 PR_GET_SECUREBITS, SECBIT_NO_SETUID_FIXUP = 27, 1 << 2
 V1 = {"pids": "/sys/fs/cgroup/pids", "memory": "/sys/fs/cgroup/memory"}
 

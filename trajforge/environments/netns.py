@@ -37,6 +37,7 @@ import subprocess
 import tempfile
 
 from trajforge.environments import holder
+from trajforge.environments.programs import program
 from trajforge.errors import UsageError
 
 PASTA_HOST_UID = 65532  # beside the verifier's 65533 and nobody's 65534: no account of the host has it
@@ -121,7 +122,7 @@ class SampleNetwork:
     def open(self) -> SampleNetwork:
         """Start pasta and its holder; raise OSError when the namespace cannot be made. Blocking."""
         argv = [
-            shutil.which("pasta") or "pasta",
+            program("pasta"),
             *PASTA_OPTIONS,
             "--",
             "sh",
@@ -132,7 +133,7 @@ class SampleNetwork:
         ]
         if os.geteuid() == 0:  # pasta would drop to nobody itself, then fail to map its own namespace
             uid = str(PASTA_HOST_UID)
-            argv = [shutil.which("setpriv") or "setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", *argv]
+            argv = [program("setpriv"), f"--reuid={uid}", f"--regid={uid}", "--clear-groups", *argv]
         with tempfile.TemporaryFile() as log:  # what pasta says (a pipe nobody reads could fill and stop it)
             self.pasta = holder.start(argv, log)
             try:

@@ -1,9 +1,10 @@
-"""bwrap, which the runner execs by name, found on PATH once as an absolute real path.
+"""The programs the runner execs by name (bwrap, nsenter, setpriv, pasta), found on PATH once each, as absolute
+paths.
 
 A relative folder of PATH (`.`, or an empty entry, which means the same) made shutil.which answer `./bwrap`
 where the folder the runner started in held one, and that relative path was exec'ed again in each command's
-own cwd: the sample's workspace, where the agent may put a `bwrap` of its own, run outside the sandbox. Only
-PATH's absolute folders are searched."""
+own cwd: the sample's workspace, where the agent may put a `bwrap` of its own, run outside the sandbox (and
+nsenter, which a root runner execs there before any drop, as root). Only PATH's absolute folders are searched."""
 
 from __future__ import annotations
 
@@ -24,11 +25,16 @@ def bwrap() -> str:
     found = _found("bwrap", os.environ.get("PATH", os.defpath))
     if found is None:
         raise SetupError(MISSING)
-    return found
+    return os.path.realpath(found)
+
+
+def program(name: str) -> str:
+    """`name`'s absolute path on this process's PATH (its link kept: pasta is passt by another name); where
+    none is, /usr/bin/`name`, which fails to run as the bare name did, but is never looked for in a cwd."""
+    return _found(name, os.environ.get("PATH", os.defpath)) or f"/usr/bin/{name}"
 
 
 @functools.cache
 def _found(name: str, path: str) -> str | None:
     absolute = os.pathsep.join(folder for folder in path.split(os.pathsep) if os.path.isabs(folder))
-    found = shutil.which(name, path=absolute)
-    return os.path.realpath(found) if found else None
+    return shutil.which(name, path=absolute)

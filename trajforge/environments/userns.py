@@ -24,12 +24,13 @@ import shutil
 import subprocess
 
 from trajforge.environments.limits import NOBODY, mapped
+from trajforge.environments.programs import program
 
 AGENT_UID = 1000
 VERIFIER_UID = 1001
 VERIFIER_HOST_UID = 65533  # next to nobody: no account of the host owns files as it
 VERIFIER_CAPS = ("CAP_SETUID", "CAP_SETGID", "CAP_DAC_OVERRIDE", "CAP_FOWNER")
-SETPRIV = shutil.which("setpriv") or "/usr/bin/setpriv"
+SETPRIV = program("setpriv")
 # What a verification puts before a command to run it as the agent: no capability left, a /tmp HOME
 # (the verifier's is its own, 0700), and not even the path of the tests.
 AS_AGENT = (

@@ -71,7 +71,7 @@ def script(executable: str) -> str:
     drop, own = [], ""
     # Not even the host's root: an unprivileged uid (where it can reach the executable's own folder).
     if os.geteuid() == 0 and in_system and shutil.which("setpriv") and host_user() == HOST_UID:
-        drop = ["setpriv", f"--reuid={HOST_UID}", f"--regid={HOST_UID}", "--clear-groups"]
+        drop = [programs.program("setpriv"), f"--reuid={HOST_UID}", f"--regid={HOST_UID}", "--clear-groups"]
         own = f'[ -n "$profile" ] && chown -R {HOST_UID}:{HOST_UID} "$profile"\n'
     return (
         '#!/bin/sh\nrm -rf -- "${0%/*}"\nprofile=\n'
