@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from leftovers import remove_leftovers
+from leftovers import remove_leftovers, summary
 
 from trajectory import record_usage, tool_stats
 from trajforge import journal, plugins
@@ -348,6 +348,13 @@ def no_leftovers(tmp_path_factory):
     """What a test's killed run left (its disks, mounts, cgroups: leftovers.py) goes at the session's end."""
     yield
     remove_leftovers(tmp_path_factory.getbasetemp())
+
+
+def pytest_terminal_summary(terminalreporter, config) -> None:
+    """What the session's killed runs left and no_leftovers removed, said (the xdist controller reads its
+    workers' reports below its own temporary folder)."""
+    for line in summary(config._tmp_path_factory.getbasetemp()):
+        terminalreporter.write_line(line)
 
 
 def _session_pid() -> int:

@@ -22,16 +22,33 @@ PREFIX = "batch-runner-"  # then the run folder's tag (EnvironmentSettings.run_t
 DEPTH = 6  # a run folder lies this many levels below the session's temporary folder at most
 
 
+REPORT = "leftovers.txt"  # in a session's (an xdist worker's) temporary folder: the run folders it cleaned
+
+
 def remove_leftovers(basetemp: Path) -> None:
     """Every run folder below `basetemp` whose tag names something in the temporary folder: its leftovers
-    removed (bwrap's are local's: BwrapBackend keeps LocalBackend's)."""
-    tags = {
-        name[len(PREFIX) :].split("-", 1)[0] for name in os.listdir(tempfile.gettempdir()) if name.startswith(PREFIX)
-    }
+    removed (bwrap's are local's: BwrapBackend keeps LocalBackend's), and the folder named in REPORT."""
+    names = os.listdir(tempfile.gettempdir())
+    tags = {name[len(PREFIX) :].split("-", 1)[0] for name in names if name.startswith(PREFIX)}
+    cleaned = []
     for folder in _folders(basetemp):
         settings = EnvironmentSettings(run_dir=folder)
         if settings.run_tag in tags:
             LocalBackend.remove_leftovers(settings)
+            cleaned.append(folder)
+    if cleaned:
+        (basetemp / REPORT).write_text("".join(f"{folder}\n" for folder in cleaned))
+
+
+def summary(basetemp: Path) -> list[str]:
+    """Lines for the session's summary: the run folders whose leftovers went, those of runs that ended (their
+    trajectories merged) apart: a run that ends leaves nothing, so one of them is a leak to look into."""
+    cleaned = [line for report in basetemp.rglob(REPORT) for line in report.read_text().splitlines()]
+    if not cleaned:
+        return []
+    ended = [folder for folder in cleaned if os.path.exists(os.path.join(folder, "trajectories.jsonl"))]
+    lines = [f"leftovers removed for {len(cleaned)} run folder(s) of killed runs (listed in {basetemp}/**/{REPORT})"]
+    return lines + [f"LEFTOVERS OF A RUN THAT ENDED (a leak?): {folder}" for folder in ended]
 
 
 def _folders(top: Path) -> Iterator[str]:

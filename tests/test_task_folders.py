@@ -509,6 +509,9 @@ def bad_folder(tmp_path: Path, name: str) -> tuple[Path, str]:
     if name == "link out of tests":
         (task / "tests" / "passwd").symlink_to("/etc/passwd")
         return tasks, "tests/passwd is a link that leaves the task folder"
+    if name == "link loop in tests":  # (review 11) Path.resolve raised RuntimeError: a traceback, exit 1
+        (task / "tests" / "loop").symlink_to("loop")
+        return tasks, "tests/loop is a link that leaves the task folder (or loops)"
     if name == "link out of environment":
         (task / "environment" / "up").symlink_to(tmp_path)
         return tasks, "environment/up is a link that leaves the task folder"
@@ -548,6 +551,7 @@ def bad_folder(tmp_path: Path, name: str) -> tuple[Path, str]:
         "bad value",
         "infinite build timeout",
         "link out of tests",
+        "link loop in tests",
         "link out of environment",
         "big instruction",
         "linked instruction",

@@ -209,7 +209,11 @@ def test_bwrap_tmp_is_a_bounded_tmpfs_kept_between_commands(bwrap, tmp_path):  #
 
 @pytest.mark.parametrize(
     ("flag", "message"),
-    [("--max_processes=-1", "--max_processes must be at least 0"), ("--reward_range=1,0", "--reward_range must be")],
+    [
+        ("--max_processes=-1", "--max_processes must be at least 0"),
+        ("--reward_range=1,0", "--reward_range must be"),
+        ("--max_disk_mb=1", "--max_disk_mb must be 0 (no bound) or at least 2: a sample's disk keeps 1 MB"),
+    ],
 )
 def test_bad_limits_and_ranges_stop_the_run_before_any_request(run_here, server, flag, message):
     result = run_here([{"prompt": "p"}], flag)
@@ -489,7 +493,7 @@ async def _reserve_samples(env_settings) -> list:
     ):
         env = await backend.open({})
         try:
-            await env.agent_begins(verified)
+            await env.verification_ahead(verified)
             root, files = env.disk.root, _reserve_files(env.disk.root)
             outputs = [await env.exec(FILL.format(where=".") if verification else "echo hi > x")]
             if verification:
@@ -578,7 +582,7 @@ def test_a_local_agent_leaves_the_next_sample_its_whole_disk_and_reserve(attack,
         for agent in (first, "printf 'echo ran' > run.sh && chmod +x run.sh && ./run.sh; " + FILL.format(where=".")):
             env = await backend.open({})
             try:
-                await env.agent_begins(True)  # each verified, as the pipeline says: its reserve made
+                await env.verification_ahead(True)  # each verified, as the pipeline says: its reserve made
                 roots.append(env.disk.root)
                 devices.append(os.stat(env.disk.root).st_dev)
                 where = {"reserve": os.path.join(env.disk.root, disk.RESERVE), "root": env.disk.root, "pins": pins}
@@ -754,28 +758,36 @@ def test_a_kept_workspace_with_a_fifo_is_kept_and_its_disk_given_back(disk_kind,
             shutil.rmtree(folder, ignore_errors=True)
 
 
-def test_a_setup_that_fills_the_disk_of_a_verified_sample_fails_it_as_setup_failed(disk_kind, run, server):
-    """The verification's reserve is made once the task is in place, as the agent begins, and only for a
-    sample that will be verified: a task whose setup leaves less room on the disk than the reserve (1 MB and
-    32 inodes) is setup_failed, saying so, with no model call; its twin's setup leaves room and is verified."""
-    verify = {"command": "test -s small && echo checked"}
-    fill = "head -c 40000000 /dev/zero > big; echo small > small; true"  # exits 0 on the full disk
+DISK_FULL_TASK = {  # the disk is full: free it. Its setup fills the disk on purpose, and exits 0 on the full disk
+    "setup": "head -c 40000000 /dev/zero > junk.log; true",
+    "verify": {"command": "test -f done && ! test -e junk.log && echo freed"},
+}
+
+
+def test_a_task_whose_setup_fills_the_disk_is_verified_in_the_room_kept_before_it(disk_kind, run, server):
+    """(review 11) The verification's reserve is kept aside as the sample's environment opens, before the
+    task's setup: a task whose setup fills the disk for the agent to free runs and is verified on its merits,
+    also after a verified sample whose model call failed left its reserve on the slot's disk (bwrap), and
+    whatever checks it (a command, or one that runs none). A sample nobody verifies has no reserve: its
+    agent has the whole disk, whatever ran on the slot before."""
+    solve = quote("rm junk.log && echo ok > done", safe="")
     entries = [
-        {"prompt": "full [mock command=true]", "setup": fill, "verify": verify},
-        {"prompt": "twin [mock command=true]", "setup": "echo small > small", "verify": verify},
+        {"prompt": "dies [mock fail=400]", "verify": DISK_FULL_TASK["verify"]},  # leaves a kept reserve (bwrap)
+        {"prompt": f"frees [mock command={solve}]", **DISK_FULL_TASK},
+        {"prompt": "idles [mock command=true]", **DISK_FULL_TASK},  # its twin: it frees nothing
+        {"prompt": "uses terminal [mock command=true]", **DISK_FULL_TASK, "verify": {"tools_called": ["terminal"]}},
+        {"prompt": f"unverified [mock command={quote('df -k . | tail -1', safe='')}]"},
     ]
     flags = ("--distribution=terminal_only", f"--environment={disk_kind}", "--max_disk_mb=16", "--num_workers=1")
-    result = run(entries, *flags)
-    assert result.code == 1, result.stdout + result.stderr
-    (error,) = result.jsonl("errors.jsonl")
-    assert error["error_type"] == "setup_failed", error
-    assert (
-        "the task's setup left no room on the sample's disk for its verification (1 MB and 32 inodes)"
-        in (error["message"])
-    )
-    assert {request["prompt"].split()[0] for request in server.chat_requests()} == {"twin"}  # none for "full"
-    (twin,) = result.trajectories
-    assert twin["metadata"]["verification"]["passed"] is True, twin["metadata"]["verification"]
+    result = run(entries, *flags, batch_size=1)
+    assert result.code == 4, result.stdout + result.stderr  # the model call that failed for good (a 400)
+    assert [error["error_type"] for error in result.jsonl("errors.jsonl")] == ["api_http_400"]
+    verdicts = {source(row)["prompt"].split()[0]: row["metadata"]["verification"] for row in result.trajectories}
+    assert verdicts["frees"]["passed"] is True and verdicts["idles"]["passed"] is False, verdicts
+    assert verdicts["uses"]["passed"] is True, verdicts
+    unverified = next(row for row in result.trajectories if source(row)["prompt"].startswith("unverified"))
+    free_kb = int(re.findall(r"(\d+)\s+\d+%", tool_results(unverified))[-1])  # df's "Available" of its disk
+    assert free_kb > 15 * 1024, tool_results(unverified)  # no reserve: 15.4 MB free of 16 (with one: 14.4)
 
 
 KEEP_ATTACK = (

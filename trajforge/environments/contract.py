@@ -117,6 +117,13 @@ class Environment(ABC):
             "use local, bwrap or docker"
         )
 
+    async def verification_ahead(self, verified: bool) -> None:
+        """The environment is open and nothing of the task is in it yet: whether the sample will be `verified`.
+        A backend that bounds the sample's disk keeps the verification's room aside now, before the task's
+        setup or the agent could fill the disk (a setup that fills it on purpose, for the agent to free, is
+        a task like any other), and none for a sample nobody verifies."""
+        return
+
     async def agent_begins(self, verified: bool) -> None:
         """The task is in place (its files, its setup): what changes in the workspace from now on is the
         agent's. A backend that reads a file's ctime on the clock it can read notes the moment (the clean

@@ -5,7 +5,6 @@ from __future__ import annotations
 import array
 import asyncio
 import contextlib
-import errno
 import fcntl
 import glob
 import os
@@ -31,7 +30,7 @@ from trajforge.environments.orphans import (
 )
 from trajforge.environments.shell import CommandEnvironment
 from trajforge.environments.trees import remove_tree
-from trajforge.errors import SetupError, SetupFailed
+from trajforge.errors import SetupError
 from trajforge.tail import CappedOutput
 
 # What every command sees besides PATH, HOME and TMPDIR; nothing of ours (API keys stay out of trajectories).
@@ -347,28 +346,32 @@ class LocalEnvironment(CommandEnvironment):
         self.env = {**command_env(self.workspace, self._tmpdir()), PROMPT_MARKER: self.token}
         self.cgroup.make()
 
+    async def verification_ahead(self, verified: bool) -> None:
+        if self.disk is not None:
+            await asyncio.to_thread(self._keep_room, verified)
+
+    def _keep_room(self, verified: bool) -> None:
+        """Blocking. The verification's reserve on the sample's fresh (or emptied) disk, for a sample that will
+        be verified (1 ms of CPU; under bwrap one kept from an earlier sample of the slot is used again); for
+        one that will not, none: a kept one goes, so that every unverified sample has the whole disk."""
+        assert self.disk is not None
+        if not verified:
+            self.disk.release()
+            return
+        try:
+            self.disk.reserve()
+        except OSError as exc:  # on a disk with nothing of the sample's on it yet: the flag's size, or the host
+            room = f"{disk.RESERVE_BYTES // MB} MB and {disk.RESERVE_FILES} inodes"
+            raise SetupError(f"--max_disk_mb: cannot keep the verification's reserve ({room}): {exc}") from None
+
     async def agent_begins(self, verified: bool) -> None:
         # The record's command only where a pack folder may lie: what it hashes is below one (a whole sandboxed
         # command, ~9 ms of CPU in bwrap, for the many workspaces that hold no repository).
-        await super().agent_begins(verified and await asyncio.to_thread(self._before_verified_agent))
+        await super().agent_begins(verified and await asyncio.to_thread(may_hold_packs, self.scan_root))
         # The workspace's files are on this machine's kernel, whose clock sets their ctime; a cwd of the
         # host's held files before the sample (any earlier process could have written them): all are checked.
         if os.path.commonpath([self.cwd, self.workspace]) == self.workspace:
             self.agent_since = int(time.time()) - 1  # a second early: a file's ctime is a coarse clock's
-
-    def _before_verified_agent(self) -> bool:
-        """Blocking. The verification's reserve on the sample's disk, before the agent could fill it (a sample
-        that nobody verifies has none: 1 ms of CPU); whether a pack folder may lie below the scan's root."""
-        if self.disk is not None:
-            try:
-                self.disk.reserve()
-            except OSError as exc:
-                if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
-                    raise SetupError(f"--max_disk_mb: cannot keep the verification's reserve: {exc}") from None
-                room = f"{disk.RESERVE_BYTES // MB} MB and {disk.RESERVE_FILES} inodes"
-                why = f"the task's setup left no room on the sample's disk for its verification ({room})"
-                raise SetupFailed(why) from None
-        return may_hold_packs(self.scan_root)
 
     def _tmpdir(self) -> str:
         """TMPDIR for the prompt's commands: in its workspace, so its files go with it, not in the host's /tmp."""

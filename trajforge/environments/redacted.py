@@ -35,6 +35,9 @@ class Redacted(Environment):
     ) -> Spawned:
         return await self.inner.spawn(argv, variables, read_only, limit)  # its output is redacted by its reader
 
+    async def verification_ahead(self, verified: bool) -> None:
+        await self.inner.verification_ahead(verified)
+
     async def agent_begins(self, verified: bool) -> None:
         await self.inner.agent_begins(verified)
 

@@ -317,6 +317,7 @@ FLAGS: tuple[Flag, ...] = (
         10240,
         "disk of one sample in MB, its workspace and clean room together, with an inode per 16 KB (0: no limit)",
         BOX,
+        parse=v.disk_size,
     ),
     Flag("allow_private_urls", bool, False, "let web tools fetch loopback and private addresses", BOX, _R),
     Flag(

@@ -86,6 +86,14 @@ def whole(minimum: int) -> Parser:
     return parse
 
 
+def disk_size(value: Any, flag: str) -> int:
+    """MB of a sample's disk: 0 for none, else room for the 1 MB a disk keeps aside for the verification."""
+    number = whole(0)(value, flag)
+    if number == 1:
+        raise FlagError(f"--{flag} must be 0 (no bound) or at least 2: a sample's disk keeps 1 MB for its verification")
+    return number
+
+
 def number(value: Any, flag: str, what: str = "a number") -> float:
     try:
         found = float(value)

@@ -106,9 +106,11 @@ class SamplePipeline:
         sample's model calls are made for `caller`."""
         session = ToolSession(await self.backend.open(entry, caller.scope), self.services, caller, self.secrets)
         try:
+            verified = verifies(self.verify, entry)
+            await session.env.verification_ahead(verified)  # its room kept before the task's setup could fill it
             await prepare_task(session.env, entry, self.task_folders, self.setup_timeout)
             # What changes from now on is the agent's (the clean room's git checks, for a sample verified).
-            await session.env.agent_begins(verifies(self.verify, entry))
+            await session.env.agent_begins(verified)
             await open_servers(session, self.servers)  # resources of the session: released before the clean room
         except BaseException:
             await session.close()

@@ -93,7 +93,11 @@ def escapes(folder: Path, sub: str) -> str | None:
 
 
 def _inside(path: Path, root: Path) -> bool:
-    return path.resolve().is_relative_to(root)
+    """Whether the link `path` resolves inside `root`; a loop of links (RuntimeError) resolves nowhere."""
+    try:
+        return path.resolve().is_relative_to(root)
+    except (RuntimeError, OSError):
+        return False
 
 
 def folder_digest(files: dict[str, bytes]) -> str:
@@ -233,7 +237,7 @@ def read_task(folder: Path, config: RunConfig, notes: set[str]) -> dict:
         raise ValueError("instruction.md has no instruction (only canary lines or blanks)")
     for sub in ("environment", "tests", "solution"):
         if left := escapes(folder, sub):
-            raise ValueError(f"{left} is a link that leaves the task folder")
+            raise ValueError(f"{left} is a link that leaves the task folder (or loops)")
     regular(files, "tests/test.sh")
     if found := [name for name in COMPOSE if (folder / "environment" / name).exists()]:
         raise ValueError(f"environment/{found[0]}: docker-compose environments are not supported; use one Dockerfile")
