@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
-import importlib.util
 import io
 import json
 import os
@@ -41,10 +40,8 @@ from trajforge.environments.docker import DockerBackend
 KV = Path(__file__).parent / "mcp_servers" / "kv_server.py"
 LOCAL = ("--distribution=terminal_only", "--environment=local")
 # Runs are in this process (`run_here`: the same entry point, the workers forked from here) unless a test
-# reads the whole console, the workers' output included (a secret or a Traceback nowhere in it), or runs
-# Ray: those start batch_runner.py as a process (`run`).
-# The Ray one is in no xdist group: its run starts a private instance (its own temp folder, so it never
-# joins another), and test_ray.py finds Ray's processes by ancestry, not on the whole machine.
+# reads the whole console, the workers' output included (a secret or a Traceback nowhere in it): those start
+# batch_runner.py as a process (`run`). The Ray workers' run of WORLDS is test_ray.py's, on its cluster.
 
 
 def call(*calls: tuple) -> str:
@@ -492,15 +489,6 @@ WORLDS = [
 
 def test_each_sample_is_offered_the_tools_its_server_lists_for_it(run_here, server, tmp_path):
     result = run_here(WORLDS, f"--mcp_config={stdio_config(tmp_path, 'world', script=WORLD)}", *LOCAL)
-    assert_offered_their_own(result, server)
-
-
-@pytest.mark.timeout(400)
-def test_ray_workers_offer_each_sample_the_tools_its_server_lists_for_it(run, server, tmp_path):
-    if importlib.util.find_spec("ray") is None:
-        pytest.skip("Ray is an optional extra: pip install -e '.[ray]'")
-    config = stdio_config(tmp_path, "world", script=WORLD)
-    result = run(WORLDS, f"--mcp_config={config}", *LOCAL, "--executor=ray", "--num_workers=2", timeout=200)
     assert_offered_their_own(result, server)
 
 

@@ -19,6 +19,7 @@ from pathlib import Path
 import psutil
 import pytest
 from conftest import ROOT, Result, Runner, Started, source, wait_for
+from test_mcp import WORLD, WORLDS, assert_offered_their_own, stdio_config
 from test_money import answered_calls, assert_no_step_answered_twice, ledger, paid_calls
 from test_sandbox_network import probe_command, probe_here
 from test_task_folders import REPLACE_CAT, Builds, copy_examples, samples, steer
@@ -449,3 +450,12 @@ def test_task_folders_on_a_cluster_are_the_pool_s_built_once_and_resumed_without
         ("hello-file", 1): (True, 1.0),
     }
     assert len(found) == 8 and found["hello-cat", 0] == (False, 0.0)
+
+
+@ON_THE_CLUSTER
+def test_ray_workers_offer_each_sample_the_tools_its_server_lists_for_it(run, server, cluster, tmp_path):
+    """An MCP server's tools as it lists them for each sample (test_mcp.py's WORLDS), offered by Ray tasks."""
+    config = stdio_config(tmp_path, "world", script=WORLD)
+    flags = ["--distribution=terminal_only", "--environment=local", "--executor=ray", "--num_workers=2"]
+    result = run(WORLDS, f"--mcp_config={config}", *flags, f"--ray_address={cluster.address}", timeout=RAY_RUN_TIMEOUT)
+    assert_offered_their_own(result, server)
