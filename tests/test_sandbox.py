@@ -238,16 +238,17 @@ def fake(marker: Path, real: str) -> str:
 
 def test_a_program_in_a_relative_folder_of_path_is_never_run(bwrap, run, server, monkeypatch, tmp_path):
     """(review 10) bwrap was found with shutil.which("bwrap") or "bwrap" (nsenter, which a root runner's
-    commands exec before bwrap, as root, likewise): with PATH starting with `.`, a `./bwrap` in the folder the
-    runner started in was found as the relative path `./bwrap`, which the check ran there and each command
-    exec'ed again in its own cwd, the sample's workspace, where the agent may write one (here it does): that
-    one ran outside the sandbox. Programs are searched in PATH's absolute folders alone now, and run by their
-    absolute real paths: no fake runs, and the run is sandboxed as its twin. With no absolute folder of PATH
-    holding bwrap, --environment=bwrap is refused in one line, exit 2."""
+    commands exec before bwrap, as root, likewise; unshare and mkfs.ext4, which the worker runs, too): with
+    PATH starting with `.`, a `./bwrap` in the folder the runner started in was found as the relative path
+    `./bwrap`, which the check ran there and each command exec'ed again in its own cwd, the sample's
+    workspace, where the agent may write one (here it does): that one ran outside the sandbox. Programs are
+    searched in PATH's absolute folders alone now, and run by their absolute real paths: no fake runs, and
+    the run is sandboxed as its twin. With no absolute folder of PATH holding bwrap, --environment=bwrap is
+    refused in one line, exit 2."""
     marker = tmp_path / "fake-ran"
     plant = []
-    for name in ("bwrap", "nsenter"):
-        script = fake(marker, os.path.realpath(shutil.which(name) or ""))
+    for name in ("bwrap", "nsenter", "unshare", "mkfs.ext4"):  # the last two in the runner's folder alone
+        script = fake(marker, os.path.realpath(shutil.which(name, path=f"{os.environ['PATH']}:/usr/sbin:/sbin") or ""))
         (tmp_path / name).write_text(script)
         (tmp_path / name).chmod(0o755)
         plant.append(f"printf '%s' {shlex.quote(script)} > {name} && chmod 755 {name}")

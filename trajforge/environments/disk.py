@@ -34,7 +34,7 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from trajforge.environments import mountns, tmpfs
+from trajforge.environments import mountns, programs, tmpfs
 from trajforge.environments.limits import MB, RUNNER
 from trajforge.environments.settings import EnvironmentSettings
 from trajforge.environments.trees import remove_tree
@@ -42,7 +42,7 @@ from trajforge.errors import SetupError
 
 INODE_BYTES = 16 * 1024  # ext4's own default ratio: 655,360 inodes in 10 GB
 SYSTEM = "/usr/sbin:/sbin:/usr/bin:/bin"  # searched too: a runner's PATH may lack the sbin folders
-MKFS = shutil.which("mkfs.ext4", path=f"{os.environ.get('PATH', '')}:{SYSTEM}")
+MKFS = programs.find("mkfs.ext4", SYSTEM)
 # No journal (a sample's files need no crash safety), inode tables neither zeroed now nor later (a
 # sparse image reads as zeros): an image costs milliseconds and no host disk until it is written.
 MKFS_OPTIONS = ["-q", "-F", "-m", "0", "-O", "^has_journal,^resize_inode", "-E", "lazy_itable_init=1,nodiscard"]

@@ -1,5 +1,5 @@
-"""The programs the runner execs by name (bwrap, nsenter, setpriv, pasta), found on PATH once each, as absolute
-paths.
+"""The programs the runner execs by name (bwrap, nsenter, setpriv, pasta, unshare, mkfs.ext4), found on PATH
+once each, as absolute paths.
 
 A relative folder of PATH (`.`, or an empty entry, which means the same) made shutil.which answer `./bwrap`
 where the folder the runner started in held one, and that relative path was exec'ed again in each command's
@@ -22,7 +22,7 @@ MISSING = (
 
 def bwrap() -> str:
     """bwrap's absolute real path on this process's PATH; SetupError (MISSING) where none is."""
-    found = _found("bwrap", os.environ.get("PATH", os.defpath))
+    found = find("bwrap")
     if found is None:
         raise SetupError(MISSING)
     return os.path.realpath(found)
@@ -31,7 +31,12 @@ def bwrap() -> str:
 def program(name: str) -> str:
     """`name`'s absolute path on this process's PATH (its link kept: pasta is passt by another name); where
     none is, /usr/bin/`name`, which fails to run as the bare name did, but is never looked for in a cwd."""
-    return _found(name, os.environ.get("PATH", os.defpath)) or f"/usr/bin/{name}"
+    return find(name) or f"/usr/bin/{name}"
+
+
+def find(name: str, also: str = "") -> str | None:
+    """`name`'s absolute path in PATH's absolute folders, then in `also` (folders as PATH names them); or None."""
+    return _found(name, os.pathsep.join(filter(None, (os.environ.get("PATH", os.defpath), also))))
 
 
 @functools.cache

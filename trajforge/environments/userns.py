@@ -20,11 +20,10 @@ root, root of an `unshare -r` namespace) commands are one uid and `$AS_AGENT` is
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 
 from trajforge.environments.limits import NOBODY, mapped
-from trajforge.environments.programs import program
+from trajforge.environments.programs import find, program
 
 AGENT_UID = 1000
 VERIFIER_UID = 1001
@@ -42,7 +41,7 @@ _made: dict[int, int | None] = {}  # per process (a forked worker makes its own)
 
 
 def possible() -> bool:
-    return os.geteuid() == 0 and mapped(NOBODY) and mapped(VERIFIER_HOST_UID) and bool(shutil.which("unshare"))
+    return os.geteuid() == 0 and mapped(NOBODY) and mapped(VERIFIER_HOST_UID) and find("unshare") is not None
 
 
 def namespace_fd() -> int | None:
@@ -57,7 +56,7 @@ def _make() -> int | None:
     # A helper enters a new user namespace and waits; we map its two uids (root may write both lines) and
     # keep a descriptor of the namespace, which outlives the helper.
     helper = subprocess.Popen(
-        ["unshare", "--user", "--", "sh", "-c", "echo ready; read line"],
+        [program("unshare"), "--user", "--", "sh", "-c", "echo ready; read line"],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
