@@ -341,6 +341,10 @@ def site():
 PRIVATE_DOCKERD = Path("/tmp/ci-docker/docker.pid")  # written by the dockerd that .ci/docker-up starts
 STARTED_BY = Path("/tmp/ci-docker/started-by-pytest")  # the pytest session that started it, which stops it
 DOCKER_UP_LOCK = Path("/tmp/batch-runner-docker-up.lock")
+# Held shared by every test process that uses the engine, for its life: the session that started the engine
+# stops it only when it can take this lock alone (no other session's tests still use it).
+DOCKER_USERS_LOCK = Path("/tmp/batch-runner-docker-users.lock")
+_using_docker: list = []  # this process's shared hold of DOCKER_USERS_LOCK
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -368,6 +372,10 @@ def docker_host() -> str:
     .ci/docker-up uses $DOCKER_HOST when it answers, else starts a private loopback-only dockerd, which
     is stopped again at the end of the session (by pytest_sessionfinish, once every xdist worker is done).
     xdist workers run this one at a time: one of them starts the engine and builds the images."""
+    if not _using_docker:
+        users = DOCKER_USERS_LOCK.open("w")
+        fcntl.flock(users, fcntl.LOCK_SH)
+        _using_docker.append(users)
     with DOCKER_UP_LOCK.open("w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         running_before = _private_dockerd_running()
@@ -387,7 +395,10 @@ def docker_host() -> str:
 
 
 def pytest_sessionfinish(session) -> None:
-    """The session that started the private dockerd stops it (with xdist: the controller, at the very end)."""
+    """The session that started the private dockerd stops it (with xdist: the controller, at the very end),
+    unless another session's tests still use it: then it stays up."""
+    while _using_docker:
+        _using_docker.pop().close()
     if os.environ.get("PYTEST_XDIST_WORKER"):
         return
     try:
@@ -396,8 +407,13 @@ def pytest_sessionfinish(session) -> None:
         return
     if started_by == os.getpid():
         STARTED_BY.unlink(missing_ok=True)
-        if _private_dockerd_running():
-            subprocess.run([str(ROOT / ".ci" / "docker-down")], timeout=60)
+        with DOCKER_USERS_LOCK.open("w") as users:
+            try:
+                fcntl.flock(users, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:  # another session's tests use it
+                return
+            if _private_dockerd_running():
+                subprocess.run([str(ROOT / ".ci" / "docker-down")], timeout=60)
 
 
 def _private_dockerd_running() -> bool:
