@@ -19,6 +19,7 @@ from trajforge.cli.config import build_config, load_plugins, settle, tool_settin
 from trajforge.cli.flagtext import given, help_text, program_name, signature
 from trajforge.cli.repeated import joined
 from trajforge.cli.unknown_flags import unknown_argument
+from trajforge.environments.programs import absolute_path_only
 from trajforge.errors import SetupError, UsageError
 from trajforge.flags import BY_NAME, FLAGS
 from trajforge.flags.values import FlagError
@@ -38,6 +39,7 @@ def main(**flags) -> None:
     The flags are the flag table's (trajforge/flags) (python batch_runner.py --help). A flag that run.json keeps is
     None when not given: its default, or with --resume the run's own value, applies then.
     """
+    absolute_path_only()  # before any program is found by name, here or in a helper or worker
     named = frozenset(flags)  # Fire passes only the flags given on the command line
     flags = given(flags)
     as_json = _summary_json(flags)

@@ -247,12 +247,13 @@ def test_a_program_in_a_relative_folder_of_path_is_never_run(bwrap, run, server,
     refused in one line, exit 2."""
     marker = tmp_path / "fake-ran"
     plant = []
-    for name in ("bwrap", "nsenter", "unshare", "mkfs.ext4"):  # the last two in the runner's folder alone
+    for name in ("bwrap", "nsenter", "unshare", "mkfs.ext4", "sh", "rm"):  # all but two in the runner's folder alone
         script = fake(marker, os.path.realpath(shutil.which(name, path=f"{os.environ['PATH']}:/usr/sbin:/sbin") or ""))
         (tmp_path / name).write_text(script)
         (tmp_path / name).chmod(0o755)
         plant.append(f"printf '%s' {shlex.quote(script)} > {name} && chmod 755 {name}")
     plant.append("echo planted")
+    plant.append("for i in $(seq 1100); do mkdir d && cd d || exit; done")  # rmtree gives up: `rm -rf` removes it
     entries = [{"prompt": f"plant [mock command={quote(' && '.join(plant), safe='')}]"}, {"prompt": "twin"}]
     monkeypatch.setenv("PATH", f".::{os.environ['PATH']}")
     result = run(entries, "--distribution=terminal_only", "--environment=bwrap")

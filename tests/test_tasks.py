@@ -79,6 +79,28 @@ def test_bad_task_fields_stop_the_run_naming_the_line(tmp_path, fields, problem)
     assert problem in str(caught.value)
 
 
+@pytest.mark.parametrize(
+    ("fields", "problem"),
+    [
+        ({"workspace": "loop"}, """line 1: "workspace" 'loop' is a link that loops"""),
+        ({"tests": "loop", "verify": "true"}, """line 1: "tests" 'loop' is a link that loops"""),
+        ({"workspace": "ws", "cwd": "l"}, """line 1: "cwd" 'l' is a link that loops in the workspace folder"""),
+        ({"workspace": "ws", "cwd": "sub"}, None),  # the honest twin: a cwd in the workspace
+    ],
+)
+def test_a_link_loop_a_dataset_entry_names_stops_the_run_naming_the_line(run, server, tmp_path, fields, problem):
+    """(review 12) Path.resolve raised RuntimeError on a loop of links (Python 3.11): a traceback, exit 1."""
+    (tmp_path / "loop").symlink_to("loop")
+    (tmp_path / "ws" / "sub").mkdir(parents=True)
+    (tmp_path / "ws" / "l").symlink_to("l")
+    done = run([{"prompt": "task [mock command=true]", **fields}], "--distribution=terminal_only")
+    if problem is None:
+        assert done.code == 0, done.stderr
+        return
+    assert (done.code, server.chat_requests()) == (2, []) and "Traceback" not in done.stderr, done.stderr
+    assert problem in done.stderr, done.stderr
+
+
 def test_folders_are_relative_to_the_dataset_file(tmp_path, monkeypatch):
     (tmp_path / "data" / "repo").mkdir(parents=True)
     dataset = write_dataset(tmp_path / "data" / "d.jsonl", [{"prompt": "p", "workspace": "repo"}])

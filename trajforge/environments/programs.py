@@ -20,6 +20,15 @@ MISSING = (
 )
 
 
+def absolute_path_only() -> None:
+    """This process's PATH without its relative folders (`.`, an empty entry), for every program it and its
+    children find by name: the runner's cwd is no folder of programs (a `./sh` there ran as root in a user
+    namespace of the verification's, a `./rm` as root when a tree was too deep for rmtree: review 12)."""
+    path = os.environ.get("PATH")
+    if path is not None:
+        os.environ["PATH"] = os.pathsep.join(folder for folder in path.split(os.pathsep) if os.path.isabs(folder))
+
+
 def bwrap() -> str:
     """bwrap's absolute real path on this process's PATH; SetupError (MISSING) where none is."""
     found = find("bwrap")

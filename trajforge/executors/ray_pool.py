@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from trajectory import verification_passed
 from trajforge import journal, plugins
+from trajforge.environments.programs import absolute_path_only
 from trajforge.events import Claimed, Event, PromptDone
 from trajforge.executors.passes import PassCounts
 from trajforge.money.ledger import ActorLedger, MoneyActor
@@ -123,6 +124,7 @@ def run_batch(setup: WorkerSetup, batch: Batch, sink, shared_fs: bool, money) ->
 
     from trajforge.executors.worker import Batch, serve  # the model client's imports (openai), here only
 
+    absolute_path_only()  # a Ray worker's PATH is its node's: no relative folder in it either
     plugins.load(setup.config.plugins)  # this process may be new: the registry as the driver's
     mcp.register(setup.config.mcp_servers, setup.config.mcp_listing)  # as listed at the run's start
     owner = owner_of(batch)

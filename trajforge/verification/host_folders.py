@@ -76,7 +76,10 @@ class HostFolders:
         """Why `folder` cannot be the entry's `field`, or None."""
         if not isinstance(folder, str) or not folder or "\0" in folder:
             return f'"{field}" must be a directory (relative to the dataset file)'
-        where = self.where(folder)
+        try:
+            where = self.where(folder)
+        except RuntimeError:  # Python 3.11's Path.resolve on a loop of links
+            return f'"{field}" {folder!r} is a link that loops (relative to the dataset file, {self.base})'
         if not inside(str(where), [str(root) for root in self.roots]):
             shown = "" if str(where) == folder else f" (that is {where})"
             places = " or ".join(str(root) for root in self.roots)
@@ -88,8 +91,11 @@ class HostFolders:
     def cwd_problem(self, workspace: str, cwd: str) -> str | None:
         """Why a relative `cwd` leaves the entry's `workspace` folder once its symlinks are followed, or None."""
         top = self.where(workspace)
-        if os.path.isabs(cwd) or inside(str((top / cwd).resolve()), [str(top)]):
-            return None
+        try:
+            if os.path.isabs(cwd) or inside(str((top / cwd).resolve()), [str(top)]):
+                return None
+        except RuntimeError:  # a loop of links
+            return f'"cwd" {cwd!r} is a link that loops in the workspace folder {top}'
         return f'"cwd" {cwd!r} leaves the workspace folder {top}, symlinks followed'
 
     def read(self, folder: str) -> dict[str, bytes]:
