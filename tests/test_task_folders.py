@@ -368,16 +368,19 @@ def test_a_build_past_its_timeout_ends_on_the_engine_too(docker_host, run_here, 
     import docker
 
     client = docker.from_env()
+    running: list[str] = []
     try:
         for _ in range(50):  # the engine removes the cancelled step's container as it ends
-            running = [c for c in client.containers.list() if nonce in " ".join(c.attrs["Config"]["Cmd"] or [])]
+            # One listing with each container's command (no inspect of each: another test's container may go
+            # between the listing and its inspect, a 404 that failed this test under load).
+            running = [c["Id"] for c in client.api.containers() if nonce in (c.get("Command") or "")]
             if not running:
                 break
             time.sleep(0.1)
         assert not running, running
     finally:
         for container in running:  # what the engine went on running, not left for 300 s
-            container.remove(force=True)
+            client.api.remove_container(container, force=True)
         client.close()
 
 
