@@ -22,6 +22,7 @@ PREFIX = "batch-runner-"  # then the run folder's tag (EnvironmentSettings.run_t
 DEPTH = 6  # a run folder lies this many levels below the session's temporary folder at most
 
 
+ENDED = ("run.json", "trajectories.jsonl")  # a run folder whose run ended (an environment's own test makes neither)
 REPORT = "leftovers.txt"  # in a session's (an xdist worker's) temporary folder: the run folders it cleaned
 
 
@@ -46,7 +47,7 @@ def summary(basetemp: Path) -> list[str]:
     cleaned = [line for report in basetemp.rglob(REPORT) for line in report.read_text().splitlines()]
     if not cleaned:
         return []
-    ended = [folder for folder in cleaned if os.path.exists(os.path.join(folder, "trajectories.jsonl"))]
+    ended = [folder for folder in cleaned if all(os.path.exists(os.path.join(folder, name)) for name in ENDED)]
     lines = [f"leftovers removed for {len(cleaned)} run folder(s) of killed runs (listed in {basetemp}/**/{REPORT})"]
     return lines + [f"LEFTOVERS OF A RUN THAT ENDED (a leak?): {folder}" for folder in ended]
 

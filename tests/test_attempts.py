@@ -5,14 +5,18 @@ status say which is which."""
 
 from __future__ import annotations
 
+import glob
 import json
 import os
 import signal
 import subprocess
+import tempfile
 from collections import Counter
 
 from conftest import wait_for
 
+from trajforge.environments.local import workspace_prefix
+from trajforge.environments.settings import EnvironmentSettings
 from trajforge.errors import UsageError
 from trajforge.failures import failure_class
 from trajforge.runfolder.attempts import AttemptLog, History, unit_id
@@ -93,6 +97,9 @@ def test_kill_9_uses_a_try_and_ctrl_c_does_not(run, run_here, server):
     sent = server.attempts["long task"]
     after_kill = run_here(entries, *FLAGS, "--resume", "--max_attempts=1", run_name="killed")
     assert after_kill.code == 4 and server.attempts["long task"] == sent  # its one try is spent: not sent
+    # Nothing ran, yet what the killed run left (its sample's disk, workspace, cgroup) is gone with the resume.
+    prefix = workspace_prefix(EnvironmentSettings(run_dir=str(after_kill.run_dir.resolve())))
+    assert glob.glob(os.path.join(glob.escape(tempfile.gettempdir()), glob.escape(prefix) + "*")) == []
     after_ctrl_c = run_here(entries, *FLAGS, "--resume", "--max_attempts=1", run_name="interrupted")
     assert after_ctrl_c.code == 0 and len(after_ctrl_c.trajectories) == 1  # pending, not tried: sent again
     assert not (after_ctrl_c.run_dir / "errors.jsonl").exists()  # interrupted writes no errors.jsonl line

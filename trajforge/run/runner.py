@@ -173,6 +173,8 @@ class BatchRunner:
         tools = (weights, offered, prepared.tool_names)
         try:
             interrupted = bool(prepared.batches) and self.start(prepared.batches, prepared, tools)
+            if not prepared.batches and self.config.resume:  # nothing to run: a killed run's leftovers go all the same
+                self.leftovers = removing_leftovers(self.config.environment)
             self.helpers.release()
             return self.finish(entries, prepared, interrupted, started)
         finally:
