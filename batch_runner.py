@@ -92,6 +92,7 @@ main.__signature__ = signature()  # type: ignore[attr-defined]  # what Fire bind
 
 
 def cli() -> None:
+    absolute_path_only()  # before Fire (its pager) or anything else finds a program by name
     if {"-h", "--help", "--version"} & set(sys.argv[1:]):  # ours, not Fire's page (no pager, no type noise)
         print(
             f"batch_runner {version()}"

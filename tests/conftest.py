@@ -370,7 +370,7 @@ def _session_pid() -> int:
 def docker_host() -> str:
     """A Docker engine with the test images (batch-runner-test/alpha:1, batch-runner-test/beta:1).
     .ci/docker-up uses $DOCKER_HOST when it answers, else starts a private loopback-only dockerd, which
-    is stopped again at the end of the session (by pytest_sessionfinish, once every xdist worker is done).
+    the last test session that uses it stops at its end (pytest_sessionfinish, once every xdist worker is done).
     xdist workers run this one at a time: one of them starts the engine and builds the images."""
     if not _using_docker:
         users = DOCKER_USERS_LOCK.open("w")
@@ -395,8 +395,8 @@ def docker_host() -> str:
 
 
 def pytest_sessionfinish(session) -> None:
-    """The session that started the private dockerd stops it (with xdist: the controller, at the very end),
-    unless another session's tests still use it: then it stays up."""
+    """A private dockerd a test session started is stopped by the last session that uses it (with xdist: the
+    controller, at the very end): one still used by another session's tests stays up for that one to stop."""
     while _using_docker:
         _using_docker.pop().close()
     if os.environ.get("PYTEST_XDIST_WORKER"):
@@ -405,13 +405,13 @@ def pytest_sessionfinish(session) -> None:
         started_by = int(STARTED_BY.read_text())
     except (OSError, ValueError):
         return
-    if started_by == os.getpid():
-        STARTED_BY.unlink(missing_ok=True)
+    if started_by:  # a session started it (this one or another): the last one that uses it stops it
         with DOCKER_USERS_LOCK.open("w") as users:
             try:
                 fcntl.flock(users, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:  # another session's tests use it
+            except BlockingIOError:  # another session's tests use it: it stops it at its end
                 return
+            STARTED_BY.unlink(missing_ok=True)
             if _private_dockerd_running():
                 subprocess.run([str(ROOT / ".ci" / "docker-down")], timeout=60)
 

@@ -105,6 +105,20 @@ def test_kill_9_uses_a_try_and_ctrl_c_does_not(run, run_here, server):
     assert not (after_ctrl_c.run_dir / "errors.jsonl").exists()  # interrupted writes no errors.jsonl line
 
 
+def test_a_resume_with_nothing_to_run_says_in_one_line_what_it_could_not_clean(run_here, server):
+    """(review 13) A resume with nothing left to run removes a killed run's leftovers on a thread of its own,
+    without the backend's check: a backend that cannot work here (modal, its package missing) printed a
+    thread's traceback. One warning line now; the resume ends as it would."""
+    entries = [{"prompt": "done already"}]
+    assert run_here(entries, *FLAGS).code == 0
+    settings = json.loads((run_here.tmp_path / "out" / "run" / "run.json").read_text())
+    settings["environment"] = "modal"  # what a run on another machine chose
+    (run_here.tmp_path / "out" / "run" / "run.json").write_text(json.dumps(settings))
+    again = run_here(entries, *FLAGS, "--resume")
+    assert again.code == 0 and "Traceback" not in again.stderr, again.stderr
+    assert "warning: what earlier runs left could not be removed: ModuleNotFoundError" in again.stderr, again.stderr
+
+
 def test_each_error_type_has_its_class():
     assert {kind: failure_class(kind) for kind in ("api_http_400", "api_http_404", "api_http_422", "context_length")} \
         == dict.fromkeys(("api_http_400", "api_http_404", "api_http_422", "context_length"), "endpoint")  # fmt: skip

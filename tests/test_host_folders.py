@@ -94,6 +94,21 @@ def test_folders_in_the_dataset_s_folder_or_a_task_root_run(place, run_here, ser
     assert tested["metadata"]["verification"]["passed"] is True
 
 
+def test_a_task_root_that_loops_is_refused_naming_the_flag(run_here, server, tmp_path):
+    """(review 13) Path.resolve raised RuntimeError on a loop of links: a traceback, exit 1. Its twin: a
+    --task_root that is a link to a folder is taken."""
+    (tmp_path / "a").symlink_to("b")
+    (tmp_path / "b").symlink_to("a")
+    (tmp_path / "real").mkdir()
+    (tmp_path / "link").symlink_to("real")
+    dataset = write_dataset(tmp_path / "d.jsonl", [{"prompt": "p"}])
+    refused = run_here(dataset, "--distribution=terminal_only", f"--task_root={tmp_path / 'a'}")
+    assert refused.code == 2 and "--task_root: Symlink loop" in refused.stderr, refused.stderr
+    assert server.chat_requests() == []
+    taken = run_here(dataset, "--distribution=terminal_only", f"--task_root={tmp_path / 'link'}", run_name="twin")
+    assert taken.code == 0, taken.stderr
+
+
 def test_a_worker_without_the_dataset_file_reads_no_folder(place):
     """A Ray node without the driver's files: the worker starts, and a task's folder is refused, not read."""
     folders = HostFolders.of(place / "data" / "missing.jsonl")

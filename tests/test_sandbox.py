@@ -262,7 +262,15 @@ def test_a_program_in_a_relative_folder_of_path_is_never_run(bwrap, run, server,
     assert "planted" in str([tool_results(row) for row in result.trajectories])
     assert not marker.exists(), marker.read_text()
 
-    monkeypatch.setenv("PATH", ".")  # the fakes alone
+    # (review 13) Relative folders alone: an empty PATH left would mean the cwd again; the system's default instead.
+    monkeypatch.setenv("PATH", ".")
+    result = run(entries, "--distribution=terminal_only", "--environment=bwrap", run_name="relative_only")
+    assert result.code == 0 and result.statistics["environment"] == "bwrap", result.stdout + result.stderr
+    assert not marker.exists(), marker.read_text()
+
+    empty = tmp_path / "no-programs"
+    empty.mkdir()
+    monkeypatch.setenv("PATH", f".:{empty}")  # the fakes, and an absolute folder without bwrap
     sent = len(server.chat_requests())
     result = run(entries, "--distribution=terminal_only", "--environment=bwrap", run_name="refused")
     assert result.code == 2 and "bubblewrap, which is in no absolute folder of PATH" in result.stderr, result.stderr

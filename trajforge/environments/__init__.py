@@ -9,8 +9,8 @@ singularity (an instance per prompt) and modal (a Sandbox per prompt); the last 
 
 from __future__ import annotations
 
-import contextlib
 import posixpath
+import sys
 import threading
 from dataclasses import replace
 
@@ -86,8 +86,12 @@ def removing_leftovers(settings: EnvironmentSettings) -> threading.Thread:
     samples' disks, a killed worker's containers) goes while the run merges; join() it before the end."""
 
     def remove() -> None:
-        with contextlib.suppress(SetupError):  # the engine is gone: nothing of it left to remove
+        try:
             remove_leftovers(settings)
+        except SetupError:  # the engine is gone: nothing of it left to remove
+            pass
+        except Exception as exc:  # a backend that cannot work here (its package missing): one line, not a traceback
+            print(f"warning: what earlier runs left could not be removed: {type(exc).__name__}: {exc}", file=sys.stderr)
 
     thread = threading.Thread(target=remove, name="leftovers")
     thread.start()

@@ -25,8 +25,9 @@ def absolute_path_only() -> None:
     children find by name: the runner's cwd is no folder of programs (a `./sh` there ran as root in a user
     namespace of the verification's, a `./rm` as root when a tree was too deep for rmtree: review 12)."""
     path = os.environ.get("PATH")
-    if path is not None:
-        os.environ["PATH"] = os.pathsep.join(folder for folder in path.split(os.pathsep) if os.path.isabs(folder))
+    if path is not None:  # none left: the system's default (an empty PATH would mean the cwd again)
+        kept = os.pathsep.join(folder for folder in path.split(os.pathsep) if os.path.isabs(folder))
+        os.environ["PATH"] = kept or os.defpath
 
 
 def bwrap() -> str:

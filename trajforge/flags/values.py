@@ -51,7 +51,10 @@ def names(value: Any, flag: str) -> list[str]:
 
 def folders(value: Any, flag: str) -> tuple[Path, ...]:
     """Existing folders, comma separated (or the flag repeated), resolved: a resume from elsewhere finds them."""
-    found = tuple(Path(name).resolve() for name in names(value, flag))
+    try:
+        found = tuple(Path(name).resolve() for name in names(value, flag))
+    except RuntimeError as exc:  # Python 3.11's Path.resolve on a loop of links
+        raise FlagError(f"--{flag}: {exc}") from None
     for folder in found:
         if not folder.is_dir():
             raise FlagError(f"--{flag}: {folder} is not a folder")
