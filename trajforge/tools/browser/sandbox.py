@@ -70,7 +70,7 @@ def script(executable: str) -> str:
         sandbox += ["--ro-bind", folder, folder]
     drop, own = [], ""
     # Not even the host's root: an unprivileged uid (where it can reach the executable's own folder).
-    if os.geteuid() == 0 and in_system and shutil.which("setpriv") and host_user() == HOST_UID:
+    if os.geteuid() == 0 and in_system and programs.find("setpriv") and host_user() == HOST_UID:
         drop = [programs.program("setpriv"), f"--reuid={HOST_UID}", f"--regid={HOST_UID}", "--clear-groups"]
         own = f'[ -n "$profile" ] && chown -R {HOST_UID}:{HOST_UID} "$profile"\n'
     return (
