@@ -9,6 +9,7 @@ import contextlib
 import glob
 import json
 import os
+import random
 import re
 import resource
 import shlex
@@ -952,6 +953,71 @@ def test_no_command_inherits_a_namespace_descriptor_yet_each_starts_in_the_slot_
     assert seen["started_in"] == seen["slot"]  # the honest twin: bwrap still starts in the slot's namespace
     if network:  # and the command is in the sample's network namespace
         assert seen["net"] == f"net:[{seen['sample_net']}]", seen
+
+
+NET = "readlink /proc/self/ns/net"
+# A server on the loopback for `seconds`, and a client that tries its port every 0.2 s for `seconds`: "open"
+# when it got in once, else "closed". As a command's own text: python3 -c 'SCRIPT' ARGS.
+SERVE_A_WHILE = (
+    "import socket, sys, time; s = socket.socket(); s.bind(('127.0.0.1', int(sys.argv[1]))); s.listen(); "
+    "time.sleep(float(sys.argv[2]))"
+)
+KNOCK = (
+    "import socket, sys, time\n"
+    "end = time.monotonic() + float(sys.argv[2])\n"
+    "while time.monotonic() < end:\n"
+    "    try:\n"
+    "        socket.create_connection(('127.0.0.1', int(sys.argv[1])), timeout=0.2).close()\n"
+    "        print('open'); break\n"
+    "    except OSError:\n"
+    "        time.sleep(0.2)\n"
+    "else:\n"
+    "    print('closed')\n"
+)
+
+
+async def _loopbacks(env_settings, port: int) -> dict:
+    """The network namespaces a root runner's sample's commands run in, and who reaches a server on one
+    sample's loopback: the sample's own command, and another sample's in flight meanwhile."""
+    backend = backend_for(env_settings)
+    first, second = await backend.open({}), await backend.open({})
+    try:
+        seen = {
+            "agent": [(await first.exec(NET)).output.strip() for _ in range(2)],
+            "other": (await second.exec(NET)).output.strip(),
+        }
+        assert first.loopback is not None and first.loopback.fd is not None
+        seen["made"] = f"net:[{os.fstat(first.loopback.fd).st_ino}]"
+        server = await first.spawn(["sh", "-c", NET], {})
+        seen["server"] = (await server.process.stdout.read()).decode().strip()
+        await server.end()
+        serve, knock = (f"python3 -c {shlex.quote(script)}" for script in (SERVE_A_WHILE, KNOCK))
+        own = first.exec(f"{serve} {port} 8 & {knock} {port} 6; wait")  # the honest twin: its own loopback
+        others = second.exec(f"sleep 1; {knock} {port} 6")  # the attack: another sample's, while it serves
+        seen["own"], seen["others"] = (done.output.strip() for done in await asyncio.gather(own, others))
+        await first.enter_clean_room()
+        seen["verification"] = (await first.exec(NET)).output.strip()
+        return seen
+    finally:
+        await first.close()
+        await second.close()
+
+
+def test_a_root_runner_s_sample_has_one_loopback_its_agent_s_commands_share_and_no_other_sample_reaches(
+    bwrap,  # noqa: F811
+    tmp_path,
+):
+    """Each agent command no longer makes a network namespace of its own (about 1 ms of CPU each): the
+    sample's commands join one made for it. What a command reaches stays its sample's: a server on one
+    sample's loopback is reached by that sample's command and by no other sample's in flight, and the
+    verification and a spawned service still have their own namespace."""
+    if host_user() is None:
+        pytest.skip("a root runner's commands join the sample's namespace by nsenter: the runner is not root")
+    seen = asyncio.run(_loopbacks(settings("bwrap", tmp_path), random.randint(40000, 49999)))
+    assert seen["agent"] == [seen["made"]] * 2, seen  # both commands in the one the runner made
+    assert seen["other"] != seen["made"] and seen["server"] != seen["made"] and seen["verification"] != seen["made"]
+    assert seen["own"] == "open", seen  # its loopback is up
+    assert seen["others"] == "closed", seen
 
 
 def test_hidden_tests_are_written_whatever_room_the_agent_left_on_its_disk(disk_kind, run_here):

@@ -17,6 +17,7 @@ from trajforge.environments import (
     OUTPUT_LIMIT,
     EnvironmentSettings,
     ExecResult,
+    loopback,
     mountns,
     netns,
     programs,
@@ -77,14 +78,17 @@ def bwrap_argv(
     identity: tuple[str, ...] = (),
     seccomp_fd: int | None = None,
     lc_all: str | None = None,
+    joined_net: bool = False,
 ) -> list[str]:
     """bwrap's argv for `argv`: as uid 1000 in a user namespace of its own, or with `identity`
     (userns.identity: the worker's two-uid namespace), under the seccomp filter read from `seccomp_fd`,
-    with the LC_ALL of the command's variables (`lc_all`, None for none) in place of its exec chain's."""
+    with the LC_ALL of the command's variables (`lc_all`, None for none) in place of its exec chain's, in
+    a network namespace of its own unless the command joined the sample's (`joined_net`, --sandbox_network)."""
+    share = joined_net or settings.sandbox_network
     if identity:
-        unshare = [*identity, *(n for n in NAMESPACES if n != "--unshare-net" or not settings.sandbox_network)]
+        unshare = [*identity, *(n for n in NAMESPACES if n != "--unshare-net" or not share)]
     else:
-        unshare = ["--unshare-all", *UNPRIVILEGED, *(["--share-net"] if settings.sandbox_network else [])]
+        unshare = ["--unshare-all", *UNPRIVILEGED, *(["--share-net"] if share else [])]
     # --die-with-parent and the PID namespace take every process of a command down with bwrap, so
     # killing bwrap's process group on a timeout kills the command's children too.
     sandbox = [programs.bwrap(), *unshare]
@@ -144,6 +148,9 @@ class BwrapEnvironment(LocalEnvironment):
         # or None: one uid (a runner that is not root).
         self.userns = userns_fd
         self.network: netns.SampleNetwork | None = None  # --sandbox_network: the sample's namespace
+        # A root runner's agent commands share the sample's loopback namespace, made by the first of them.
+        self.loopback: loopback.Loopback | None = None
+        self.loopback_wanted = self.host_uid is not None and not settings.sandbox_network
 
     def _prepare(self) -> None:
         super()._prepare()
@@ -194,6 +201,10 @@ class BwrapEnvironment(LocalEnvironment):
         self, argv: list[str], timeout: float, stdin: bytes | None = None, limit: int = OUTPUT_LIMIT
     ) -> ExecResult:
         slot = self.slot  # there the workspace is its folder of the disk (the host's path is a bind of it)
+        joins = (slot.join(),) if slot is not None else ()
+        net = None if self.clean else await self._loopback()
+        if net is not None:
+            joins = (*joins, net.join())
         workspace = self.disk_workspace if slot is not None else self.workspace
         # The clean room's /tmp is a fresh folder: nothing the agent left there (a link into /tests) is seen.
         binds = [(self.verify_tmp or self.tmp, SANDBOX_TMP), (workspace, self.workspace)]
@@ -203,9 +214,10 @@ class BwrapEnvironment(LocalEnvironment):
         two_uids = namespace is not None
         with seccomp.filter_fd() as rules:
             who = tuple(userns.identity(namespace, verifier=True)) if namespace is not None else ()
-            sandboxed = bwrap_argv(self.settings, binds, self.cwd, argv, tests, who, rules, self.env.get("LC_ALL"))
+            lc_all = self.env.get("LC_ALL")
+            sandboxed = bwrap_argv(self.settings, binds, self.cwd, argv, tests, who, rules, lc_all, net is not None)
             # In the two-uid namespace bwrap itself maps the command to its host uid: it must be root to join.
-            limited = self.confined(sandboxed, (slot.join(),) if slot is not None else (), two_uids)
+            limited = self.confined(sandboxed, joins, two_uids)
             fds: tuple[int, ...] = (rules,) if namespace is None else (rules, namespace)
             chain = chain_env(self.env)
             done = await run_process(limited, self.workspace, chain, timeout, stdin, limit, None, fds, self.clean)
@@ -216,6 +228,15 @@ class BwrapEnvironment(LocalEnvironment):
         # past --max_processes commands, none could fork).
         reap_exited_orphans()
         return done
+
+    async def _loopback(self) -> loopback.Loopback | None:
+        """The sample's loopback namespace for an agent command to join (loopback.py), made by the first;
+        None where its bwrap makes its own (a runner that is not root, --sandbox_network, or none could be made)."""
+        if self.loopback is None and self.loopback_wanted:
+            self.loopback_wanted = False  # tried once: where it cannot be made, each command makes its own
+            with contextlib.suppress(OSError):
+                self.loopback = await asyncio.to_thread(loopback.Loopback().open)
+        return self.loopback
 
     async def spawn(
         self, argv: list[str], variables: dict[str, str], read_only: tuple[str, ...] = (), limit: int = 1 << 16
@@ -270,6 +291,8 @@ class BwrapEnvironment(LocalEnvironment):
         super()._close()
         if self.network is not None:
             self.network.close()
+        if self.loopback is not None:  # after its processes ended (super's): the namespace goes with them
+            self.loopback.close()
         if self.tmp_mounted:  # a tmpfs: what it holds is gone with it (--keep_workspaces keeps none of it)
             tmpfs.unmount(self.tmp)
         if self.tmp and not self.settings.keep_workspaces:
