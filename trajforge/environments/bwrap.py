@@ -169,6 +169,9 @@ class BwrapEnvironment(LocalEnvironment):
                 self.network = netns.SampleNetwork().open()
             except OSError as exc:
                 raise SetupError(f"--sandbox_network: {exc}") from None
+        if self.loopback_wanted:  # made with the sample, in this hop off the loop: no await to cancel it in
+            with contextlib.suppress(OSError):
+                self.loopback = loopback.Loopback().open()
         if self.host_uid is not None:
             _give(self.host_uid, self.workspace, self.tmp)
 
@@ -202,7 +205,7 @@ class BwrapEnvironment(LocalEnvironment):
     ) -> ExecResult:
         slot = self.slot  # there the workspace is its folder of the disk (the host's path is a bind of it)
         joins = (slot.join(),) if slot is not None else ()
-        net = None if self.clean else await self._loopback()
+        net = None if self.clean else self.loopback
         if net is not None:
             joins = (*joins, net.join())
         workspace = self.disk_workspace if slot is not None else self.workspace
@@ -228,15 +231,6 @@ class BwrapEnvironment(LocalEnvironment):
         # past --max_processes commands, none could fork).
         reap_exited_orphans()
         return done
-
-    async def _loopback(self) -> loopback.Loopback | None:
-        """The sample's loopback namespace for an agent command to join (loopback.py), made by the first;
-        None where its bwrap makes its own (a runner that is not root, --sandbox_network, or none could be made)."""
-        if self.loopback is None and self.loopback_wanted:
-            self.loopback_wanted = False  # tried once: where it cannot be made, each command makes its own
-            with contextlib.suppress(OSError):
-                self.loopback = await asyncio.to_thread(loopback.Loopback().open)
-        return self.loopback
 
     async def spawn(
         self, argv: list[str], variables: dict[str, str], read_only: tuple[str, ...] = (), limit: int = 1 << 16

@@ -26,6 +26,7 @@ import fcntl
 import os
 import socket
 import struct
+import threading
 from concurrent.futures import ThreadPoolExecutor
 
 from trajforge.environments import holder
@@ -35,6 +36,7 @@ SIOCSIFFLAGS = 0x8914
 IFF_UP, IFF_LOOPBACK, IFF_RUNNING = 0x1, 0x8, 0x40
 _libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
 _open: set[int] = set()  # this process's namespaces' descriptors
+_lock = threading.Lock()  # held from a descriptor's open to its entry in _open, and across fork
 
 
 class Loopback:
@@ -47,7 +49,6 @@ class Loopback:
         """Make the namespace; OSError when it cannot be. Blocking."""
         with ThreadPoolExecutor(1, thread_name_prefix="loopback") as thread:  # ends with the `with`
             self.fd = thread.submit(_made).result()
-        _open.add(self.fd)
         return self
 
     def join(self) -> str:
@@ -57,8 +58,9 @@ class Loopback:
 
     def close(self) -> None:
         if self.fd is not None:
-            _open.discard(self.fd)
-            os.close(self.fd)
+            with _lock:
+                _open.discard(self.fd)
+                os.close(self.fd)
             self.fd = None
 
 
@@ -67,12 +69,19 @@ def _made() -> int:
     the namespace's descriptor (close-on-exec)."""
     if _libc.unshare(CLONE_NEWNET) != 0:
         raise OSError(ctypes.get_errno(), f"unshare: {os.strerror(ctypes.get_errno())}")
-    fd = os.open("/proc/thread-self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
+    with _lock:
+        fd = os.open("/proc/thread-self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
+        _open.add(fd)
     try:
         with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:  # a socket of the new namespace
             fcntl.ioctl(probe, SIOCSIFFLAGS, struct.pack("16sH14x", b"lo", IFF_UP | IFF_LOOPBACK | IFF_RUNNING))
+        # No TIME_WAIT: a port a finished command served is free for the next, as in a namespace of its own.
+        with open("/proc/sys/net/ipv4/tcp_max_tw_buckets", "w") as buckets:  # this thread's namespace's
+            buckets.write("0")
     except BaseException:
-        os.close(fd)
+        with _lock:
+            _open.discard(fd)
+            os.close(fd)
         raise
     return fd
 
@@ -82,6 +91,7 @@ def _forget() -> None:
     for fd in _open:
         os.close(fd)
     _open.clear()
+    _lock.release()
 
 
-os.register_at_fork(after_in_child=_forget)
+os.register_at_fork(before=_lock.acquire, after_in_parent=_lock.release, after_in_child=_forget)
