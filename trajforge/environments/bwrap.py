@@ -148,9 +148,7 @@ class BwrapEnvironment(LocalEnvironment):
         # or None: one uid (a runner that is not root).
         self.userns = userns_fd
         self.network: netns.SampleNetwork | None = None  # --sandbox_network: the sample's namespace
-        # A root runner's agent commands share the sample's loopback namespace, made by the first of them.
-        self.loopback: loopback.Loopback | None = None
-        self.loopback_wanted = self.host_uid is not None and not settings.sandbox_network
+        self.loopback: loopback.Loopback | None = None  # a root runner's agent commands' network namespace
 
     def _prepare(self) -> None:
         super()._prepare()
@@ -169,7 +167,9 @@ class BwrapEnvironment(LocalEnvironment):
                 self.network = netns.SampleNetwork().open()
             except OSError as exc:
                 raise SetupError(f"--sandbox_network: {exc}") from None
-        if self.loopback_wanted:  # made with the sample, in this hop off the loop: no await to cancel it in
+        if self.host_uid is not None and not self.settings.sandbox_network:
+            # Made with the sample, in this hop off the loop (no await to cancel between its making and its
+            # keeping); where it cannot be made, each command makes its own.
             with contextlib.suppress(OSError):
                 self.loopback = loopback.Loopback().open()
         if self.host_uid is not None:

@@ -1,22 +1,23 @@
-"""A sample's own network namespace with nothing in it but its loopback, shared by the sample's agent
-commands under bwrap, for a root runner without --sandbox_network.
+"""A sample's own network namespace with nothing in it but its loopback, shared by the sample's agent commands
+under bwrap, for a root runner without --sandbox_network.
 
 Each bwrap command used to make a network namespace of its own (--unshare-net) and bring its loopback up:
-about 1 ms of CPU a command, with the kernel's teardown of the namespace after it, for a namespace that
-holds nothing. Now the sample's agent commands join one made here when the first of them runs, as
---sandbox_network's commands join the sample's (netns.py), and bwrap keeps it (--share-net). They see what
-a command of their own saw: a loopback and no other interface. The runner makes it in the host's user
-namespace, so no sandboxed command has any capability over it (none can add an interface, a route or a
-rule); what the sample's commands share is its loopback, which only the sample's own processes reach, and
-those end with each command (its PID namespace) or with the sample. The verification's commands and the
-sample's spawned services (a tool server in the sandbox) still make their own, as before: the clean room
-sees nothing of the agent's, and the agent's commands reach no port of a service by the loopback.
+about 1 ms of CPU a command, with the kernel's teardown of the namespace after it, for a namespace that holds
+nothing. Now the sample's agent commands join one made here as the sample opens, as --sandbox_network's
+commands join the sample's (netns.py), and bwrap keeps it (--share-net). They see what a command of their own
+saw: a loopback and no other interface, and no socket of an earlier command (TCP's TIME_WAIT is off there: a
+port a finished command served is free for the next). The runner makes it in the host's user namespace, so no
+sandboxed command has any capability over it (none can add an interface, a route or a rule); what the sample's
+commands share is its loopback, which only the sample's own processes reach, and those end with each command
+(its PID namespace) or with the sample. The verification's commands and the sample's spawned services (a tool
+server in the sandbox) still make their own, as before: the clean room sees nothing of the agent's, and the
+agent's commands reach no port of a service by the loopback.
 
-The namespace is made on a thread of its own that ends once it has the namespace's descriptor: no other
-thread of this process ever runs in it, even if something fails half way. Commands enter it by that
-descriptor, which this process keeps open and close-on-exec (holder.join); a forked child closes it first
-thing. Where it cannot be made (a root runner without CAP_SYS_ADMIN), the sample's commands make their own
-namespaces as before."""
+The namespace is made on a thread of its own that ends once it has the namespace's descriptor: no other thread
+of this process ever runs in it, even if something fails half way. Commands enter it by that descriptor, which
+this process keeps open and close-on-exec (holder.join); a forked child closes it first thing (a lock held
+from its opening to its listing, and across a fork: no child gets one it does not list). Where it cannot be
+made (a root runner without CAP_SYS_ADMIN), the sample's commands make their own namespaces as before."""
 
 from __future__ import annotations
 
