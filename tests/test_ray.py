@@ -32,12 +32,23 @@ if importlib.util.find_spec("ray") is None:  # not imported: the runs import it,
 # Starting Ray is most of a run's 20 s; on a machine busy with the rest of the suite it has taken 140 s.
 RAY_RUN_TIMEOUT = 200
 pytestmark = pytest.mark.timeout(2 * RAY_RUN_TIMEOUT)
-# One xdist worker runs the tests that join the module's one cluster, one after another (minutes of a whole
-# run); another runs the others (the private instance's) meanwhile. Groups, so both go out at the run's start:
-# xdist hands out the scopes with the most tests first, the rest (one test each) in file order.
+# The tests that join the module's cluster go out in two groups of four, each run one after another on an
+# xdist worker of its own, with a cluster of its own there (`cluster` is a module fixture: one per worker
+# process; one for all without xdist): a cluster's start costs about 8 s of CPU, one group of eight on one
+# worker was the whole suite's longest path (311 s of a 450 s run). No test sees the other group's runs: a
+# test finds its cluster's processes below its own worker (on_the_cluster), and the node it removes is its
+# own cluster's. A third worker runs the others (the private instance's) meanwhile. Groups, so all three go
+# out at the run's start: xdist hands out the scopes with the most tests first (ties in file order), the rest
+# (one test each) in file order.
 ON_THE_CLUSTER = pytest.mark.xdist_group("ray")
+ON_THE_SECOND_CLUSTER = pytest.mark.xdist_group("ray_second_cluster")
 WITHOUT_THE_CLUSTER = pytest.mark.xdist_group("ray_without_the_cluster")
 
+# Each worker node of a cluster has one CPU: a run's two tasks (--num_workers=2) run one on each node, and a
+# node starts no Ray worker beyond them. With two CPUs a node started a worker for each free one as a run's
+# tasks arrived (four a run, two never used): a run cost about 12.5 s of CPU here, 10 s with one
+# (bench/ray_cluster.py).
+NODE_CPUS = 1
 TWO_TRIES = {"RAY_gcs_server_port_wait_time_s": "2"}  # a client's tries at the GCS, 1 s apart (ray/_private/node.py)
 TOOLS = ["--distribution=terminal_only", "--seed=3", "--num_workers=2", "--concurrency=2"]
 
@@ -175,10 +186,11 @@ async def sandboxed_probe(folder: Path, targets: list[str]) -> str:
 @pytest.fixture(scope="module")
 def cluster(request):
     """A Ray cluster of three nodes on this machine (a head without CPUs, where the drivers attach, and two
-    worker nodes), which every run of this module but the private instance's joins with --ray_address. Its
-    nodes are this process's children, so a test finds their processes (descendants) apart from any other
-    Ray on the machine. Its nodes' tasks reach the session's Docker engine when there is one: a node's
-    DOCKER_HOST is the one it was started with."""
+    worker nodes of NODE_CPUS each), which every run of this module but the private instance's joins with
+    --ray_address: one per xdist worker that runs such tests. Its nodes are this process's children, so a test
+    finds their processes (descendants) apart from any other Ray on the machine, another worker's cluster too.
+    Its nodes' tasks reach the session's Docker engine when there is one: a node's DOCKER_HOST is the one it
+    was started with."""
     from ray.cluster_utils import Cluster
 
     with contextlib.suppress(pytest.skip.Exception):  # no engine here: the tests that need one skip
@@ -194,7 +206,7 @@ def cluster(request):
     cluster = Cluster(initialize_head=True, head_node_args=head)
     try:
         for _ in range(2):
-            cluster.add_node(num_cpus=2)
+            cluster.add_node(num_cpus=NODE_CPUS)
         cluster.wait_for_nodes()
         yield cluster
     finally:
@@ -299,7 +311,7 @@ def test_a_killed_sink_fails_at_most_its_batches_never_the_run(run, server, clus
     wait_for(job_ended, 60, "the cluster to end the run's tasks and actors")
 
 
-@ON_THE_CLUSTER
+@ON_THE_SECOND_CLUSTER
 def test_on_a_cluster_the_budget_holds_and_a_kill_9_of_the_driver_pays_for_nothing_twice(run, server, cluster):
     """One ledger and cache for the run, in the driver's run folder, reached by every node through the money
     actor: the cluster stops at the budget (exit 3); a resume with more is killed -9 mid-run; the next
@@ -337,7 +349,7 @@ def test_on_a_cluster_the_budget_holds_and_a_kill_9_of_the_driver_pays_for_nothi
     assert last.statistics["budget"]["spent"] == pytest.approx(sum(ledger(last.run_dir)))
 
 
-@ON_THE_CLUSTER
+@ON_THE_SECOND_CLUSTER
 def test_a_worker_node_lost_mid_run_loses_no_paid_reply(run, server, cluster):
     """A node dies with batches running on it: Ray runs them again on the node left, their paid calls come
     back from the run's cache (the money actor is on the driver's node), and the run finishes with no
@@ -360,7 +372,7 @@ def test_a_worker_node_lost_mid_run_loses_no_paid_reply(run, server, cluster):
     finally:
         if proc.poll() is None:
             proc.kill()
-        cluster.add_node(num_cpus=2)  # the cluster as the other tests of this module found it
+        cluster.add_node(num_cpus=NODE_CPUS)  # the cluster as the other tests of this module found it
         cluster.wait_for_nodes()
     assert proc.returncode == 0, output
     result = Result(0, output, "", run.tmp_path / "out" / "run")
@@ -374,7 +386,7 @@ def test_a_worker_node_lost_mid_run_loses_no_paid_reply(run, server, cluster):
     assert paid_before <= paid and 8 * 3 <= paid <= answered_calls(server) <= paid + in_flight
 
 
-@ON_THE_CLUSTER
+@ON_THE_SECOND_CLUSTER
 def test_a_plugin_file_reaches_the_cluster_s_workers_with_the_run(run, server, cluster, tmp_path):
     """Its text travels in the run's settings: each Ray task loads it (docs/ray.md), the file need not be on
     the workers' nodes; its tool runs there and is counted like a built-in one."""
@@ -409,7 +421,7 @@ def rewards(run_dir: Path) -> dict:
     }
 
 
-@ON_THE_CLUSTER
+@ON_THE_SECOND_CLUSTER
 def test_task_folders_on_a_cluster_are_the_pool_s_built_once_and_resumed_without_building(
     docker_host, run, server, cluster, tmp_path
 ):
