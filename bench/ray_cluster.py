@@ -1,6 +1,7 @@
 """What one run costs on a local Ray cluster like tests/test_ray.py's (a head without CPUs, two worker nodes):
-the machine's CPU seconds of the whole run, every Ray process it starts included, for worker nodes of one CPU
-and of two, alternated.
+the machine's CPU seconds of the whole run, every Ray process it starts included, for three clusters, alternated:
+worker nodes of two CPUs, of one CPU, and of one CPU with a head that starts neither the autoscaler's monitor nor
+the log monitor (tests/test_ray.py's).
 
     python bench/ray_cluster.py --runs 3 --rounds 2
 
@@ -26,14 +27,23 @@ FLAGS = ["--distribution=terminal_only", "--seed=3", "--num_workers=2", "--concu
 ENTRIES = [{"prompt": f"task {i}"} for i in range(8)] + [{"prompt": "silent [mock reasoning=none]"}]
 
 
-def round_of(node_cpus: int, runs: int, folder: Path) -> None:
+# variant -> (a worker node's CPUs, the head's arguments beyond test_ray's)
+VARIANTS = {
+    "nodes of two CPUs": (2, {}),
+    "nodes of one CPU": (1, {}),
+    "nodes of one CPU, no monitors": (1, {"no_monitor": True, "include_log_monitor": False}),
+}
+
+
+def round_of(variant: str, runs: int, folder: Path) -> None:
     """In this process (already in its cgroup): a cluster, `runs` runs on it, its end."""
     from ray.cluster_utils import Cluster
 
     from trajforge.mock.server import MockServer
 
     os.environ.update(RAY_AUTH_MODE="disabled", RAY_USAGE_STATS_ENABLED="0")
-    head = {"num_cpus": 0, "include_dashboard": False, "_system_config": {"health_check_period_ms": 1000}}
+    node_cpus, more = VARIANTS[variant]
+    head = {"num_cpus": 0, "include_dashboard": False, "_system_config": {"health_check_period_ms": 1000}, **more}
     cluster = Cluster(initialize_head=True, head_node_args=head)
     server = MockServer()
     server.base_url = server.start()
@@ -53,15 +63,15 @@ def round_of(node_cpus: int, runs: int, folder: Path) -> None:
         server.stop()
 
 
-def measured(node_cpus: int, runs: int) -> tuple[float, float]:
+def measured(variant: str, runs: int) -> tuple[float, float]:
     """(CPU seconds, wall seconds) of one round, run in a child process in a cgroup of its own."""
-    group = CGROUPS / f"bench-ray-{os.getpid()}-{node_cpus}"
+    group = CGROUPS / f"bench-ray-{os.getpid()}-{list(VARIANTS).index(variant)}"
     group.mkdir()
     try:
         with tempfile.TemporaryDirectory() as folder:
             began = time.monotonic()
             child = subprocess.Popen(
-                [sys.executable, __file__, "--round", str(node_cpus), "--runs", str(runs), "--folder", folder],
+                [sys.executable, __file__, "--round", variant, "--runs", str(runs), "--folder", folder],
                 preexec_fn=lambda: (group / "cgroup.procs").write_text(str(os.getpid())),
             )
             assert child.wait() == 0
@@ -75,7 +85,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--round", type=int, help=argparse.SUPPRESS)  # a round's child process
+    parser.add_argument("--round", help=argparse.SUPPRESS)  # a round's child process: its variant
     parser.add_argument("--folder", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.round:
@@ -85,9 +95,9 @@ def main() -> None:
     if not os.access(CGROUPS, os.W_OK):
         sys.exit(f"needs a writable cgroup v1 cpuacct hierarchy at {CGROUPS} (root)")
     for number in range(args.rounds):
-        for node_cpus in (2, 1):
-            cpu, wall = measured(node_cpus, args.runs)
-            line = f"round {number}: worker nodes of {node_cpus} CPU: a cluster and {args.runs} runs on it"
+        for variant in VARIANTS:
+            cpu, wall = measured(variant, args.runs)
+            line = f"round {number}: {variant}: a cluster and {args.runs} runs on it"
             print(f"{line}: {cpu:.1f} s of CPU, {wall:.1f} s")
 
 

@@ -202,7 +202,12 @@ def cluster(request):
     # row, 5 s apart at 1 s a check (Ray's default: 3 s, 15 s in all). A busy node is not: each check still
     # waits Ray's default timeout (10 s) for an answer (a 0.5 s timeout declared busy nodes dead).
     checks = {"health_check_period_ms": 1000}
+    # Nor does its head start the autoscaler's monitor (a cluster of fixed nodes) or the log monitor, which read
+    # every Ray worker's log as it grew for drivers that never ask for them (every run has log_to_driver=False):
+    # a cluster and three runs on it cost 26.6 and 31.0 s of CPU without them, 33.9 and 37.4 s with them
+    # (bench/ray_cluster.py).
     head = {"num_cpus": 0, "include_dashboard": False, "_system_config": checks}
+    head |= {"no_monitor": True, "include_log_monitor": False}
     cluster = Cluster(initialize_head=True, head_node_args=head)
     try:
         for _ in range(2):
