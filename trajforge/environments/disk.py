@@ -80,6 +80,7 @@ class Disk:
     folder: str
     root: str
     namespace: mountns.SlotMounts | None = None  # where bwrap's commands start (mountns.py), made on first use
+    new: tuple[int, int] = (0, 0)  # blocks and inodes in use on the disk as made (its folders, no reserve)
 
     @property
     def tests(self) -> str:
@@ -109,7 +110,16 @@ class Disk:
                 if entry not in kept:
                     remove_tree(os.path.join(folder, entry))
         found = os.path.join(self.root, "lost+found")
-        return set(os.listdir(self.root)) <= kept and not os.listdir(self.tests) and not os.listdir(found)
+        if not (set(os.listdir(self.root)) <= kept and not os.listdir(self.tests) and not os.listdir(found)):
+            return False
+        # Nothing unnamed holds room either: a file whose last reference lies in flight on a unix socket
+        # cycle of the agent's (SCM_RIGHTS) keeps its blocks and inode after every process and name is gone,
+        # until the kernel's unix GC runs, which nothing here triggers.
+        blocks, inodes = _in_use(self.root)
+        if whole:
+            blocks -= RESERVE_BYTES // os.statvfs(self.root).f_frsize + 1  # its file's blocks and its folder's
+            inodes -= RESERVE_FILES + 1
+        return blocks <= self.new[0] + SLACK_BLOCKS and inodes <= self.new[1]
 
     def reserve(self) -> None:
         """The verification's reserve on the disk, before the agent could fill it: the one kept from an earlier
@@ -146,6 +156,15 @@ def _drop_free() -> None:
     for disks in _free.values():
         while disks:
             disks.pop().drop()
+
+
+SLACK_BLOCKS = 16  # a folder of the root's grown by a block, an extent tree's block
+
+
+def _in_use(root: str) -> tuple[int, int]:
+    """Blocks and inodes in use on the file system at `root`."""
+    info = os.statvfs(root)
+    return info.f_blocks - info.f_bfree, info.f_files - info.f_ffree
 
 
 def _forget() -> None:
@@ -245,6 +264,7 @@ def take(settings: EnvironmentSettings, prefix: str) -> Disk:
         _mount_image(image, disk.root)
         for path in (folder, disk.root, disk.tests):  # passed through, not listed, by the sandbox's uid to its folders
             os.chmod(path, 0o711)
+        disk.new = _in_use(disk.root)
     except (OSError, subprocess.TimeoutExpired) as exc:
         disk.drop()
         raise SetupError(f"--max_disk_mb: cannot make the sample's disk of {size} MB: {exc}") from None

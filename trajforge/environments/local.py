@@ -332,7 +332,19 @@ class LocalEnvironment(CommandEnvironment):
         self.disk_verify = ""  # the clean room's /tmp on it, made before the agent could fill the disk
 
     async def start(self) -> None:
-        await asyncio.to_thread(self._prepare)  # one hop off the loop for all of it
+        """One hop off the loop for all of it. Cancelled, it still waits for that hop to end: the thread goes
+        on making the sample's disk, namespaces and folders, which close() (Backend.open's, right after) must
+        find made, not run beside their making and miss them (review 15: each leaked for the worker's life)."""
+        prepared = asyncio.ensure_future(asyncio.to_thread(self._prepare))
+        try:
+            await asyncio.shield(prepared)
+        except asyncio.CancelledError:
+            while not prepared.done():
+                with contextlib.suppress(asyncio.CancelledError):
+                    await asyncio.wait({prepared})
+            with contextlib.suppress(BaseException):  # what it raised is moot: the open was cancelled
+                prepared.result()
+            raise
 
     def _prepare(self) -> None:
         self.workspace = make_workspace(self.settings, "", self.sample)
