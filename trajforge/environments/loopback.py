@@ -38,6 +38,7 @@ IFF_UP, IFF_LOOPBACK, IFF_RUNNING = 0x1, 0x8, 0x40
 _libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
 _open: set[int] = set()  # this process's namespaces' descriptors
 _lock = threading.Lock()  # held from a descriptor's open to its entry in _open, and across fork
+_cannot: list[OSError] = []  # why this process could not make one: it tries no more (review 15)
 
 
 class Loopback:
@@ -47,9 +48,16 @@ class Loopback:
         self.fd: int | None = None
 
     def open(self) -> Loopback:
-        """Make the namespace; OSError when it cannot be. Blocking."""
-        with ThreadPoolExecutor(1, thread_name_prefix="loopback") as thread:  # ends with the `with`
-            self.fd = thread.submit(_made).result()
+        """Make the namespace; OSError when it cannot be (then at once for every later sample of this process:
+        a read-only /proc/sys, in a container or a service with ProtectKernelTunables, stays so). Blocking."""
+        if _cannot:
+            raise _cannot[0]
+        try:
+            with ThreadPoolExecutor(1, thread_name_prefix="loopback") as thread:  # ends with the `with`
+                self.fd = thread.submit(_made).result()
+        except OSError as exc:
+            _cannot.append(exc)
+            raise
         return self
 
     def join(self) -> str:
