@@ -38,7 +38,7 @@ IFF_UP, IFF_LOOPBACK, IFF_RUNNING = 0x1, 0x8, 0x40
 _libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
 _open: set[int] = set()  # this process's namespaces' descriptors
 _lock = threading.Lock()  # held from a descriptor's open to its entry in _open, and across fork
-_cannot: list[OSError] = []  # why this process could not make one: it tries no more (review 15)
+_cannot: list[str] = []  # why this process could not make one: it tries no more (review 15)
 
 
 class Loopback:
@@ -50,13 +50,13 @@ class Loopback:
     def open(self) -> Loopback:
         """Make the namespace; OSError when it cannot be (then at once for every later sample of this process:
         a read-only /proc/sys, in a container or a service with ProtectKernelTunables, stays so). Blocking."""
-        if _cannot:
-            raise _cannot[0]
+        if _cannot:  # a new exception each time: one raised again would carry every earlier traceback
+            raise OSError(_cannot[0])
         try:
             with ThreadPoolExecutor(1, thread_name_prefix="loopback") as thread:  # ends with the `with`
                 self.fd = thread.submit(_made).result()
         except OSError as exc:
-            _cannot.append(exc)
+            _cannot.append(str(exc))
             raise
         return self
 
