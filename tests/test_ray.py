@@ -32,16 +32,12 @@ if importlib.util.find_spec("ray") is None:  # not imported: the runs import it,
 # Starting Ray is most of a run's 20 s; on a machine busy with the rest of the suite it has taken 140 s.
 RAY_RUN_TIMEOUT = 200
 pytestmark = pytest.mark.timeout(2 * RAY_RUN_TIMEOUT)
-# The tests that join the module's cluster go out in two groups of four, each run one after another on an
-# xdist worker of its own, with a cluster of its own there (`cluster` is a module fixture: one per worker
-# process; one for all without xdist): a cluster's start costs about 8 s of CPU, one group of eight on one
-# worker was the whole suite's longest path (311 s of a 450 s run). No test sees the other group's runs: a
-# test finds its cluster's processes below its own worker (on_the_cluster), and the node it removes is its
-# own cluster's. A third worker runs the others (the private instance's) meanwhile. Groups, so all three go
-# out at the run's start: xdist hands out the scopes with the most tests first (ties in file order), the rest
-# (one test each) in file order.
+# One xdist worker runs the tests that join the module's one cluster, one after another (minutes of a whole
+# run); another runs the others (the private instance's) meanwhile. Groups, so both go out at the run's start:
+# xdist hands out the scopes with the most tests first, the rest (one test each) in file order. One cluster a
+# session: the suite is CPU-bound on two cores, and a second cluster, each running half of these tests beside
+# the other, cost more CPU (666 s for the whole suite against 631) for no shorter run (468 s against 451).
 ON_THE_CLUSTER = pytest.mark.xdist_group("ray")
-ON_THE_SECOND_CLUSTER = pytest.mark.xdist_group("ray_second_cluster")
 WITHOUT_THE_CLUSTER = pytest.mark.xdist_group("ray_without_the_cluster")
 
 # Each worker node of a cluster has one CPU: a run's two tasks (--num_workers=2) run one on each node, and a
@@ -187,8 +183,8 @@ async def sandboxed_probe(folder: Path, targets: list[str]) -> str:
 def cluster(request):
     """A Ray cluster of three nodes on this machine (a head without CPUs, where the drivers attach, and two
     worker nodes of NODE_CPUS each), which every run of this module but the private instance's joins with
-    --ray_address: one per xdist worker that runs such tests. Its nodes are this process's children, so a test
-    finds their processes (descendants) apart from any other Ray on the machine, another worker's cluster too.
+    --ray_address. Its nodes are this process's children, so a test finds their processes (descendants) apart
+    from any other Ray on the machine.
     Its nodes' tasks reach the session's Docker engine when there is one: a node's DOCKER_HOST is the one it
     was started with."""
     from ray.cluster_utils import Cluster
@@ -316,7 +312,7 @@ def test_a_killed_sink_fails_at_most_its_batches_never_the_run(run, server, clus
     wait_for(job_ended, 60, "the cluster to end the run's tasks and actors")
 
 
-@ON_THE_SECOND_CLUSTER
+@ON_THE_CLUSTER
 def test_on_a_cluster_the_budget_holds_and_a_kill_9_of_the_driver_pays_for_nothing_twice(run, server, cluster):
     """One ledger and cache for the run, in the driver's run folder, reached by every node through the money
     actor: the cluster stops at the budget (exit 3); a resume with more is killed -9 mid-run; the next
@@ -354,7 +350,7 @@ def test_on_a_cluster_the_budget_holds_and_a_kill_9_of_the_driver_pays_for_nothi
     assert last.statistics["budget"]["spent"] == pytest.approx(sum(ledger(last.run_dir)))
 
 
-@ON_THE_SECOND_CLUSTER
+@ON_THE_CLUSTER
 def test_a_worker_node_lost_mid_run_loses_no_paid_reply(run, server, cluster):
     """A node dies with batches running on it: Ray runs them again on the node left, their paid calls come
     back from the run's cache (the money actor is on the driver's node), and the run finishes with no
@@ -391,7 +387,7 @@ def test_a_worker_node_lost_mid_run_loses_no_paid_reply(run, server, cluster):
     assert paid_before <= paid and 8 * 3 <= paid <= answered_calls(server) <= paid + in_flight
 
 
-@ON_THE_SECOND_CLUSTER
+@ON_THE_CLUSTER
 def test_a_plugin_file_reaches_the_cluster_s_workers_with_the_run(run, server, cluster, tmp_path):
     """Its text travels in the run's settings: each Ray task loads it (docs/ray.md), the file need not be on
     the workers' nodes; its tool runs there and is counted like a built-in one."""
@@ -426,7 +422,7 @@ def rewards(run_dir: Path) -> dict:
     }
 
 
-@ON_THE_SECOND_CLUSTER
+@ON_THE_CLUSTER
 def test_task_folders_on_a_cluster_are_the_pool_s_built_once_and_resumed_without_building(
     docker_host, run, server, cluster, tmp_path
 ):
