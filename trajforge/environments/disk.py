@@ -30,6 +30,7 @@ import struct
 import subprocess
 import tempfile
 import threading
+import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -114,7 +115,18 @@ class Disk:
             return False
         # Nothing unnamed holds room either: a file whose last reference lies in flight on a unix socket
         # cycle of the agent's (SCM_RIGHTS) keeps its blocks and inode after every process and name is gone,
-        # until the kernel's unix GC runs, which nothing here triggers.
+        # until the kernel's unix GC runs, which nothing here triggers. A file a killed process of the
+        # sample's was still letting go of holds them a moment (seen under load: one inode and one block):
+        # looked at again for up to SETTLE seconds before the disk is dropped.
+        deadline = time.monotonic() + SETTLE
+        while not self._holds_no_more(whole):
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.02)
+        return True
+
+    def _holds_no_more(self, whole: bool) -> bool:
+        """The disk uses no more blocks and inodes than when it was made, besides its reserve when `whole`."""
         blocks, inodes = _in_use(self.root)
         if whole:
             blocks -= RESERVE_BYTES // os.statvfs(self.root).f_frsize + 1  # its file's blocks and its folder's
@@ -159,6 +171,7 @@ def _drop_free() -> None:
 
 
 SLACK_BLOCKS = 16  # a folder of the root's grown by a block, an extent tree's block
+SETTLE = 1.0  # seconds a disk given back has to let go of what a killed process held
 
 
 def _in_use(root: str) -> tuple[int, int]:
