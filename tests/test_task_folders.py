@@ -241,7 +241,9 @@ def built_twins(tmp_path: Path, hostile: str, honest: str) -> Path:
 
 @contextlib.contextmanager
 def images_removed(tasks: Path):
-    """The images built from `tasks` are removed afterwards."""
+    """The images built from `tasks` are removed afterwards, not their untagged parents: a build of another test
+    running meanwhile may be using one as its cache (the base's WORKDIR step), and a pruned parent failed it
+    with 'unable to find image'."""
     import docker
 
     try:
@@ -250,7 +252,8 @@ def images_removed(tasks: Path):
         client = docker.from_env()
         for task in tasks.iterdir():
             with contextlib.suppress(docker.errors.DockerException):
-                client.images.remove(image_tag(task.name, build_context(task_files(task, "environment"))), force=True)
+                tag = image_tag(task.name, build_context(task_files(task, "environment")))
+                client.images.remove(tag, force=True, noprune=True)
         client.close()
 
 
@@ -668,7 +671,7 @@ def test_a_changed_base_image_builds_the_task_image_again(docker_host, run_here,
         assert run_here(tasks, "--check_tasks", run_name="changed").code == 0
         assert builds.count() == 1
     finally:
-        client.images.remove(base, force=True)
+        client.images.remove(base, force=True, noprune=True)  # its parents may be another build's cache
         client.close()
 
 
