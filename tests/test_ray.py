@@ -40,11 +40,11 @@ pytestmark = pytest.mark.timeout(2 * RAY_RUN_TIMEOUT)
 ON_THE_CLUSTER = pytest.mark.xdist_group("ray")
 WITHOUT_THE_CLUSTER = pytest.mark.xdist_group("ray_without_the_cluster")
 
-# Each worker node of a cluster has one CPU: a run's two tasks (--num_workers=2) run one on each node, and a
-# node starts no Ray worker beyond them. With two CPUs a node started a worker for each free one as a run's
-# tasks arrived (four a run, two never used): a run cost about 12.5 s of CPU here, 10 s with one
-# (bench/ray_cluster.py).
-NODE_CPUS = 1
+# Each worker node of a cluster has two CPUs. With one (a run's two tasks one on each node, about 10 s of CPU a
+# run against 12.5: bench/ray_cluster.py) the node-loss test always lost a running batch, and on a fresh
+# clone's .ci/run it once found a step answered three times after the loss: not understood yet, so the
+# cluster stays as the tests were proven on until it is (see the session's closing note).
+NODE_CPUS = 2
 TWO_TRIES = {"RAY_gcs_server_port_wait_time_s": "2"}  # a client's tries at the GCS, 1 s apart (ray/_private/node.py)
 TOOLS = ["--distribution=terminal_only", "--seed=3", "--num_workers=2", "--concurrency=2"]
 
