@@ -41,6 +41,20 @@ def join(kind: str, fd: int) -> str:
     return f"--{kind}=/proc/{os.getpid()}/fd/{fd}"
 
 
+class Entered:
+    """A namespace this process keeps open at `fd` (close-on-exec), which a command's exec chain enters."""
+
+    KIND = ""  # nsenter's option for it: "mount" or "net"
+
+    def __init__(self) -> None:
+        self.fd: int | None = None
+
+    def join(self) -> str:
+        """nsenter's option that enters the namespace in a command's exec chain (join: nothing to pass on)."""
+        assert self.fd is not None, f"{type(self).__name__}: the namespace is not open"
+        return join(self.KIND, self.fd)
+
+
 def end(holder: subprocess.Popen) -> None:
     """Close the namespaces' descriptors and the holder's pipes (closing its stdin ends it) and reap it,
     killed after END_GRACE. Blocking."""

@@ -41,11 +41,10 @@ _lock = threading.Lock()  # held from a descriptor's open to its entry in _open,
 _cannot: list[str] = []  # why this process could not make one: it tries no more (review 15)
 
 
-class Loopback:
+class Loopback(holder.Entered):
     """One sample's namespace: made by open(), entered through join(), gone with close() and its last process."""
 
-    def __init__(self) -> None:
-        self.fd: int | None = None
+    KIND = "net"
 
     def open(self) -> Loopback:
         """Make the namespace; OSError when it cannot be (then at once for every later sample of this process:
@@ -59,11 +58,6 @@ class Loopback:
             _cannot.append(str(exc))
             raise
         return self
-
-    def join(self) -> str:
-        """nsenter's option that enters the namespace in a command's exec chain (holder.join)."""
-        assert self.fd is not None, "the sample's loopback is not open"
-        return holder.join("net", self.fd)
 
     def close(self) -> None:
         if self.fd is not None:

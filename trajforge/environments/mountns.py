@@ -48,13 +48,15 @@ def holder_argv(system: tuple[str, ...], folders: list[str]) -> list[str]:
     return [*argv, "--", *HOLDER]
 
 
-class SlotMounts:
-    """A slot's mount namespace: made by open(), entered through enter(), gone with close()."""
+class SlotMounts(holder.Entered):
+    """A slot's mount namespace: made by open(), entered through join(), gone with close()."""
+
+    KIND = "mount"
 
     def __init__(self, argv: list[str]):
+        super().__init__()
         self.argv = argv  # holder_argv's
         self.holder: subprocess.Popen | None = None
-        self.fd: int | None = None  # the namespace, kept open: what each command enters
 
     def open(self) -> SlotMounts:
         """Start the holder; OSError when the namespace cannot be made. Blocking."""
@@ -70,11 +72,6 @@ class SlotMounts:
             self.close()
             raise
         return self
-
-    def join(self) -> str:
-        """nsenter's option that enters the namespace in a command's exec chain (holder.join: nothing to pass on)."""
-        assert self.fd is not None, "the slot's mount namespace is not open"
-        return holder.join("mount", self.fd)
 
     def close(self) -> None:
         """End the holder (closing its stdin ends it). Blocking."""

@@ -112,12 +112,14 @@ def rules(addresses: list[str]) -> str:
     )
 
 
-class SampleNetwork:
-    """One sample's network namespace: made by open(), entered by commands through enter(), gone with close()."""
+class SampleNetwork(holder.Entered):
+    """One sample's network namespace: made by open(), entered by commands through join(), gone with close()."""
 
-    def __init__(self):
+    KIND = "net"
+
+    def __init__(self) -> None:
+        super().__init__()
         self.pasta: subprocess.Popen | None = None
-        self.fd: int | None = None  # the namespace, kept open: what each command enters
 
     def open(self) -> SampleNetwork:
         """Start pasta and its holder; raise OSError when the namespace cannot be made. Blocking."""
@@ -155,11 +157,6 @@ class SampleNetwork:
             said = " ".join(t for t in log.read().decode(errors="replace").splitlines() if "syslog" not in t)
             raise OSError(f"pasta could not make the namespace: {said.strip()[-300:] or 'no output'}")
         return int(line)
-
-    def join(self) -> str:
-        """nsenter's option that joins the namespace in a command's exec chain (holder.join: no preexec_fn)."""
-        assert self.fd is not None, "the sample's network is not open"
-        return holder.join("net", self.fd)
 
     def close(self) -> None:
         """End pasta and its holder (closing the holder's stdin ends both). Blocking."""
