@@ -327,6 +327,64 @@ def test_no_sandboxed_command_takes_a_process_s_memory_or_descriptors(kind, take
         assert output.splitlines() == [f"{name} {outcome}" for name in TAKERS], output
 
 
+# A worker (its own process) whose runner holds a session keyring, as systemd gives each system service
+# (KeyringMode=private) and pam_keyinit a login: each command of argv[2] runs in a sample of its own, in turn.
+KEYRINGS = """
+import asyncio, ctypes, json, sys
+from trajforge import plugins
+from trajforge.environments import EnvironmentSettings, backend_for
+ctypes.CDLL(None, use_errno=True).syscall(250, 1, None)  # KEYCTL_JOIN_SESSION_KEYRING: a new anonymous one
+settings = EnvironmentSettings(kind="bwrap", command_timeout=20.0, run_dir=sys.argv[1])
+async def main():
+    plugins.load()
+    outputs = []
+    for command in json.loads(sys.argv[2]):
+        env = await backend_for(settings).open({})
+        try:
+            outputs.append((await env.exec(command)).output)
+        finally:
+            await env.close()
+    return outputs
+print(json.dumps(asyncio.run(main())), flush=True)
+"""
+# add_key into the session (-3) and the user (-4) keyring of a key whose payload and description are a note;
+# the note looked up in both (keyctl SEARCH, READ) and among the keys /proc/keys shows.
+KEY_NOTE = (
+    "import ctypes, os, sys\n"
+    "libc = ctypes.CDLL(None, use_errno=True)\n"
+    "def note(ring):\n"
+    "    key = libc.syscall(250, 10, ring, b'user', b'note-of-a-sample', 0)\n"
+    "    data = ctypes.create_string_buffer(64)\n"
+    "    size = libc.syscall(250, 11, key, data, 64) if key >= 0 else -1\n"
+    "    return data.raw[:size].decode() if size >= 0 else os.strerror(ctypes.get_errno())\n"
+    "if sys.argv[1] == 'add':\n"
+    "    for ring in (-3, -4):\n"
+    "        made = libc.syscall(248, b'user', b'note-of-a-sample', b'secret', 6, ring)\n"
+    "        print('added' if made >= 0 else os.strerror(ctypes.get_errno()))\n"
+    "else:\n"
+    "    print(note(-3), note(-4), 'note-of-a-sample' in open('/proc/keys').read())\n"
+)
+
+
+def test_a_sample_leaves_no_kernel_key_for_the_next(bwrap, tmp_path):  # noqa: F811
+    """(review 16) Every bwrap command possessed the runner's session keyring (inherited across nsenter, bwrap
+    and the drop to the sandbox's uid; a systemd service has one of its own): a sample's add_key there was
+    read back by every later sample of the run (the user keyring's key too, shown by /proc/keys, until the
+    kernel collected it). The filter denies the keyring calls, as Docker's profile does; the twin passes its
+    note in its own /tmp, which the next sample does not find, as before."""
+    attack = f"python3 -c {shlex.quote(KEY_NOTE)}"
+    honest = ["echo secret > /tmp/note; cat /tmp/note", "test -e /tmp/note || echo gone"]
+    commands = [f"{attack} add", f"{attack} look", *honest]
+    args = [sys.executable, "-c", KEYRINGS, str(tmp_path), json.dumps(commands)]
+    root = str(Path(__file__).resolve().parent.parent)  # this checkout's code
+    done = subprocess.run(args, cwd=root, capture_output=True, text=True, timeout=120)
+    assert done.stderr == "", done.stderr
+    added, looked, twin, after = json.loads(done.stdout)
+    assert "secret" not in looked and looked.split()[-1] == "False", (added, looked)  # the later sample found none
+    assert added.split("\n")[:2] == ["Operation not permitted"] * 2, added
+    assert (twin, after) == ("secret\n", "gone\n"), (twin, after)  # a sample's own note, its own; gone with it
+
+
 # -- disk -----------------------------------------------------------------------------------------
 DISK = Limits(max_disk_mb=16)  # and 1,024 inodes
 FILL = "head -c 40000000 /dev/zero > {where}/big; wc -c < {where}/big"

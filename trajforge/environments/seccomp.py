@@ -4,8 +4,8 @@ another's memory or file descriptors: tracing it, reading or writing its memory,
 descriptors, comparing them, steering its pages. A hidden test that runs the model's code in a child
 can then trust its own stdout (the reward channel) and its own memory, whatever the host's Yama
 setting (none on many hosts: same-uid tracing allowed). io_uring goes too: its operations are never
-seen by seccomp at all, and so does a user namespace of a command's own (root there, with every
-capability in it). `local` gets none: it is no sandbox.
+seen by seccomp at all; so do the kernel's keyrings (they outlive a sample) and a user namespace of a
+command's own (root there, with every capability in it). `local` gets none: it is no sandbox.
 
 The filter is built once per process with libseccomp (pyseccomp, ctypes over libseccomp.so.2): it knows
 each architecture's numbers and kills a call made through another ABI (int 0x80, x32), which a
@@ -33,11 +33,17 @@ DENIED = (
     "io_uring_setup",
     "io_uring_enter",
     "io_uring_register",
+    # The kernel's keyrings outlive a sample: every command possesses the runner's session keyring (inherited
+    # across nsenter, bwrap and the drop to the sandbox's uid; systemd gives each service one), which a later
+    # sample would read, and /proc/keys lists the keys of the sandbox's host uid, every sample's (review 16).
+    "keyctl",
+    "add_key",
+    "request_key",
 )
 CLONE_NEWUSER = 0x10000000  # clone's and unshare's first argument; clone3 passes flags in memory: ENOSYS
 # Docker's own default profile goes when a profile is given: what it refused without a capability and
 # a sandbox should not do either (a user namespace of its own would hand back every capability in it).
-DOCKER_ALSO = ("keyctl", "add_key", "request_key", "bpf", "userfaultfd", "setns")
+DOCKER_ALSO = ("bpf", "userfaultfd", "setns")
 
 
 @functools.cache
