@@ -51,9 +51,11 @@ MKFS_OPTIONS = ["-q", "-F", "-m", "0", "-O", "^has_journal,^resize_inode", "-E",
 # hundreds of lines with a run's disks, several times per image (13 ms of CPU each at 200 in flight).
 MOUNT_DATA = b"noinit_itable,discard"
 MS_NOSUID, MS_NODEV, MS_BIND = 2, 4, 4096
-LOOP_SET_FD, LOOP_CLR_FD, LOOP_SET_STATUS64, LOOP_CTL_GET_FREE = 0x4C00, 0x4C01, 0x4C04, 0x4C82
+LOOP_SET_FD, LOOP_CLR_FD, LOOP_SET_STATUS64, LOOP_CONFIGURE = 0x4C00, 0x4C01, 0x4C04, 0x4C0A
+LOOP_CTL_GET_FREE = 0x4C82
 LO_FLAGS_AUTOCLEAR = 4  # the loop device is freed when its last mount goes
-LOOP_INFO64 = struct.Struct("5Q4I64s64s32s2Q")  # struct loop_info64: lo_flags is its 9th field
+LOOP_INFO64 = "5Q4I64s64s32s2Q"  # struct loop_info64: lo_flags is its 9th field
+AUTOCLEAR_INFO = struct.pack(LOOP_INFO64, *[0] * 8, LO_FLAGS_AUTOCLEAR, b"", b"", b"", 0, 0)
 # Room on the disk kept for the verification, in a folder at the disk's root (beside the workspace's and the
 # /tmp folders, in none of them: no sandboxed command sees it) and given back when the verification's first
 # command is about to run: its HOME and a few files fit whatever the agent left. Made with the disk and kept
@@ -374,15 +376,12 @@ def _mount_image(image: str, root: str) -> None:
             number = fcntl.ioctl(control, LOOP_CTL_GET_FREE)
             with _opened(f"/dev/loop{number}") as loop:
                 try:
-                    fcntl.ioctl(loop, LOOP_SET_FD, backing)
+                    _bind(loop, backing)
                 except OSError as exc:
                     if exc.errno == errno.EBUSY:
                         continue
                     raise
                 try:
-                    fcntl.ioctl(
-                        loop, LOOP_SET_STATUS64, LOOP_INFO64.pack(*[0] * 8, LO_FLAGS_AUTOCLEAR, b"", b"", b"", 0, 0)
-                    )
                     device = f"/dev/loop{number}".encode()
                     if _libc.mount(device, os.fsencode(root), b"ext4", MS_NOSUID | MS_NODEV, MOUNT_DATA) != 0:
                         raise OSError(ctypes.get_errno(), f"mount: {os.strerror(ctypes.get_errno())}")
@@ -391,6 +390,25 @@ def _mount_image(image: str, root: str) -> None:
                     raise
                 return
     raise OSError("no free loop device")
+
+
+def _bind(loop: int, backing: int) -> None:
+    """The loop device `loop` bound to the file `backing`, freed when its last user goes (autoclear). In one
+    step (LOOP_CONFIGURE, Linux 5.8): bound first and flagged after, a worker killed between the two left the
+    device bound to its image for the host's life, no mount to find it by (review 16). Older kernels: two steps."""
+    config = struct.pack("2I", backing, 0) + AUTOCLEAR_INFO + bytes(64)  # struct loop_config: fd, block size, info
+    try:
+        fcntl.ioctl(loop, LOOP_CONFIGURE, config)
+        return
+    except OSError as exc:
+        if exc.errno not in (errno.EINVAL, errno.ENOTTY):
+            raise
+    fcntl.ioctl(loop, LOOP_SET_FD, backing)
+    try:
+        fcntl.ioctl(loop, LOOP_SET_STATUS64, AUTOCLEAR_INFO)
+    except BaseException:
+        fcntl.ioctl(loop, LOOP_CLR_FD)
+        raise
 
 
 @contextlib.contextmanager
