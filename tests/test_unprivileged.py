@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
 import glob
 import json
 import os
@@ -383,6 +384,74 @@ def test_a_sample_leaves_no_kernel_key_for_the_next(bwrap, tmp_path):  # noqa: F
     assert "secret" not in looked and looked.split()[-1] == "False", (added, looked)  # the later sample found none
     assert added.split("\n")[:2] == ["Operation not permitted"] * 2, added
     assert (twin, after) == ("secret\n", "gone\n"), (twin, after)  # a sample's own note, its own; gone with it
+
+
+# inotify_init until it fails, the count held for argv[1] seconds (the kernel's per-user quota: 128 by default).
+INOTIFY_HOG = (
+    "import ctypes, sys, time\n"
+    "libc = ctypes.CDLL(None, use_errno=True)\n"
+    "held = []\n"
+    "while len(held) < 4096 and (fd := libc.inotify_init()) >= 0:\n"
+    "    held.append(fd)\n"
+    "print('held', len(held), flush=True)\n"
+    "time.sleep(float(sys.argv[1]))\n"
+)
+
+
+async def _verification_holding_inotify(env_settings, command: str) -> tuple[str, list[str]]:
+    """`command` run by a sample's verification, and the errors the host's root met making an inotify
+    instance meanwhile (the runner's own process: every 50 ms while the command ran)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    failures: list[str] = []
+    running = threading.Event()
+
+    def probe() -> None:
+        while running.is_set():
+            fd = libc.inotify_init()
+            if fd < 0:
+                failures.append(os.strerror(ctypes.get_errno()))
+            else:
+                os.close(fd)
+            time.sleep(0.05)
+
+    env = await backend_for(env_settings).open({})
+    try:
+        await env.exec("echo agent")
+        await env.enter_clean_room()
+        await env.add_tests({"expected.txt": b"42\n"})
+        running.set()
+        watcher = threading.Thread(target=probe)
+        watcher.start()
+        try:
+            done = await env.exec(command)
+        finally:
+            running.clear()
+            watcher.join()
+        return done.output, failures
+    finally:
+        await env.close()
+
+
+@pytest.mark.skipif(not userns.possible(), reason="only a root runner gives the verification a namespace of its own")
+def test_the_model_s_code_a_verification_runs_takes_no_kernel_quota_of_the_host_s_root(bwrap, tmp_path):  # noqa: F811
+    """(review 17) The kernel charges what a process holds against per-user quotas (inotify instances and
+    watches, message queue bytes, queued signals) in each user namespace above it, as the uid that made
+    that namespace. The worker's two-uid namespace was made by root: the model's code a verification runs
+    as the agent ($AS_AGENT) took the host's root's 128 inotify instances, and no root process of the host
+    (the runner here, systemd, the docker engine) could make one while it held them. The namespace is made
+    by the verifier's host uid now; the twin's verification still reads its tests, the agent still cannot,
+    and both use inotify."""
+    hog = f"$AS_AGENT python3 -c {shlex.quote(INOTIFY_HOG)} 3"
+    held, failures = asyncio.run(_verification_holding_inotify(settings("bwrap", tmp_path), hog))
+    assert held.startswith("held "), held
+    assert failures == [], f"the host's root could not make an inotify instance {len(failures)} times: {held}"
+    twin = (
+        f"cat $TESTS_DIR/expected.txt; $AS_AGENT cat /tests/expected.txt 2>/dev/null || echo denied; "
+        f"python3 -c {shlex.quote(INOTIFY_HOG)} 0; $AS_AGENT python3 -c {shlex.quote(INOTIFY_HOG)} 0"
+    )
+    honest, _ = asyncio.run(_verification_holding_inotify(settings("bwrap", tmp_path), twin))
+    lines = honest.splitlines()
+    assert lines[:2] == ["42", "denied"] and all(line.startswith("held ") for line in lines[2:]), honest
 
 
 # -- disk -----------------------------------------------------------------------------------------

@@ -15,6 +15,13 @@ descriptor; bwrap joins it with `--userns FD`):
 The agent's uid cannot trace, signal or take descriptors from the verifier's processes (another uid,
 no capability), besides the seccomp filter. Only root can map two uids; elsewhere (a runner that is not
 root, root of an `unshare -r` namespace) commands are one uid and `$AS_AGENT` is empty: the run says so.
+
+The namespace is made by the verifier's host uid, not by root: the kernel charges per-user quotas (inotify
+instances, message queue bytes, queued signals) in every user namespace above a process, as the uid that made
+it: made by root, the model's code a verification ran ($AS_AGENT) held the host's root's 128 inotify
+instances, and no root process of the host (the runner, systemd, the docker engine) could make one (review
+17). Its owner is then that uid, whose processes in the host's namespace would hold every capability in it;
+none runs there, and one would trace the verifier's processes anyway (the same uid).
 """
 
 from __future__ import annotations
@@ -54,13 +61,20 @@ def namespace_fd() -> int | None:
 
 def _make() -> int | None:
     # A helper enters a new user namespace and waits; we map its two uids (root may write both lines) and
-    # keep a descriptor of the namespace, which outlives the helper.
-    helper = subprocess.Popen(
-        [program("unshare"), "--user", "--", "sh", "-c", "echo ready; read line"],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-    )
+    # keep a descriptor of the namespace, which outlives the helper. The helper is the verifier's host uid
+    # (the docstring: made by root, the namespace's quotas were the host's root's).
+    try:
+        helper = subprocess.Popen(
+            [program("unshare"), "--user", "--", "sh", "-c", "echo ready; read line"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            user=VERIFIER_HOST_UID,
+            group=VERIFIER_HOST_UID,
+            extra_groups=[] if os.getgroups() else None,  # none to drop: no setgroups (a namespace may deny it)
+        )
+    except OSError:  # no CAP_SETUID: it could not map two uids either
+        return None
     try:
         if helper.stdout is None or helper.stdout.readline() != b"ready\n":
             return None
