@@ -454,6 +454,82 @@ def test_the_model_s_code_a_verification_runs_takes_no_kernel_quota_of_the_host_
     assert lines[:2] == ["42", "denied"] and all(line.startswith("held ") for line in lines[2:]), honest
 
 
+# A worker started anew (a Ray task's process, a restarted worker) under RLIMIT_NPROC argv[3] (soft:hard): its
+# first verification runs argv[2]; prints its output, or the error the verification met.
+NEW_WORKER = """
+import asyncio, json, sys
+from trajforge import plugins
+from trajforge.environments import EnvironmentSettings, backend_for
+settings = EnvironmentSettings(kind="bwrap", command_timeout=20.0, run_dir=sys.argv[1])
+async def main():
+    plugins.load()
+    env = await backend_for(settings).open({})
+    try:
+        await env.enter_clean_room()
+        await env.add_tests({"expected.txt": b"42\\n"})
+        return (await env.exec(sys.argv[2])).output
+    except OSError as exc:
+        return f"error: {exc}"
+    finally:
+        await env.close()
+print(json.dumps(asyncio.run(main())), flush=True)
+"""
+HELD_MARK = "62.71828"  # a sleep no other test runs: the held processes, as the host counts them
+
+
+def _held() -> int:
+    count = 0
+    for path in Path("/proc").glob("[0-9]*/cmdline"):
+        with contextlib.suppress(OSError):
+            count += path.read_bytes().split(b"\0")[:2] == [b"sleep", HELD_MARK.encode()]
+    return count
+
+
+def _new_worker(tmp_path: Path, command: str) -> str:
+    root = str(Path(__file__).resolve().parent.parent)  # this checkout's code
+    # Its soft RLIMIT_NPROC under what the held processes count (the hard one kept)
+    argv = ["prlimit", "--nproc=40:", "--", sys.executable, "-c", NEW_WORKER, str(tmp_path), command]
+    done = subprocess.run(argv, cwd=root, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout)
+
+
+async def _new_worker_beside(env_settings, tmp_path: Path, command: str, hold: int) -> str:
+    """A new worker's first verification of `command`, while a sample's verification holds `hold` processes
+    of the model's code ($AS_AGENT)."""
+    env = await backend_for(env_settings).open({})
+    try:
+        await env.enter_clean_room()
+        release = os.path.join(env.workspace, "release")
+        held = (
+            f"$AS_AGENT sh -c 'for i in $(seq {hold}); do sleep {HELD_MARK} & done; "
+            f"while [ ! -e {release} ]; do sleep 0.2; done; kill $(jobs -p)'"
+        )
+        holding = asyncio.ensure_future(env.exec(held))
+        try:
+            await asyncio.to_thread(wait_for, lambda: _held() >= hold, 60, f"{hold} processes held")
+            return await asyncio.to_thread(_new_worker, tmp_path, command)
+        finally:
+            Path(release).touch()
+            await holding
+    finally:
+        await env.close()
+
+
+@pytest.mark.skipif(not userns.possible(), reason="only a root runner gives the verification a namespace of its own")
+def test_a_verification_s_processes_leave_a_new_worker_its_two_uids(bwrap, tmp_path):  # noqa: F811
+    """(review 18) Every process of a worker's two-uid namespace counts in the host's as the uid that made it
+    (65533 since review 17), and the kernel fails an exec after a change of uid with EAGAIN while that uid's
+    count is over RLIMIT_NPROC (root's own limit, binding no root process). A new worker's helper, exec'ed as
+    65533 while the model's code of another sample's verification held 60 processes, failed: that worker
+    had one uid for good, $AS_AGENT was empty, and the model's code read the tests, without a word. The twin,
+    nothing held, reads them as the verification and not as the agent, as the attacked one must."""
+    look = "cat $TESTS_DIR/expected.txt; $AS_AGENT cat /tests/expected.txt 2>/dev/null || echo denied"
+    assert _new_worker(tmp_path, look) == "42\ndenied\n"
+    beside = asyncio.run(_new_worker_beside(settings("bwrap", tmp_path), tmp_path, look, 60))
+    assert beside == "42\ndenied\n", beside
+
+
 # -- disk -----------------------------------------------------------------------------------------
 DISK = Limits(max_disk_mb=16)  # and 1,024 inodes
 FILL = "head -c 40000000 /dev/zero > {where}/big; wc -c < {where}/big"

@@ -22,15 +22,24 @@ it: made by root, the model's code a verification ran ($AS_AGENT) held the host'
 instances, and no root process of the host (the runner, systemd, the docker engine) could make one (review
 17). Its owner is then that uid, whose processes in the host's namespace would hold every capability in it;
 none runs there, and one would trace the verifier's processes anyway (the same uid).
+
+The helper becomes that uid and makes the namespace without an exec between (HELPER): every process of every
+worker's namespace counts in the host's as the owner's (the verifiers' and the model's code their
+verifications ran), and the kernel fails an exec after a change of uid with EAGAIN while that uid's count is
+over RLIMIT_NPROC: a new worker whose helper was exec'ed as 65533 then had one uid for good, and the model's
+code its verifications ran read $TESTS_DIR, without a word (review 18). It also lifts its RLIMIT_NPROC first
+(to none where it may, CAP_SYS_RESOURCE; else to its hard limit), which bounds the owner's count of every
+namespace's processes together (a root-made namespace had no such bound): past it their forks fail, loudly.
 """
 
 from __future__ import annotations
 
 import os
 import subprocess
+import sys
 
 from trajforge.environments.limits import NOBODY, mapped
-from trajforge.environments.programs import find, program
+from trajforge.environments.programs import program
 
 AGENT_UID = 1000
 VERIFIER_UID = 1001
@@ -44,11 +53,29 @@ AS_AGENT = (
     "env -u TESTS_DIR HOME=/tmp TMPDIR=/tmp"
 )
 ONE_UID_REASON = "only a runner that is root on the host can give the verification a uid of its own"
+# The helper (argv[1]: the uid): what it does as that uid is syscalls only, no exec (the docstring: review 18).
+HELPER = """
+import ctypes, os, resource, sys
+uid = int(sys.argv[1])
+try:  # no limit where it may be lifted (CAP_SYS_RESOURCE), else its hard one
+    resource.setrlimit(resource.RLIMIT_NPROC, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
+except (ValueError, OSError):
+    hard = resource.getrlimit(resource.RLIMIT_NPROC)[1]
+    resource.setrlimit(resource.RLIMIT_NPROC, (hard, hard))
+if os.getgroups():  # none to drop: no setgroups (a namespace may deny it)
+    os.setgroups([])
+os.setresgid(uid, uid, uid)
+os.setresuid(uid, uid, uid)
+if ctypes.CDLL(None, use_errno=True).unshare(0x10000000):  # CLONE_NEWUSER
+    sys.exit(1)
+print("ready", flush=True)
+sys.stdin.readline()
+"""
 _made: dict[int, int | None] = {}  # per process (a forked worker makes its own): the namespace's descriptor
 
 
 def possible() -> bool:
-    return os.geteuid() == 0 and mapped(NOBODY) and mapped(VERIFIER_HOST_UID) and find("unshare") is not None
+    return os.geteuid() == 0 and mapped(NOBODY) and mapped(VERIFIER_HOST_UID)
 
 
 def namespace_fd() -> int | None:
@@ -62,19 +89,14 @@ def namespace_fd() -> int | None:
 def _make() -> int | None:
     # A helper enters a new user namespace and waits; we map its two uids (root may write both lines) and
     # keep a descriptor of the namespace, which outlives the helper. The helper is the verifier's host uid
-    # (the docstring: made by root, the namespace's quotas were the host's root's).
-    try:
-        helper = subprocess.Popen(
-            [program("unshare"), "--user", "--", "sh", "-c", "echo ready; read line"],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            user=VERIFIER_HOST_UID,
-            group=VERIFIER_HOST_UID,
-            extra_groups=[] if os.getgroups() else None,  # none to drop: no setgroups (a namespace may deny it)
-        )
-    except OSError:  # no CAP_SETUID: it could not map two uids either
-        return None
+    # (the docstring: made by root, the namespace's quotas were the host's root's); without CAP_SETUID it
+    # exits at once, and it could not map two uids either.
+    helper = subprocess.Popen(
+        [sys.executable, "-I", "-S", "-c", HELPER, str(VERIFIER_HOST_UID)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         if helper.stdout is None or helper.stdout.readline() != b"ready\n":
             return None
