@@ -1,4 +1,4 @@
-"""The programs the runner execs by name (bwrap, nsenter, setpriv, pasta, unshare, mkfs.ext4), found on PATH
+"""The programs the runner execs by name (bwrap, nsenter, setpriv, pasta, mkfs.ext4), found on PATH
 once each, as absolute paths.
 
 A relative folder of PATH (`.`, or an empty entry, which means the same) made shutil.which answer `./bwrap`
