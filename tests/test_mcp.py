@@ -36,6 +36,9 @@ from test_sandbox import bwrap  # noqa: F401  (the fixture)
 
 from trajforge.environments import EnvironmentSettings
 from trajforge.environments.docker import DockerBackend
+from trajforge.environments.limits import NOBODY
+from trajforge.environments.netns import PASTA_HOST_UID
+from trajforge.environments.userns import VERIFIER_HOST_UID
 
 KV = Path(__file__).parent / "mcp_servers" / "kv_server.py"
 LOCAL = ("--distribution=terminal_only", "--environment=local")
@@ -424,6 +427,9 @@ def test_in_docker_the_agent_can_neither_read_nor_signal_its_server(docker_host,
 
     said, seen, agent, running, after = asyncio.run(body())
     assert said[:3] == ["in-the-workspace", "from the host", "s3cret-4711"] and said[3] != agent, said
+    # Nor a uid the runner gives a meaning on the host (a container's uid is the host's): the owner of the bwrap
+    # workers' two-uid namespaces, pasta's, nobody's (review 18).
+    assert int(said[3]) not in (VERIFIER_HOST_UID, PASTA_HOST_UID, NOBODY), said
     assert seen == ["0", "1"], seen  # no environ of the server read, no mem, no kill; its own environ read
     assert " cat" in running and " cat" not in after  # alive until ended, then gone with its group
 

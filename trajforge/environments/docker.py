@@ -68,8 +68,9 @@ GUARDED_KEEP_ALIVE = [
 # A stdio MCP server's uid and gid in the container: not the agent's (the image's user, often root without
 # capabilities), so no agent command reads its environment or memory (/proc/PID/environ, mem), traces or
 # signals it; nor nobody, who owns the files it reads (readable_archive). The next one down where the
-# image's user has it.
-SERVER_UIDS = (65533, 65532)
+# image's user has it. Nor any uid the runner gives a meaning on the host: a container's uid is the host's,
+# and 65533 owns every bwrap worker's two-uid namespace (userns.py), 65532 runs pasta (netns.py) (review 18).
+SERVER_UIDS = (65531, 65530)
 KILL_GRACE = 5.0  # seconds to wait for a killed command's output to end
 END_GRACE = 1.0  # seconds a killed server's output gets to end (a process it started outside its group holds it)
 READABLE_MAX = 256 * MB  # bytes of host files a server reads, copied into each sample's container
