@@ -129,9 +129,10 @@ class Disk:
 
     def _holds_no_more(self, whole: bool) -> bool:
         """The disk uses no more blocks and inodes than when it was made, besides its reserve when `whole`."""
-        blocks, inodes = _in_use(self.root)
+        info = os.statvfs(self.root)
+        blocks, inodes = _in_use(info)
         if whole:
-            blocks -= RESERVE_BYTES // os.statvfs(self.root).f_frsize + 1  # its file's blocks and its folder's
+            blocks -= RESERVE_BYTES // info.f_frsize + 1  # its file's blocks and its folder's
             inodes -= RESERVE_FILES + 1
         return blocks <= self.new[0] + SLACK_BLOCKS and inodes <= self.new[1]
 
@@ -176,9 +177,8 @@ SLACK_BLOCKS = 16  # a folder of the root's grown by a block, an extent tree's b
 SETTLE = 1.0  # seconds a disk given back has to let go of what a killed process held
 
 
-def _in_use(root: str) -> tuple[int, int]:
-    """Blocks and inodes in use on the file system at `root`."""
-    info = os.statvfs(root)
+def _in_use(info: os.statvfs_result) -> tuple[int, int]:
+    """Blocks and inodes in use on a file system, from its statvfs."""
     return info.f_blocks - info.f_bfree, info.f_files - info.f_ffree
 
 
@@ -279,7 +279,7 @@ def take(settings: EnvironmentSettings, prefix: str) -> Disk:
         _mount_image(image, disk.root)
         for path in (folder, disk.root, disk.tests):  # passed through, not listed, by the sandbox's uid to its folders
             os.chmod(path, 0o711)
-        disk.new = _in_use(disk.root)
+        disk.new = _in_use(os.statvfs(disk.root))
     except (OSError, subprocess.TimeoutExpired) as exc:
         disk.drop()
         raise SetupError(f"--max_disk_mb: cannot make the sample's disk of {size} MB: {exc}") from None
