@@ -26,7 +26,7 @@ from pathlib import Path
 from urllib.parse import quote
 
 import pytest
-from conftest import Runner, source, tool_results, wait_for, write_dataset
+from conftest import ROOT, Runner, source, tool_results, wait_for, write_dataset
 from test_environments import _available
 from test_sandbox import bwrap, settings  # noqa: F401  (the fixture)
 from test_task_folders import deepest_readable
@@ -377,8 +377,7 @@ def test_a_sample_leaves_no_kernel_key_for_the_next(bwrap, tmp_path):  # noqa: F
     honest = ["echo secret > /tmp/note; cat /tmp/note", "test -e /tmp/note || echo gone"]
     commands = [f"{attack} add", f"{attack} look", *honest]
     args = [sys.executable, "-c", KEYRINGS, str(tmp_path), json.dumps(commands)]
-    root = str(Path(__file__).resolve().parent.parent)  # this checkout's code
-    done = subprocess.run(args, cwd=root, capture_output=True, text=True, timeout=120)
+    done = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert done.stderr == "", done.stderr
     added, looked, twin, after = json.loads(done.stdout)
     assert "secret" not in looked and looked.split()[-1] == "False", (added, looked)  # the later sample found none
@@ -486,10 +485,9 @@ def _held() -> int:
 
 
 def _new_worker(tmp_path: Path, command: str) -> str:
-    root = str(Path(__file__).resolve().parent.parent)  # this checkout's code
     # Its soft RLIMIT_NPROC under what the held processes count (the hard one kept)
     argv = ["prlimit", "--nproc=40:", "--", sys.executable, "-c", NEW_WORKER, str(tmp_path), command]
-    done = subprocess.run(argv, cwd=root, capture_output=True, text=True, timeout=120)
+    done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout)
 
@@ -627,10 +625,9 @@ def test_a_worker_runs_mkfs_once_and_its_further_disks_are_bounded_empty_copies(
     wrapper.chmod(0o755)
     run_dir = str(tmp_path / "run")
     environ = {**os.environ, "PATH": f"{bin_folder}:{os.environ['PATH']}"}
-    root = str(Path(__file__).resolve().parent.parent)  # this checkout's code
     commands = json.dumps(["ls -A | grep -vx .tmp | wc -l", FILL.format(where="."), "rm big; " + MANY_FILES])
     args = [sys.executable, "-c", TWO_AT_ONCE, disk_kind, run_dir, commands, how]
-    done = subprocess.run(args, cwd=root, env=environ, capture_output=True, text=True, timeout=120)
+    done = subprocess.run(args, cwd=ROOT, env=environ, capture_output=True, text=True, timeout=120)
     assert done.stderr == "", done.stderr
     *samples, templates = json.loads(done.stdout)
     made = calls.read_text().splitlines()
@@ -697,8 +694,7 @@ def test_a_worker_killed_while_it_mounts_a_disk_leaves_no_loop_device(how, tmp_p
     prefix = os.path.join(tempfile.gettempdir(), workspace_prefix(run))
     verb = "give back" if how == "given back" else "keep"
     args = [sys.executable, "-c", TAKES_A_DISK, run.run_dir, verb]
-    root = str(Path(__file__).resolve().parent.parent)  # this checkout's code
-    worker = subprocess.Popen(args, cwd=root, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    worker = subprocess.Popen(args, cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     assert worker.stdout.readline() == "ready\n"
     delay = ["strace", "-o", "/dev/null", "-e", "trace=ioctl", "-e", "inject=ioctl:delay_exit=1000000"]
     tracer = subprocess.Popen([*delay, "-p", str(worker.pid)], stderr=subprocess.DEVNULL)
