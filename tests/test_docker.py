@@ -232,26 +232,29 @@ HEALTH = (
 )
 
 
-def healthchecked_image() -> str:
-    """HEALTHCHECKED, built offline from HARBOR_BASE once."""
+def built(tag: str, dockerfile: str, files: dict[str, tuple[str, int]] | None = None) -> str:
+    """`tag`, built offline once from `dockerfile` and the files (text, mode) beside it."""
     client = docker.from_env()
     with contextlib.suppress(docker.errors.ImageNotFound):
-        client.images.get(HEALTHCHECKED)
-        return HEALTHCHECKED
-    dockerfile = (
-        "FROM batch-runner-test/harbor-base:1\nCOPY healthy /usr/bin/healthy\n"
-        'HEALTHCHECK --interval=1s --timeout=5s CMD ["/usr/bin/healthy"]\nWORKDIR /workspace\n'
-    )
+        client.images.get(tag)
+        return tag
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w") as context:
-        for name, text, mode in (("Dockerfile", dockerfile, 0o644), ("healthy", "#!/bin/sh\nexit 0\n", 0o755)):
+        for name, (text, mode) in {"Dockerfile": (dockerfile, 0o644), **(files or {})}.items():
             info = tarfile.TarInfo(name)
             info.size, info.mode = len(text), mode
             context.addfile(info, io.BytesIO(text.encode()))
-    client.images.build(
-        fileobj=io.BytesIO(buffer.getvalue()), custom_context=True, tag=HEALTHCHECKED, network_mode="none"
+    client.images.build(fileobj=io.BytesIO(buffer.getvalue()), custom_context=True, tag=tag, network_mode="none")
+    return tag
+
+
+def healthchecked_image() -> str:
+    """HEALTHCHECKED: HARBOR_BASE with a health check."""
+    dockerfile = (
+        f"FROM {HARBOR_BASE}\nCOPY healthy /usr/bin/healthy\n"
+        'HEALTHCHECK --interval=1s --timeout=5s CMD ["/usr/bin/healthy"]\nWORKDIR /workspace\n'
     )
-    return HEALTHCHECKED
+    return built(HEALTHCHECKED, dockerfile, {"healthy": ("#!/bin/sh\nexit 0\n", 0o755)})
 
 
 def test_what_the_model_changed_as_root_outside_its_workspace_is_not_where_it_is_verified(docker_host, run_here):

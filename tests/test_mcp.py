@@ -31,7 +31,7 @@ import docker
 import pytest
 from conftest import tool_results, wait_for
 from mcp_servers import readable_sdk as readable_sdk_copy
-from test_docker import ALPHA, HARBOR_BASE, containers_of
+from test_docker import ALPHA, HARBOR_BASE, built, containers_of
 from test_sandbox import bwrap  # noqa: F401  (the fixture)
 
 from trajforge.environments import EnvironmentSettings
@@ -432,6 +432,48 @@ def test_in_docker_the_agent_can_neither_read_nor_signal_its_server(docker_host,
     assert int(said[3]) not in (VERIFIER_HOST_UID, PASTA_HOST_UID, NOBODY), said
     assert seen == ["0", "1"], seen  # no environ of the server read, no mem, no kill; its own environ read
     assert " cat" in running and " cat" not in after  # alive until ended, then gone with its group
+
+
+# Images whose user and group are SERVER_UIDS' first, 65531: one with busybox's `id`, one whose sh (bash) finds none.
+USER_65531 = {
+    "with id": f"FROM {HARBOR_BASE}\nUSER 65531:65531\n",
+    "without id": f"FROM {HARBOR_BASE}\n"
+    'RUN ["/bin/busybox", "sh", "-c", "rm /bin/id && ln -sf bash /bin/sh"]\nUSER 65531:65531\n',
+}
+
+
+@pytest.mark.parametrize("image", USER_65531)
+def test_in_docker_a_server_never_runs_as_the_image_s_user(docker_host, tmp_path, image):
+    """The server's uid is the next of SERVER_UIDS (65530) where the image's user is the first, found by the
+    shell itself whether or not the image has an `id`: without one, `id -u` answered "not found", taken for
+    another uid, and the server ran as the agent's, whose commands read its environment."""
+    dockerfile = USER_65531[image]
+    tag = built(f"batch-runner-test/user-65531:{hashlib.sha256(dockerfile.encode()).hexdigest()[:12]}", dockerfile)
+    settings = EnvironmentSettings(
+        kind="docker", command_timeout=10.0, default_image=tag, run_name="uid", run_dir=str(tmp_path)
+    )
+    own_uid = 'while read -r k v _; do [ "$k" = Uid: ] && echo "$v"; done < /proc/self/status'
+    spy = (
+        "for f in /proc/[0-9]*/environ; do cat $f 2>/dev/null; done | tr '\\0' '\\n' | grep -c SERVER_SECRET; "
+        "kill -0 $0 2>/dev/null && echo signalled"
+    )
+
+    async def body() -> tuple:
+        env = await DockerBackend(settings).open({})
+        try:
+            spawned = await env.spawn(["sh", "-c", f"{own_uid}; exec cat"], {"SERVER_SECRET": "s3cret-4711"})
+            server = (await spawned.process.stdout.readline()).decode().strip()
+            pid = await spawned.process.pid
+            agent, seen = (await env.exec(own_uid)).output.strip(), (await env.exec(spy.replace("$0", pid))).output
+            has_id = (await env.exec("id -u")).exit_code == 0
+            await spawned.end()
+            return server, agent, seen, has_id
+        finally:
+            await env.close()
+
+    server, agent, seen, has_id = asyncio.run(body())
+    assert has_id == (image == "with id")
+    assert (server, agent, seen.split()) == ("65530", "65531", ["0"])  # no environ read, no signal
 
 
 @pytest.mark.usefixtures("docker_host")

@@ -71,6 +71,12 @@ GUARDED_KEEP_ALIVE = [
 # image's user has it. Nor any uid the runner gives a meaning on the host: a container's uid is the host's,
 # and 65533 owns every bwrap worker's two-uid namespace (userns.py), 65532 runs pasta (netns.py) (review 18).
 SERVER_UIDS = (65531, 65530)
+# The uid a command runs as, from the kernel's own record, read by the shell's builtins alone.
+OWN_UID = [
+    "sh",
+    "-c",
+    'while read -r k v _; do [ "$k" = Uid: ] && echo "$v" && exit 0; done < /proc/self/status; exit 1',
+]
 KILL_GRACE = 5.0  # seconds to wait for a killed command's output to end
 END_GRACE = 1.0  # seconds a killed server's output gets to end (a process it started outside its group holds it)
 READABLE_MAX = 256 * MB  # bytes of host files a server reads, copied into each sample's container
@@ -241,10 +247,15 @@ class DockerEnvironment(CommandEnvironment):
         return Spawned(process, lambda: asyncio.shield(self._end_spawned(process, watching)))
 
     async def _server_user(self) -> str:
-        """uid:gid for a server: the first of SERVER_UIDS that is not the uid the agent's commands run as."""
+        """uid:gid for a server: the first of SERVER_UIDS that is not the uid the agent's commands run as,
+        read by the shell itself (OWN_UID: no `id` in the image to miss or lie). Where it cannot be told, no
+        server: one of the agent's uid would give the agent its environment and memory."""
         if not self.server_user:
-            agent = (await self.run(["id", "-u"], self.settings.command_timeout)).output.strip()
-            uid = next(uid for uid in SERVER_UIDS if str(uid) != agent)
+            said = await self.run(OWN_UID, self.settings.command_timeout)
+            agent = said.output.strip()
+            if said.exit_code or not agent.isdecimal():
+                raise OSError(f"cannot tell the uid the image's commands run as (its sh said {agent[-200:]!r})")
+            uid = next(uid for uid in SERVER_UIDS if uid != int(agent))
             self.server_user = f"{uid}:{uid}"
         return self.server_user
 
