@@ -9,18 +9,21 @@ import contextlib
 import json
 import os
 import random
+import shlex
 import socket
 import subprocess
+import tempfile
 import time
+from pathlib import Path
 from urllib.parse import quote
 
 import pytest
 from conftest import Runner, source, tool_results, wait_for
 from test_environments import _available, make_settings, sync
 
-from trajforge.environments import backend_for
+from trajforge.environments import backend_for, tmpfs
 from trajforge.environments.limits import RUNNER, Limits, confined, unenforced
-from trajforge.environments.local import ROOT_LOCAL_VERIFIED, TERM_GRACE
+from trajforge.environments.local import ROOT_LOCAL_VERIFIED, TERM_GRACE, workspace_prefix
 from trajforge.tools.transfer import read_bytes
 
 
@@ -287,6 +290,61 @@ def test_closing_is_quick_when_nothing_was_left(kind, tmp_path):
         return time.monotonic() - started
 
     assert sync(body()) < 2
+
+
+@pytest.mark.parametrize("disk_mb", [0, 64], ids=["no disk", "disk"])
+def test_what_a_root_command_left_mounted_in_its_folders_is_let_go_of_not_emptied(tmp_path, disk_mb):
+    """A root runner's local commands run in the host's mount namespace: a chroot the model set up in its
+    workspace (`mount --bind` of a host folder) and left mounted is unmounted when the sample closes, never
+    emptied with the workspace (shutil.rmtree goes into a mount: the host's folder was emptied). Also at paths
+    /proc/self/mounts escapes (a space, a newline) and one of other bytes (UTF-8); the plain folder beside them
+    goes as ever, and so does the workspace."""
+    if not tmpfs.possible():
+        pytest.skip("only the host's root mounts")
+    host = tmp_path / "host"
+    host.mkdir()
+    (host / "precious").write_text("the host's")
+    chroot = " ".join(map(shlex.quote, ["jail/dev", "jail/with space", "jail/new\nline", "jail/dév"]))
+    binds = f'for d in {chroot}; do mkdir -p "$d" && mount --bind {host} "$d"; done'
+
+    async def body() -> tuple:
+        settings = make_settings("local", tmp_path, limits=Limits(max_disk_mb=disk_mb))
+        env = await backend_for(settings).open({})
+        made = await env.exec(f"mkdir plain && echo mine > plain/file; {binds}; ls jail/dév")
+        workspace = env.workspace
+        await env.close()
+        return made, workspace
+
+    made, workspace = sync(body())
+    assert made.output.split() == ["precious"], made  # mounted, as a chroot's are
+    assert (host / "precious").read_text() == "the host's"
+    assert not os.path.exists(workspace)
+    assert not tmpfs.mounted_below(workspace)
+
+
+def test_a_killed_attempt_s_mount_in_its_workspace_is_let_go_of_when_the_sample_runs_again(tmp_path):
+    """The workspace of a sample run again has its name: what a killed attempt's root command left mounted
+    in it is unmounted before the folder is emptied for the new attempt, the host's folder kept."""
+    if not tmpfs.possible():
+        pytest.skip("only the host's root mounts")
+    host = tmp_path / "host"
+    host.mkdir()
+    (host / "precious").write_text("the host's")
+    settings = make_settings("local", tmp_path, limits=Limits(max_disk_mb=0))
+    left = Path(tempfile.gettempdir(), workspace_prefix(settings) + "again")
+    (left / "jail").mkdir(parents=True)
+    subprocess.run(["mount", "--bind", str(host), str(left / "jail")], check=True)
+
+    async def body() -> tuple:
+        env = await backend_for(settings).open({}, "again")
+        try:
+            return env.workspace, (await env.exec("ls -A")).output
+        finally:
+            await env.close()
+
+    workspace, listed = sync(body())
+    assert workspace == str(left) and listed.split() == [".tmp"]  # the same name, emptied
+    assert (host / "precious").read_text() == "the host's" and not tmpfs.mounted_below(str(left))
 
 
 def test_the_event_loop_stays_free_while_a_big_workspace_is_removed(tmp_path):

@@ -138,6 +138,7 @@ class BwrapEnvironment(LocalEnvironment):
     absolute_cwd = False  # only the workspace is there inside the sandbox: an absolute cwd must lie in it
     marked_leftovers = False  # nothing of a command outlives it: its PID namespace dies with it
     reuses_disk = True  # no command sees the disk's root (only the sample's folders of it are bound) nor mounts
+    host_mounts = False  # each command mounts in a namespace of its own, without the host's capabilities
 
     def __init__(self, cwd: str | None, settings: EnvironmentSettings, sample: str = "", userns_fd: int | None = None):
         super().__init__(cwd, settings, sample)

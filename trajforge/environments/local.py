@@ -258,12 +258,24 @@ def make_workspace(settings: EnvironmentSettings, kind: str = "", name: str = ""
         with contextlib.suppress(FileExistsError):
             os.mkdir(path, 0o700)
             return path
-        if not settings.keep_workspaces and _own_directory(path):
+        if not settings.keep_workspaces and _own_directory(path) and _let_go_below(path):
             remove_tree(path)
             with contextlib.suppress(FileExistsError):
                 os.mkdir(path, 0o700)
                 return path
     return tempfile.mkdtemp(prefix=prefix)
+
+
+def _let_go_below(*paths: str) -> bool:
+    """Whether nothing is mounted below `paths` any more: a root runner's local commands mount in the host's
+    namespace (a killed attempt's too), and what they left there is unmounted (tmpfs.detach_below), so that
+    removing the paths removes only their own files."""
+    if tmpfs.possible():
+        try:
+            tmpfs.detach_below(list(paths))
+        except OSError:
+            return False
+    return True
 
 
 def _own_directory(path: str) -> bool:
@@ -314,6 +326,7 @@ class LocalEnvironment(CommandEnvironment):
     # its image and the host's mounts, and could leave the next sample a disk that looks whole and is not
     # (a reserve that frees nothing, blocks kept by a loop device, a noexec mount stacked on it: reviews 5-9).
     reuses_disk = False
+    host_mounts = True  # its commands run in the host's mount namespace: a root one mounts there (detach_below)
 
     def __init__(self, cwd: str | None, settings: EnvironmentSettings, sample: str = ""):
         self.settings = settings
@@ -473,6 +486,8 @@ class LocalEnvironment(CommandEnvironment):
             self._end_processes()
         self.cgroup.remove()
         folders = [self.verify_tmp] + ([] if self.settings.keep_workspaces else [self.workspace, self.tests_host])
+        if self.host_mounts and not _let_go_below(*filter(None, folders)):
+            folders = []  # still mounted: its folders stay (the run's end unmounts its leftovers first)
         if self.disk is not None:
             self._leave_disk()
         for folder in filter(None, folders):
@@ -541,8 +556,10 @@ class LocalBackend(Backend):
             disk.keep_workspaces_below(mounted)
         with ThreadPoolExecutor(REMOVERS) as pool:
             # Unmounted first (bwrap's /tmp, the samples' disks), then their folders removed.
-            list(pool.map(tmpfs.unmount, [point for point, _ in tmpfs.mounted_below(mounted)]))
-            # The disks' images go in any case (kept workspaces were copied off theirs first).
+            points = [point for point, _ in tmpfs.mounted_below(mounted)]
+            stay = [point for point, gone in zip(points, pool.map(tmpfs.unmount, points), strict=True) if not gone]
+            # The disks' images go in any case (kept workspaces were copied off theirs first); never a folder
+            # with something still mounted below it (rmtree would empty that too).
             kept = "disk-*" if settings.keep_workspaces else "*"
             folders = glob.glob(os.path.join(tempfile.gettempdir(), glob.escape(workspace_prefix(settings)) + kept))
-            list(pool.map(remove_tree, folders))
+            list(pool.map(remove_tree, [f for f in folders if not any(f"{p}/".startswith(f"{f}/") for p in stay)]))

@@ -9,6 +9,7 @@ import ctypes
 import ctypes.util
 import errno
 import os
+import re
 
 from trajforge.environments.limits import host_user
 
@@ -40,8 +41,29 @@ def unmount(path: str) -> bool:
 MOUNTS_OVER = 64  # mounts on one path unmounted at most (one is ours)
 
 
+def mounts() -> list[tuple[str, str]]:
+    """(mount point, file system type) of every mount of this process's namespace, each point as the kernel
+    wrote it (octal escapes for space, tab, newline and backslash; every other byte as it is)."""
+    with open("/proc/self/mounts", "rb") as table:
+        return [(_unescaped(fields[1]), os.fsdecode(fields[2])) for fields in map(bytes.split, table)]
+
+
+def _unescaped(point: bytes) -> str:
+    return os.fsdecode(re.sub(rb"\\([0-7]{3})", lambda found: bytes([int(found[1], 8)]), point))
+
+
 def mounted_below(prefix: str) -> list[tuple[str, str]]:
     """(mount point, file system type) of what is mounted under `prefix` (its folders' common start)."""
-    with open("/proc/self/mounts") as mounts:
-        found = [(fields[1].encode().decode("unicode_escape"), fields[2]) for fields in map(str.split, mounts)]
-    return [(point, kind) for point, kind in found if point.startswith(prefix)]
+    return [(point, kind) for point, kind in mounts() if point.startswith(prefix)]
+
+
+def detach_below(folders: list[str]) -> list[str]:
+    """What is mounted below any of `folders` (not on them) unmounted lazily, outermost first (which takes
+    what lies below it along): a root runner's local command mounts in the host's namespace, and shutil.rmtree
+    goes into a mount, so emptying a folder where a chroot left `mount --bind /dev jail/dev` emptied the
+    host's /dev. Returns the mount points found; OSError when one of them stays mounted."""
+    inside = tuple(folder.rstrip("/") + "/" for folder in folders)
+    found = sorted({point for point, _ in mounts() if point.startswith(inside)}, key=len)
+    if found and not all(unmount(point) for point in found):
+        raise OSError(f"cannot unmount what a command mounted at {found[0]}")
+    return found
