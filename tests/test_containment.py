@@ -6,10 +6,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import glob
 import json
 import os
 import random
 import shlex
+import shutil
+import signal
 import socket
 import subprocess
 import tempfile
@@ -18,10 +21,10 @@ from pathlib import Path
 from urllib.parse import quote
 
 import pytest
-from conftest import Runner, source, tool_results, wait_for
+from conftest import Runner, released, source, tool_results, wait_for
 from test_environments import _available, make_settings, sync
 
-from trajforge.environments import backend_for, tmpfs
+from trajforge.environments import EnvironmentSettings, backend_for, liveness, tmpfs
 from trajforge.environments.limits import RUNNER, Limits, confined, unenforced
 from trajforge.environments.local import ROOT_LOCAL_VERIFIED, TERM_GRACE, workspace_prefix
 from trajforge.tools.transfer import read_bytes
@@ -30,6 +33,9 @@ from trajforge.tools.transfer import read_bytes
 @pytest.fixture(params=["local", "bwrap"])
 def kind(request) -> str:
     return _available(request)
+
+
+LOCAL_RUN = ("--environment=local", "--distribution=terminal_only", "--command_timeout=120")
 
 
 def marker() -> str:
@@ -345,6 +351,80 @@ def test_a_killed_attempt_s_mount_in_its_workspace_is_let_go_of_when_the_sample_
     workspace, listed = sync(body())
     assert workspace == str(left) and listed.split() == [".tmp"]  # the same name, emptied
     assert (host / "precious").read_text() == "the host's" and not tmpfs.mounted_below(str(left))
+
+
+def test_what_a_killed_run_left_goes_when_another_run_starts_and_a_live_run_s_stays(run, run_here, tmp_path):
+    """A run killed by SIGKILL and never resumed (a nightly run named by its date) left its workspaces, disks
+    and the processes in its cgroups until the host went down. Now the next run started on the machine removes
+    them, whatever its folder (liveness.py): no process of the killed run holds its marker any more. A run
+    that is still going (its command waits for the test) holds its own: a third run's start touches nothing
+    of it, and it ends with its workspace's file intact. A marker another user planted, or a link, is left
+    alone."""
+    killed_sleep, gate = marker(), tmp_path / "gate"
+    leave = f"echo mine > f; exec sleep {killed_sleep}"
+    killed = subprocess.Popen(
+        run.command([{"prompt": f"stay [mock command={quote(leave, safe='')}]"}], *LOCAL_RUN),
+        cwd=tmp_path,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    killed_prefix = _prefix(tmp_path / "out" / "run")
+    wait_for(lambda: running_with(killed_sleep), what="the killed run's command")
+    os.killpg(killed.pid, signal.SIGKILL)
+    killed.wait()
+    wait_for(lambda: released(run), what="the killed run's workers to be gone")
+    assert glob.glob(killed_prefix + "*") and running_with(killed_sleep)  # what it left
+    (tmp_path / "live").mkdir()
+    wait_here = f"echo kept > f; while [ ! -e {gate} ]; do sleep 0.05; done; cat f"
+    live = Runner(tmp_path / "live", run.server).start(
+        [{"prompt": f"wait [mock command={quote(wait_here, safe='')}]"}], *LOCAL_RUN
+    )
+    live_prefix = _prefix(tmp_path / "live" / "out" / "run")
+    try:
+        wait_for(lambda: glob.glob(live_prefix + "*"), what="the live run's workspace")
+        planted, victim = _planted(tmp_path)
+        other = run_here([{"prompt": "hi"}], *LOCAL_RUN, run_name="other")
+        live_left = glob.glob(live_prefix + "*")
+        left_alone = [path for path in (*planted, victim) if os.path.lexists(path)]
+        gate.touch()
+        ended = live.result()
+    finally:
+        gate.touch()
+        live.kill()
+        for path in planted:
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
+        shutil.rmtree(victim, ignore_errors=True)
+    assert other.code == 0, other.stderr
+    # The live run, the first to start after the kill, removed what the killed run left; the other found nothing.
+    gone = f"removed what a run that is gone left in {tempfile.gettempdir()}: {tmp_path / 'out' / 'run'}"
+    assert gone in ended.stderr and "removed what" not in other.stderr, other.stderr
+    assert glob.glob(killed_prefix + "*") == [] and not still_running(killed_sleep)
+    assert not os.path.exists(killed_prefix[:-1] + liveness.SUFFIX)
+    assert live_left and ended.code == 0, ended.stderr
+    assert left_alone == [*planted, victim]
+    assert "kept" in tool_results(ended.trajectories[0])
+
+
+def _planted(tmp_path: Path) -> tuple[tuple[Path, Path], Path]:
+    """Two markers no run made, and a folder one names: a link, and nobody's file naming a folder whose tag it
+    has, with a workspace of that folder's (nobody's marker would have it removed)."""
+    tag = EnvironmentSettings(run_dir=str(tmp_path / "victim")).run_tag
+    link = Path(tempfile.gettempdir(), f"{liveness.PREFIX}{'0' * 12}{liveness.SUFFIX}")
+    link.symlink_to(tmp_path / "nowhere")
+    nobodys = Path(tempfile.gettempdir(), f"{liveness.PREFIX}{tag}{liveness.SUFFIX}")
+    nobodys.write_text(json.dumps({"run_dir": str(tmp_path / "victim")}))
+    os.chown(nobodys, 65534, 65534)
+    victim = Path(tempfile.gettempdir(), f"{liveness.PREFIX}{tag}-planted")
+    victim.mkdir()
+    return (link, nobodys), victim
+
+
+def _prefix(run_dir: Path) -> str:
+    """Where the temporary folders of the run in `run_dir` lie, and what their names start with."""
+    settings = EnvironmentSettings(run_dir=str(run_dir.resolve()))
+    return os.path.join(tempfile.gettempdir(), workspace_prefix(settings))
 
 
 def test_the_event_loop_stays_free_while_a_big_workspace_is_removed(tmp_path):

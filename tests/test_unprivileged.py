@@ -36,6 +36,7 @@ from trajforge.environments import (
     backend_class,
     backend_for,
     disk,
+    liveness,
     loopback,
     netns,
     prepare_run,
@@ -624,6 +625,7 @@ def test_a_worker_runs_mkfs_once_and_its_further_disks_are_bounded_empty_copies(
     wrapper.write_text(f'#!/bin/sh\necho "$@" >> {calls}\nexec {disk.MKFS} "$@"\n')
     wrapper.chmod(0o755)
     run_dir = str(tmp_path / "run")
+    liveness.hold(EnvironmentSettings(run_dir=run_dir))  # what the killed worker left stays for this test to see
     environ = {**os.environ, "PATH": f"{bin_folder}:{os.environ['PATH']}"}
     commands = json.dumps(["ls -A | grep -vx .tmp | wc -l", FILL.format(where="."), "rm big; " + MANY_FILES])
     args = [sys.executable, "-c", TWO_AT_ONCE, disk_kind, run_dir, commands, how]

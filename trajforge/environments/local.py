@@ -11,12 +11,13 @@ import os
 import secrets
 import signal
 import stat
+import sys
 import tempfile
 import termios
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from trajforge.environments import OUTPUT_LIMIT, Backend, EnvironmentSettings, ExecResult, disk, tmpfs
+from trajforge.environments import OUTPUT_LIMIT, Backend, EnvironmentSettings, ExecResult, disk, liveness, tmpfs
 from trajforge.environments.contract import Spawned, timeout_result
 from trajforge.environments.limits import MB, RUNNER, SampleCgroup, confined, host_user
 from trajforge.environments.orphans import (
@@ -252,6 +253,7 @@ def make_workspace(settings: EnvironmentSettings, kind: str = "", name: str = ""
     """A new private folder for one prompt. Named `name` (the sample's) when given, so a re-run of the
     sample shows the model the same paths and its calls are answered from the response cache; what a
     killed attempt left there is removed first (kept with --keep_workspaces: a random name then)."""
+    liveness.hold(settings)  # before anything of the run's is made here: no other run's start removes it
     prefix = workspace_prefix(settings) + kind
     if name:
         path = os.path.join(tempfile.gettempdir(), prefix + name)
@@ -544,6 +546,13 @@ class LocalBackend(Backend):
     @classmethod
     def check(cls, settings: EnvironmentSettings) -> None:
         """A temporary folder and `sh` are all it needs: it works wherever this program runs."""
+
+    @classmethod
+    def prepare_run(cls, settings: EnvironmentSettings, resume: bool) -> None:
+        """Also what the runs that are gone from this machine left in its temporary folder (liveness.py)."""
+        super().prepare_run(settings, resume)
+        for run_dir in liveness.sweep(settings, LocalBackend.remove_leftovers):
+            print(f"removed what a run that is gone left in {tempfile.gettempdir()}: {run_dir}", file=sys.stderr)
 
     async def environment(self, entry: dict, sample: str = "") -> LocalEnvironment:
         return LocalEnvironment(entry.get("cwd"), self.settings, sample)

@@ -1,0 +1,101 @@
+"""What a run that is gone left in this machine's temporary folder, removed by the next run that starts here,
+whatever its folder.
+
+A run killed by SIGKILL (the OOM killer, `timeout -s KILL`) and never resumed, a nightly run named by its date,
+left its samples' disks mounted (their loop devices bound, their images on the host's disk), their
+workspaces, and what still ran in their cgroups, for as long as the host stayed up: only a --resume of
+its folder removed them. Now every process that makes a run's temporary folders (make_workspace, before
+its disks and cgroups) holds a shared lock on the run's marker, TMP/batch-runner-TAG.live, for its whole
+life; a worker forked from it holds it too (the descriptor is inherited, closed at exec). The marker names
+the run's folder and whether it keeps its workspaces. A run starting here (LocalBackend.prepare_run) takes
+every other marker's lock exclusively, without waiting: where it gets it, no process of that run is left,
+and what the run left is removed as its --resume would (LocalBackend.remove_leftovers), the marker last.
+A run with a process still going holds its marker's lock, and a process of it that starts meanwhile waits
+for the removal to end before it makes anything (and makes a new marker). A marker of another user, a link,
+or one whose folder does not give its tag is left alone, and a run without a marker (an older version's)
+is never touched. Only this machine's: a Ray node's leftovers go with the next run started on it."""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import glob
+import json
+import os
+import stat
+import tempfile
+from collections.abc import Callable
+
+from trajforge.environments.settings import EnvironmentSettings
+
+PREFIX, SUFFIX = "batch-runner-", ".live"
+TRIES = 10  # opens of a marker that each went before it was held (another user's file in its place: all fail)
+_held: dict[str, int] = {}  # this process's markers (run tag -> descriptor), inherited by a forked worker
+
+
+def hold(settings: EnvironmentSettings) -> None:
+    """This process holds the run's marker (made where there is none) until it ends. Never fails the run: where
+    the marker cannot be held, the run's leftovers are only a --resume's to remove, as before."""
+    tag = settings.run_tag
+    if tag in _held:
+        return
+    path = _path(tag)
+    marked = json.dumps({"run_dir": settings.run_dir, "keep_workspaces": settings.keep_workspaces}).encode()
+    for _ in range(TRIES):  # again where it was removed meanwhile (its run's leftovers went): a new one
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        except OSError:  # a link, or no room: none held
+            return
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH)  # waits while another run removes this one's leftovers
+            if _ours(fd, path):
+                os.pwrite(fd, marked, 0)
+                os.ftruncate(fd, len(marked))
+                _held[tag] = fd
+                return
+        except OSError:
+            pass
+        os.close(fd)
+
+
+def sweep(own: EnvironmentSettings, remove: Callable[[EnvironmentSettings], None]) -> list[str]:
+    """The folders of the runs whose markers no process holds any more, their leftovers removed by `remove`."""
+    swept = []
+    for path in glob.glob(os.path.join(glob.escape(tempfile.gettempdir()), PREFIX + "*" + SUFFIX)):
+        tag = os.path.basename(path)[len(PREFIX) : -len(SUFFIX)]
+        if tag == own.run_tag:
+            continue
+        with contextlib.suppress(OSError, ValueError, KeyError, TypeError):  # a marker that is not one: left
+            fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
+            try:
+                if not _ours(fd, path):
+                    continue
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:  # a process of that run is still going
+                    continue
+                marked = json.loads(os.pread(fd, 1 << 16, 0))
+                settings = EnvironmentSettings(
+                    run_dir=str(marked["run_dir"]), keep_workspaces=marked.get("keep_workspaces") is True
+                )
+                if settings.run_tag == tag:
+                    remove(settings)
+                    swept.append(settings.run_dir)
+                os.unlink(path)
+            finally:
+                os.close(fd)
+    return swept
+
+
+def _path(tag: str) -> str:
+    return os.path.join(tempfile.gettempdir(), PREFIX + tag + SUFFIX)
+
+
+def _ours(fd: int, path: str) -> bool:
+    """The file open at `fd` is the one at `path` (not removed or replaced meanwhile), a plain file of this user's."""
+    try:
+        found, there = os.fstat(fd), os.lstat(path)
+    except FileNotFoundError:
+        return False
+    same = (found.st_dev, found.st_ino) == (there.st_dev, there.st_ino)
+    return same and stat.S_ISREG(found.st_mode) and found.st_uid == os.geteuid() and found.st_nlink == 1
