@@ -26,7 +26,7 @@ from test_environments import _available, make_settings, sync
 
 from trajforge.environments import EnvironmentSettings, backend_for, liveness, tmpfs
 from trajforge.environments.limits import RUNNER, Limits, confined, unenforced
-from trajforge.environments.local import ROOT_LOCAL_VERIFIED, TERM_GRACE, workspace_prefix
+from trajforge.environments.local import ROOT_LOCAL_VERIFIED, TERM_GRACE, LocalBackend, workspace_prefix
 from trajforge.tools.transfer import read_bytes
 
 
@@ -326,6 +326,75 @@ def test_what_a_root_command_left_mounted_in_its_folders_is_let_go_of_not_emptie
     assert (host / "precious").read_text() == "the host's"
     assert not os.path.exists(workspace)
     assert not tmpfs.mounted_below(workspace)
+
+
+# Where a command mounts a host folder: a chroot's plain folder, names /proc/self/mounts does not escape though
+# bytes.split cut them there (so the point read was another, unmounted "already"), and the workspace itself.
+MOUNTED_AT = {
+    "a chroot's folder": "jail/dev",
+    "a carriage return": "jail/a\rb",
+    "a vertical tab": "jail/a\vb",
+    "a form feed": "jail/a\fb",
+    "the workspace itself": ".",
+}
+
+
+@pytest.mark.parametrize("where", MOUNTED_AT)
+def test_a_root_command_s_mount_is_let_go_of_whatever_its_point_is_named(tmp_path, where):
+    """Review 19: a mount point named with a carriage return, vertical tab or form feed (written as they are
+    in /proc/self/mounts) was read cut short, and a host folder bound on the workspace itself (not below it)
+    was never looked for: the sample's close emptied the host's folder. Each is let go of as the chroot's is."""
+    if not tmpfs.possible():
+        pytest.skip("only the host's root mounts")
+    host = tmp_path / "host"
+    host.mkdir()
+    (host / "precious").write_text("the host's")
+    point = shlex.quote(MOUNTED_AT[where])
+
+    async def body() -> tuple:
+        env = await backend_for(make_settings("local", tmp_path, limits=Limits(max_disk_mb=0))).open({})
+        made = await env.exec(f'mkdir -p {point} && mount --bind {shlex.quote(str(host))} {point} && ls "$PWD"/{point}')
+        workspace = env.workspace
+        await env.close()
+        return made, workspace
+
+    made, workspace = sync(body())
+    assert made.output.split() == ["precious"], made
+    assert (host / "precious").read_text() == "the host's"
+    assert not os.path.exists(workspace) and not tmpfs.mounted_below(workspace)
+
+
+@pytest.mark.parametrize("through", ["the folder", "a symlink"])
+def test_a_root_command_s_mount_is_let_go_of_where_tmpdir_is_a_symlink(tmp_path, monkeypatch, through):
+    """Review 19: /proc/self/mounts names a mount point through no symlink; with a TMPDIR that is one (a
+    cluster's /scratch) no workspace's path matched it, so a chroot's bind was emptied with the workspace at
+    the sample's close, and a killed attempt's at the run's end (remove_leftovers). Both let go of now."""
+    if not tmpfs.possible():
+        pytest.skip("only the host's root mounts")
+    host, temporary = tmp_path / "host", tmp_path / "temporary"
+    host.mkdir()
+    temporary.mkdir()
+    (host / "precious").write_text("the host's")
+    if through == "a symlink":
+        (tmp_path / "link").symlink_to(temporary)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / ("link" if through == "a symlink" else "temporary")))
+    settings = make_settings("local", tmp_path, limits=Limits(max_disk_mb=0))
+    left = temporary / (workspace_prefix(settings) + "killed")
+    (left / "jail").mkdir(parents=True)
+    subprocess.run(["mount", "--bind", str(host), str(left / "jail")], check=True)
+
+    async def body() -> str:
+        env = await backend_for(settings).open({})
+        made = await env.exec(f"mkdir jail && mount --bind {shlex.quote(str(host))} jail && ls jail")
+        assert made.output.split() == ["precious"], made
+        await env.close()
+        return env.workspace
+
+    workspace = sync(body())
+    assert (host / "precious").read_text() == "the host's" and not os.path.exists(workspace)
+    LocalBackend.remove_leftovers(settings)
+    assert (host / "precious").read_text() == "the host's"
+    assert not left.exists() and not tmpfs.mounted_below(str(left))
 
 
 def test_a_killed_attempt_s_mount_in_its_workspace_is_let_go_of_when_the_sample_runs_again(tmp_path):

@@ -269,9 +269,9 @@ def make_workspace(settings: EnvironmentSettings, kind: str = "", name: str = ""
 
 
 def _let_go_below(*paths: str) -> bool:
-    """Whether nothing is mounted below `paths` any more: a root runner's local commands mount in the host's
-    namespace (a killed attempt's too), and what they left there is unmounted (tmpfs.detach_below), so that
-    removing the paths removes only their own files."""
+    """Whether nothing is mounted on or below `paths` any more: a root runner's local commands mount in the
+    host's namespace (a killed attempt's too), and what they left there is unmounted (tmpfs.detach_below), so
+    that removing the paths removes only their own files."""
     if tmpfs.possible():
         try:
             tmpfs.detach_below(list(paths))
@@ -560,7 +560,9 @@ class LocalBackend(Backend):
     @classmethod
     def remove_leftovers(cls, settings: EnvironmentSettings) -> None:
         SampleCgroup.remove_leftovers(workspace_prefix(settings))
-        mounted = os.path.join(tempfile.gettempdir(), workspace_prefix(settings))
+        # Through no symlink (a TMPDIR that is one): /proc/self/mounts names the folders so.
+        temporary = os.path.realpath(tempfile.gettempdir())
+        mounted = os.path.join(temporary, workspace_prefix(settings))
         if settings.keep_workspaces:
             disk.keep_workspaces_below(mounted)
         with ThreadPoolExecutor(REMOVERS) as pool:
@@ -570,5 +572,5 @@ class LocalBackend(Backend):
             # The disks' images go in any case (kept workspaces were copied off theirs first); never a folder
             # with something still mounted below it (rmtree would empty that too).
             kept = "disk-*" if settings.keep_workspaces else "*"
-            folders = glob.glob(os.path.join(tempfile.gettempdir(), glob.escape(workspace_prefix(settings)) + kept))
+            folders = glob.glob(os.path.join(glob.escape(temporary), glob.escape(workspace_prefix(settings)) + kept))
             list(pool.map(remove_tree, [f for f in folders if not any(f"{p}/".startswith(f"{f}/") for p in stay)]))

@@ -43,27 +43,40 @@ MOUNTS_OVER = 64  # mounts on one path unmounted at most (one is ours)
 
 def mounts() -> list[tuple[str, str]]:
     """(mount point, file system type) of every mount of this process's namespace, each point as the kernel
-    wrote it (octal escapes for space, tab, newline and backslash; every other byte as it is)."""
+    wrote it (octal escapes for space, tab, newline and backslash; every other byte as it is, also a carriage
+    return, vertical tab or form feed, which bytes.split would have cut a point at: fields are split at single
+    spaces, lines at newlines alone)."""
     with open("/proc/self/mounts", "rb") as table:
-        return [(_unescaped(fields[1]), os.fsdecode(fields[2])) for fields in map(bytes.split, table)]
+        lines = table.read().split(b"\n")
+    fields = [line.split(b" ") for line in lines if line]
+    return [(_unescaped(found[1]), os.fsdecode(found[2])) for found in fields]
 
 
 def _unescaped(point: bytes) -> str:
     return os.fsdecode(re.sub(rb"\\([0-7]{3})", lambda found: bytes([int(found[1], 8)]), point))
 
 
+def real(path: str) -> str:
+    """`path` as the kernel writes a mount point: through no symlink (a TMPDIR that is one, say)."""
+    return os.path.join(os.path.realpath(os.path.dirname(path)), os.path.basename(path))
+
+
 def mounted_below(prefix: str) -> list[tuple[str, str]]:
-    """(mount point, file system type) of what is mounted under `prefix` (its folders' common start)."""
-    return [(point, kind) for point, kind in mounts() if point.startswith(prefix)]
+    """(mount point, file system type) of what is mounted under `prefix` (its folders' common start), the
+    folder holding them taken through no symlink, as /proc/self/mounts names them."""
+    start = real(prefix)
+    return [(point, kind) for point, kind in mounts() if point.startswith(start)]
 
 
 def detach_below(folders: list[str]) -> list[str]:
-    """What is mounted below any of `folders` (not on them) unmounted lazily, outermost first (which takes
-    what lies below it along): a root runner's local command mounts in the host's namespace, and shutil.rmtree
-    goes into a mount, so emptying a folder where a chroot left `mount --bind /dev jail/dev` emptied the
-    host's /dev. Returns the mount points found; OSError when one of them stays mounted."""
-    inside = tuple(folder.rstrip("/") + "/" for folder in folders)
-    found = sorted({point for point, _ in mounts() if point.startswith(inside)}, key=len)
+    """What is mounted on or below any of `folders` unmounted lazily, outermost first (which takes what lies
+    below it along): a root runner's local command mounts in the host's namespace, and shutil.rmtree goes into
+    a mount, so emptying a folder where a chroot left `mount --bind /dev jail/dev` (or `mount --bind DIR .`)
+    emptied the host's /dev. The folders are matched as the kernel names mount points, through no symlink
+    (a TMPDIR that is one missed every mount). Returns the mount points found; OSError when one stays mounted."""
+    paths = [os.path.realpath(folder) for folder in folders]
+    inside = tuple(path.rstrip("/") + "/" for path in paths)
+    found = sorted({point for point, _ in mounts() if point in paths or point.startswith(inside)}, key=len)
     if found and not all(unmount(point) for point in found):
         raise OSError(f"cannot unmount what a command mounted at {found[0]}")
     return found
