@@ -476,6 +476,40 @@ def test_in_docker_a_server_never_runs_as_the_image_s_user(docker_host, tmp_path
     assert (server, agent, seen.split()) == ("65530", "65531", ["0"])  # no environ read, no signal
 
 
+# The image's user by name (Docker looks it up in the container's /etc/passwd at each exec) and by number.
+USER_ROOT = {"by name": f"FROM {HARBOR_BASE}\nUSER root\n", "by number": f"FROM {HARBOR_BASE}\nUSER 0:0\n"}
+
+
+@pytest.mark.parametrize("image", USER_ROOT)
+def test_in_docker_the_agent_cannot_become_its_server_s_uid_by_rewriting_etc_passwd(docker_host, tmp_path, image):
+    """Review 19: with `USER root` Docker looked root up in /etc/passwd at each of the agent's execs, which the
+    agent (root: the file's owner) rewrote as `root:x:65531:...`; its next command ran as the server's uid and
+    read the server's environment. The agent's uid:gid is told in numbers at the start and pinned."""
+    dockerfile = USER_ROOT[image]
+    tag = built(f"batch-runner-test/user-root:{hashlib.sha256(dockerfile.encode()).hexdigest()[:12]}", dockerfile)
+    settings = EnvironmentSettings(
+        kind="docker", command_timeout=10.0, default_image=tag, run_name="uid", run_dir=str(tmp_path)
+    )
+    own_uid = 'while read -r k v _; do [ "$k" = Uid: ] && echo "$v"; done < /proc/self/status'
+    rewrite = "sed -i 's/^root:x:0:0:/root:x:65531:65531:/' /etc/passwd && grep -c ^root:x:65531 /etc/passwd"
+    spy = "for f in /proc/[0-9]*/environ; do cat $f 2>/dev/null; done | tr '\\0' '\\n' | grep -c SERVER_SECRET"
+
+    async def body() -> tuple:
+        env = await DockerBackend(settings).open({})
+        try:
+            spawned = await env.spawn(["sh", "-c", f"{own_uid}; exec cat"], {"SERVER_SECRET": "s3cret-4711"})
+            server = (await spawned.process.stdout.readline()).decode().strip()
+            before = (await env.exec(own_uid)).output.strip()
+            rewritten = (await env.exec(rewrite)).output.strip()
+            after, seen = (await env.exec(own_uid)).output.strip(), (await env.exec(spy)).output.strip()
+            await spawned.end()
+            return server, before, rewritten, after, seen
+        finally:
+            await env.close()
+
+    assert asyncio.run(body()) == ("65531", "0", "1", "0", "0")
+
+
 @pytest.mark.usefixtures("docker_host")
 def test_in_docker_a_server_runs_in_each_sample_s_container_and_one_that_fails_fails_its_sample(
     run_here, server, tmp_path, mcp_image

@@ -71,11 +71,12 @@ GUARDED_KEEP_ALIVE = [
 # image's user has it. Nor any uid the runner gives a meaning on the host: a container's uid is the host's,
 # and 65533 owns every bwrap worker's two-uid namespace (userns.py), 65532 runs pasta (netns.py) (review 18).
 SERVER_UIDS = (65531, 65530)
-# The uid a command runs as, from the kernel's own record, read by the shell's builtins alone.
-OWN_UID = [
+# The uid and gid a command runs as ("UID:GID"), from the kernel's own record, read by the shell's builtins alone.
+OWN_IDS = [
     "sh",
     "-c",
-    'while read -r k v _; do [ "$k" = Uid: ] && echo "$v" && exit 0; done < /proc/self/status; exit 1',
+    "while read -r k v _; do case $k in Uid:) u=$v ;; Gid:) g=$v ;; esac; done < /proc/self/status; "
+    '[ -n "$u" ] && [ -n "$g" ] && echo "$u:$g"',
 ]
 KILL_GRACE = 5.0  # seconds to wait for a killed command's output to end
 END_GRACE = 1.0  # seconds a killed server's output gets to end (a process it started outside its group holds it)
@@ -157,6 +158,12 @@ class DockerEnvironment(CommandEnvironment):
         self.readers = ThreadPoolExecutor(4, thread_name_prefix="docker-output")
         self.exec_env: dict[str, str] = {}  # TESTS_DIR, once add_tests wrote them
         self.server_user = ""  # uid:gid of its stdio MCP servers (SERVER_UIDS), found at the first spawn
+        # uid:gid every command of the agent's runs as: the image's user, told in numbers at the start, before
+        # any command. Docker looks a named user (`USER root`, `USER app`) up in the container's /etc/passwd
+        # at each exec, which the agent (root, or where it is writable) rewrites: `root:x:65531:...` made its
+        # next command the server's uid, reading the server's environment (review 19). "" where they could
+        # not be told (no server then: _server_user).
+        self.agent_user = ""
 
     async def _call(self, function, *args, **kwargs):
         return await asyncio.get_running_loop().run_in_executor(self.calls, partial(function, *args, **kwargs))
@@ -183,6 +190,10 @@ class DockerEnvironment(CommandEnvironment):
             )
         except DockerException as exc:
             raise SetupError(f"cannot start a container from {self.image!r}: {_reason(exc)}") from None
+        said = await self.run(OWN_IDS, self.settings.command_timeout)
+        uid, _, gid = said.output.strip().partition(":")
+        if not said.exit_code and uid.isdecimal() and gid.isdecimal():
+            self.agent_user = f"{int(uid)}:{int(gid)}"
 
     async def end_agent_processes(self) -> None:
         await self.run(KILL_ALL, 30)
@@ -195,7 +206,11 @@ class DockerEnvironment(CommandEnvironment):
             await self._call(self.api.put_archive, self.name, self.cwd, tar_archive({os.path.basename(staged): stdin}))
             argv = [*FROM_FILE, staged, *argv]
         command = [*REPORT_PID, *argv]
-        exec_id = (await self._call(self.api.exec_create, self.name, command, environment=self.exec_env or None))["Id"]
+        exec_id = (
+            await self._call(
+                self.api.exec_create, self.name, command, environment=self.exec_env or None, user=self.agent_user
+            )
+        )["Id"]
         response = await self._call(exec_stream, self.api, exec_id)
         output, pid = CappedOutput(limit), bytearray()
 
@@ -209,7 +224,9 @@ class DockerEnvironment(CommandEnvironment):
             await asyncio.wait_for(asyncio.shield(reading), timeout)
         except TimeoutError:
             if pid.strip().isdigit():
-                kill = await self._call(self.api.exec_create, self.name, [*KILL_GROUP, pid.decode().strip()])
+                kill = await self._call(
+                    self.api.exec_create, self.name, [*KILL_GROUP, pid.decode().strip()], user=self.agent_user
+                )
                 await self._call(self.api.exec_start, kill["Id"])
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(asyncio.shield(reading), KILL_GRACE)
@@ -247,15 +264,15 @@ class DockerEnvironment(CommandEnvironment):
         return Spawned(process, lambda: asyncio.shield(self._end_spawned(process, watching)))
 
     async def _server_user(self) -> str:
-        """uid:gid for a server: the first of SERVER_UIDS that is not the uid the agent's commands run as,
-        read by the shell itself (OWN_UID: no `id` in the image to miss or lie). Where it cannot be told, no
-        server: one of the agent's uid would give the agent its environment and memory."""
+        """uid:gid for a server: the first of SERVER_UIDS that is not the uid the agent's commands run as
+        (agent_user, read by the shell itself at the start: no `id` in the image to miss or lie, and pinned, so
+        no later /etc/passwd makes it another). Where it could not be told, no server: one of the agent's uid
+        would give the agent its environment and memory."""
         if not self.server_user:
-            said = await self.run(OWN_UID, self.settings.command_timeout)
-            agent = said.output.strip()
-            if said.exit_code or not agent.isdecimal():
-                raise OSError(f"cannot tell the uid the image's commands run as (its sh said {agent[-200:]!r})")
-            uid = next(uid for uid in SERVER_UIDS if uid != int(agent))
+            if not self.agent_user:
+                raise OSError("cannot tell the uid the image's commands run as (its sh could not read it)")
+            agent = int(self.agent_user.partition(":")[0])
+            uid = next(uid for uid in SERVER_UIDS if uid != agent)
             self.server_user = f"{uid}:{uid}"
         return self.server_user
 
