@@ -298,13 +298,15 @@ def test_closing_is_quick_when_nothing_was_left(kind, tmp_path):
     assert sync(body()) < 2
 
 
+@pytest.mark.parametrize("keep", [False, True], ids=["removed", "kept"])
 @pytest.mark.parametrize("disk_mb", [0, 64], ids=["no disk", "disk"])
-def test_what_a_root_command_left_mounted_in_its_folders_is_let_go_of_not_emptied(tmp_path, disk_mb):
+def test_what_a_root_command_left_mounted_in_its_folders_is_let_go_of_not_emptied(tmp_path, disk_mb, keep):
     """A root runner's local commands run in the host's mount namespace: a chroot the model set up in its
     workspace (`mount --bind` of a host folder) and left mounted is unmounted when the sample closes, never
     emptied with the workspace (shutil.rmtree goes into a mount: the host's folder was emptied). Also at paths
     /proc/self/mounts escapes (a space, a newline) and one of other bytes (UTF-8); the plain folder beside them
-    goes as ever, and so does the workspace."""
+    goes as ever, and so does the workspace. A workspace kept (--keep_workspaces) keeps its files, not the
+    host's folder bound among them (review 19: a later `rm -rf` of it emptied that)."""
     if not tmpfs.possible():
         pytest.skip("only the host's root mounts")
     host = tmp_path / "host"
@@ -314,7 +316,7 @@ def test_what_a_root_command_left_mounted_in_its_folders_is_let_go_of_not_emptie
     binds = f'for d in {chroot}; do mkdir -p "$d" && mount --bind {host} "$d"; done'
 
     async def body() -> tuple:
-        settings = make_settings("local", tmp_path, limits=Limits(max_disk_mb=disk_mb))
+        settings = make_settings("local", tmp_path, limits=Limits(max_disk_mb=disk_mb), keep_workspaces=keep)
         env = await backend_for(settings).open({})
         made = await env.exec(f"mkdir plain && echo mine > plain/file; {binds}; ls jail/dév")
         workspace = env.workspace
@@ -324,8 +326,12 @@ def test_what_a_root_command_left_mounted_in_its_folders_is_let_go_of_not_emptie
     made, workspace = sync(body())
     assert made.output.split() == ["precious"], made  # mounted, as a chroot's are
     assert (host / "precious").read_text() == "the host's"
-    assert not os.path.exists(workspace)
     assert not tmpfs.mounted_below(workspace)
+    if keep:
+        assert Path(workspace, "plain", "file").read_text() == "mine\n" and not os.listdir(f"{workspace}/jail/dev")
+        shutil.rmtree(workspace)
+    else:
+        assert not os.path.exists(workspace)
 
 
 # Where a command mounts a host folder: a chroot's plain folder, names /proc/self/mounts does not escape though

@@ -439,14 +439,16 @@ USER_65531 = {
     "with id": f"FROM {HARBOR_BASE}\nUSER 65531:65531\n",
     "without id": f"FROM {HARBOR_BASE}\n"
     'RUN ["/bin/busybox", "sh", "-c", "rm /bin/id && ln -sf bash /bin/sh"]\nUSER 65531:65531\n',
+    "its group only": f"FROM {HARBOR_BASE}\nUSER 1000:65531\n",  # a server of that gid shares its files' group
 }
 
 
 @pytest.mark.parametrize("image", USER_65531)
 def test_in_docker_a_server_never_runs_as_the_image_s_user(docker_host, tmp_path, image):
-    """The server's uid is the next of SERVER_UIDS (65530) where the image's user is the first, found by the
-    shell itself whether or not the image has an `id`: without one, `id -u` answered "not found", taken for
-    another uid, and the server ran as the agent's, whose commands read its environment."""
+    """The server's uid is the next of SERVER_UIDS (65530) where the image's user has the first as its uid or
+    gid, found by the shell itself whether or not the image has an `id`: without one, `id -u` answered "not
+    found", taken for another uid, and the server ran as the agent's, whose commands read its environment; of
+    the agent's gid, the server's files its group may read were the agent's to read (review 19)."""
     dockerfile = USER_65531[image]
     tag = built(f"batch-runner-test/user-65531:{hashlib.sha256(dockerfile.encode()).hexdigest()[:12]}", dockerfile)
     settings = EnvironmentSettings(
@@ -455,13 +457,14 @@ def test_in_docker_a_server_never_runs_as_the_image_s_user(docker_host, tmp_path
     own_uid = 'while read -r k v _; do [ "$k" = Uid: ] && echo "$v"; done < /proc/self/status'
     spy = (
         "for f in /proc/[0-9]*/environ; do cat $f 2>/dev/null; done | tr '\\0' '\\n' | grep -c SERVER_SECRET; "
-        "kill -0 $0 2>/dev/null && echo signalled"
+        "kill -0 $0 2>/dev/null && echo signalled; cat /tmp/server-note 2>/dev/null"
     )
 
     async def body() -> tuple:
         env = await DockerBackend(settings).open({})
         try:
-            spawned = await env.spawn(["sh", "-c", f"{own_uid}; exec cat"], {"SERVER_SECRET": "s3cret-4711"})
+            note = "umask 027; echo server-note > /tmp/server-note"  # its group may read it
+            spawned = await env.spawn(["sh", "-c", f"{own_uid}; {note}; exec cat"], {"SERVER_SECRET": "s3cret-4711"})
             server = (await spawned.process.stdout.readline()).decode().strip()
             pid = await spawned.process.pid
             agent, seen = (await env.exec(own_uid)).output.strip(), (await env.exec(spy.replace("$0", pid))).output
@@ -472,8 +475,9 @@ def test_in_docker_a_server_never_runs_as_the_image_s_user(docker_host, tmp_path
             await env.close()
 
     server, agent, seen, has_id = asyncio.run(body())
-    assert has_id == (image == "with id")
-    assert (server, agent, seen.split()) == ("65530", "65531", ["0"])  # no environ read, no signal
+    assert has_id == (image != "without id")
+    expected = "1000" if image == "its group only" else "65531"
+    assert (server, agent, seen.split()) == ("65530", expected, ["0"])  # no environ read, no signal, no note
 
 
 # The image's user by name (Docker looks it up in the container's /etc/passwd at each exec) and by number.
@@ -497,7 +501,8 @@ def test_in_docker_the_agent_cannot_become_its_server_s_uid_by_rewriting_etc_pas
     async def body() -> tuple:
         env = await DockerBackend(settings).open({})
         try:
-            spawned = await env.spawn(["sh", "-c", f"{own_uid}; exec cat"], {"SERVER_SECRET": "s3cret-4711"})
+            note = "umask 027; echo server-note > /tmp/server-note"  # its group may read it
+            spawned = await env.spawn(["sh", "-c", f"{own_uid}; {note}; exec cat"], {"SERVER_SECRET": "s3cret-4711"})
             server = (await spawned.process.stdout.readline()).decode().strip()
             before = (await env.exec(own_uid)).output.strip()
             rewritten = (await env.exec(rewrite)).output.strip()

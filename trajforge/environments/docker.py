@@ -68,9 +68,10 @@ GUARDED_KEEP_ALIVE = [
 # A stdio MCP server's uid and gid in the container: not the agent's (the image's user, often root without
 # capabilities), so no agent command reads its environment or memory (/proc/PID/environ, mem), traces or
 # signals it; nor nobody, who owns the files it reads (readable_archive). The next one down where the
-# image's user has it. Nor any uid the runner gives a meaning on the host: a container's uid is the host's,
-# and 65533 owns every bwrap worker's two-uid namespace (userns.py), 65532 runs pasta (netns.py) (review 18).
-SERVER_UIDS = (65531, 65530)
+# image's user has it as its uid or gid. Nor any uid the runner gives a meaning on the host: a container's
+# uid is the host's, and 65533 owns every bwrap worker's two-uid namespace (userns.py), 65532 runs pasta
+# (netns.py) (review 18).
+SERVER_UIDS = (65531, 65530, 65529)
 # The uid and gid a command runs as ("UID:GID"), from the kernel's own record, read by the shell's builtins alone.
 OWN_IDS = [
     "sh",
@@ -264,15 +265,15 @@ class DockerEnvironment(CommandEnvironment):
         return Spawned(process, lambda: asyncio.shield(self._end_spawned(process, watching)))
 
     async def _server_user(self) -> str:
-        """uid:gid for a server: the first of SERVER_UIDS that is not the uid the agent's commands run as
-        (agent_user, read by the shell itself at the start: no `id` in the image to miss or lie, and pinned, so
+        """uid:gid for a server: the first of SERVER_UIDS that is neither the uid nor the gid the agent's commands
+        run as (agent_user, read by the shell itself at the start: no `id` in the image to miss or lie, and pinned, so
         no later /etc/passwd makes it another). Where it could not be told, no server: one of the agent's uid
         would give the agent its environment and memory."""
         if not self.server_user:
             if not self.agent_user:
                 raise OSError("cannot tell the uid the image's commands run as (its sh could not read it)")
-            agent = int(self.agent_user.partition(":")[0])
-            uid = next(uid for uid in SERVER_UIDS if uid != agent)
+            agent = {int(number) for number in self.agent_user.split(":")}  # nor its gid: a group shares files
+            uid = next(uid for uid in SERVER_UIDS if uid not in agent)
             self.server_user = f"{uid}:{uid}"
         return self.server_user
 

@@ -488,7 +488,9 @@ class LocalEnvironment(CommandEnvironment):
             self._end_processes()
         self.cgroup.remove()
         folders = [self.verify_tmp] + ([] if self.settings.keep_workspaces else [self.workspace, self.tests_host])
-        if self.host_mounts and not _let_go_below(*filter(None, folders)):
+        # A kept workspace too: what is kept is the sample's files, not a host folder bound among them.
+        every = filter(None, [self.verify_tmp, self.workspace, self.tests_host])
+        if self.host_mounts and not _let_go_below(*every):
             folders = []  # still mounted: its folders stay (the run's end unmounts its leftovers first)
         if self.disk is not None:
             self._leave_disk()
