@@ -76,9 +76,11 @@ def _elsewhere(socket_path: str) -> str:
 
 def _mount_root(path: str) -> str:
     """The folder of its file system that `path` is the mount of, in /proc/self/mountinfo ("" when it is none)."""
-    with contextlib.suppress(OSError), open("/proc/self/mountinfo") as handle:
+    # Lines end at newlines alone and fields at single spaces: a mount point's \r, \v or \f is left raw by the
+    # kernel, and split there it could pass for a line or a field of its own (review 19).
+    with contextlib.suppress(OSError), open("/proc/self/mountinfo", newline="\n") as handle:
         for line in handle:
-            fields = line.split()
+            fields = line.rstrip("\n").split(" ")
             if fields[4] == path:
                 return fields[3]
     return ""
