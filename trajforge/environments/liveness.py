@@ -74,10 +74,14 @@ def sweep(own: EnvironmentSettings, remove: Callable[[EnvironmentSettings], None
                     fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 except BlockingIOError:  # a process of that run is still going
                     continue
-                marked = json.loads(os.pread(fd, 1 << 16, 0))
-                settings = EnvironmentSettings(
-                    run_dir=str(marked["run_dir"]), keep_workspaces=marked.get("keep_workspaces") is True
-                )
+                # Asked again now that it is held: another run's start may have removed this one's leftovers and
+                # its marker meanwhile (after the look above), and a process of the run made a new marker since,
+                # which it holds: the file held here is then no marker of anyone's any more (review 20).
+                if not _ours(fd, path):
+                    continue
+                settings = _marked(fd)
+                if settings is None:  # not one that this version wrote: left
+                    continue
                 if settings.run_tag == tag:
                     remove(settings)
                     swept.append(settings.run_dir)
@@ -85,6 +89,18 @@ def sweep(own: EnvironmentSettings, remove: Callable[[EnvironmentSettings], None
             finally:
                 os.close(fd)
     return swept
+
+
+def _marked(fd: int) -> EnvironmentSettings | None:
+    """The run a marker names, or None for a file that names none (any text: a JSON nested too deep for the
+    parser raised RecursionError, which failed the start of every run of the machine's user: review 20)."""
+    try:
+        marked = json.loads(os.pread(fd, 1 << 16, 0))
+        return EnvironmentSettings(
+            run_dir=str(marked["run_dir"]), keep_workspaces=marked.get("keep_workspaces") is True
+        )
+    except (ValueError, RecursionError, LookupError, TypeError, AttributeError):
+        return None
 
 
 def _path(tag: str) -> str:

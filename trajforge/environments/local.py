@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import fcntl
 import glob
+import hashlib
 import os
 import secrets
 import signal
@@ -249,6 +250,15 @@ def workspace_prefix(settings: EnvironmentSettings) -> str:
     return f"batch-runner-{settings.run_tag}-"
 
 
+def cgroup_prefix(settings: EnvironmentSettings) -> str:
+    """The run's samples' cgroups start with this: the workspace prefix and a digest of the temporary folder.
+    Cgroups are the machine's, markers the temporary folder's: a run resumed with another TMPDIR holds its marker
+    there, and another run's start that found its old marker unheld in the first folder killed the live run's
+    commands and removed their cgroups (review 20). That start ends only the cgroups made with its folder."""
+    here = hashlib.sha256(os.path.realpath(tempfile.gettempdir()).encode()).hexdigest()[:8]
+    return f"{workspace_prefix(settings)}{here}-"
+
+
 def make_workspace(settings: EnvironmentSettings, kind: str = "", name: str = "") -> str:
     """A new private folder for one prompt. Named `name` (the sample's) when given, so a re-run of the
     sample shows the model the same paths and its calls are answered from the response cache; what a
@@ -340,7 +350,7 @@ class LocalEnvironment(CommandEnvironment):
         self.tests_host = ""  # the hidden tests' folder on this machine, made only by add_tests
         self.verify_tmp = ""  # the clean room's TMPDIR, outside the workspace (clean_variables)
         # The sample's processes and memory, where cgroups work; also how its processes are found at its end.
-        self.cgroup = SampleCgroup(settings.limits, workspace_prefix(settings))
+        self.cgroup = SampleCgroup(settings.limits, cgroup_prefix(settings))
         self.started = 0  # commands started since the sample's processes were last ended
         self.disk: disk.Disk | None = None  # where the workspace and the clean room's /tmp lie (--max_disk_mb)
         self.disk_workspace = ""  # the workspace's folder on it, bound on self.workspace
@@ -553,7 +563,7 @@ class LocalBackend(Backend):
     def prepare_run(cls, settings: EnvironmentSettings, resume: bool) -> None:
         """Also what the runs that are gone from this machine left in its temporary folder (liveness.py)."""
         super().prepare_run(settings, resume)
-        for run_dir in liveness.sweep(settings, LocalBackend.remove_leftovers):
+        for run_dir in liveness.sweep(settings, LocalBackend.remove_gone):
             print(f"removed what a run that is gone left in {tempfile.gettempdir()}: {run_dir}", file=sys.stderr)
 
     async def environment(self, entry: dict, sample: str = "") -> LocalEnvironment:
@@ -561,7 +571,18 @@ class LocalBackend(Backend):
 
     @classmethod
     def remove_leftovers(cls, settings: EnvironmentSettings) -> None:
-        SampleCgroup.remove_leftovers(workspace_prefix(settings))
+        """Its own run's (a --resume, the run's end): its cgroups made with any temporary folder."""
+        LocalBackend._remove(settings, workspace_prefix(settings))
+
+    @classmethod
+    def remove_gone(cls, settings: EnvironmentSettings) -> None:
+        """Another run's, gone from this temporary folder (liveness.sweep): only the cgroups made with this folder,
+        for the run may go on with another one (cgroup_prefix)."""
+        LocalBackend._remove(settings, cgroup_prefix(settings))
+
+    @staticmethod
+    def _remove(settings: EnvironmentSettings, cgroups: str) -> None:
+        SampleCgroup.remove_leftovers(cgroups)
         # Through no symlink (a TMPDIR that is one): /proc/self/mounts names the folders so.
         temporary = os.path.realpath(tempfile.gettempdir())
         mounted = os.path.join(temporary, workspace_prefix(settings))

@@ -1,0 +1,173 @@
+"""A run's start removes what the runs that are gone left in its temporary folder (liveness.py), and nothing of a
+run still going: each case in processes of its own with a private TMPDIR, whose markers no other test sees."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from conftest import ROOT, wait_for
+
+from trajforge.environments import EnvironmentSettings, liveness
+from trajforge.environments.limits import Limits, SampleCgroup
+
+# A run's process that holds its marker (made where there is none) and says so, then waits for its stdin to close.
+HOLD = """
+import sys
+from trajforge.environments import liveness
+from trajforge.environments.settings import EnvironmentSettings
+liveness.hold(EnvironmentSettings(run_dir=sys.argv[1]))
+print("held", flush=True)
+sys.stdin.read()
+"""
+# Another run's start: the runs its sweep found gone (what `remove` is given), one a line.
+SWEEP = """
+import sys
+from trajforge.environments import liveness
+from trajforge.environments.settings import EnvironmentSettings
+removes = lambda gone: print("removes", gone.run_dir, flush=True)
+swept = liveness.sweep(EnvironmentSettings(run_dir=sys.argv[1]), removes)
+print("swept", *swept, flush=True)
+"""
+# A run's start as the runner makes it, its stderr what it removed.
+PREPARE = """
+import sys
+from trajforge.environments.local import LocalBackend
+from trajforge.environments.settings import EnvironmentSettings
+LocalBackend.prepare_run(EnvironmentSettings(run_dir=sys.argv[1]), False)
+"""
+# A sample's cgroup of the run as the run makes it in this TMPDIR, with a command in it; its pid, then it waits.
+SAMPLE = """
+import subprocess, sys
+from trajforge.environments.limits import Limits, SampleCgroup, confined
+from trajforge.environments.local import cgroup_prefix
+from trajforge.environments.settings import EnvironmentSettings
+cgroup = SampleCgroup(Limits(max_memory_mb=256), cgroup_prefix(EnvironmentSettings(run_dir=sys.argv[1])))
+assert cgroup.make()
+command = subprocess.Popen(confined(["sleep", "300"], cgroup.limits, cgroup.paths))
+print(command.pid, flush=True)
+sys.stdin.read()
+command.kill()
+cgroup.remove()
+"""
+
+
+def python(script: str, tmp: Path, *args: str, **kwargs) -> subprocess.Popen:
+    environ = {**os.environ, "TMPDIR": str(tmp), "PYTHONPATH": str(ROOT)}
+    return subprocess.Popen([sys.executable, "-c", script, *args], env=environ, text=True, **kwargs)
+
+
+def ran(script: str, tmp: Path, *args: str) -> subprocess.CompletedProcess:
+    process = python(script, tmp, *args, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    stdout, stderr = process.communicate(timeout=60)
+    return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
+
+
+def a_gone_run(tmp: Path, run_dir: str) -> Path:
+    """The marker of a run whose processes are all gone (one held it and ended), in `tmp`."""
+    assert ran(HOLD, tmp, run_dir).returncode == 0
+    tag = EnvironmentSettings(run_dir=run_dir).run_tag
+    marker = tmp / f"{liveness.PREFIX}{tag}{liveness.SUFFIX}"
+    assert marker.is_file()
+    return marker
+
+
+@pytest.mark.skipif(shutil.which("strace") is None, reason="strace delays the sweep's flock")
+@pytest.mark.parametrize("resumed", [False, True])
+def test_a_sweep_slow_to_lock_a_marker_removes_no_run_that_made_a_new_one_meanwhile(tmp_path, resumed):
+    """A start (B) looked at a gone run's marker, then took its lock late (its flock delayed by strace): meanwhile
+    another start (C) removed that run's leftovers and unlinked the marker, and the run, resumed, made a new one
+    that its process holds. B got the old file's lock, which nobody held, and removed what the live run had
+    made, then unlinked its marker (review 20): now it takes nothing whose marker is no longer the file at its
+    path. Its honest twin: no other start and no resume, B's late lock removes the gone run's leftovers."""
+    tmp, run_dir = tmp_path / "tmp", str(tmp_path / "run")
+    tmp.mkdir()
+    marker = a_gone_run(tmp, run_dir)
+    environ = {**os.environ, "TMPDIR": str(tmp), "PYTHONPATH": str(ROOT)}
+    delayed = ["strace", "-f", "-qq", "-o", "/dev/null", "-e", "trace=flock", "-e", "inject=flock:delay_enter=3000000"]
+    slow = subprocess.Popen(
+        [*delayed, sys.executable, "-c", SWEEP, str(tmp_path / "B")], env=environ, text=True, stdout=subprocess.PIPE
+    )
+    resumed_run = None
+    try:
+        time.sleep(1.5)  # B has opened the marker and looked at it, and waits in its flock
+        if resumed:
+            other = ran(SWEEP, tmp, str(tmp_path / "C"))
+            assert other.stdout.split() == ["removes", run_dir, "swept", run_dir], other.stderr
+            resumed_run = python(HOLD, tmp, run_dir, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+            assert resumed_run.stdout is not None and resumed_run.stdout.readline() == "held\n"
+        said, _ = slow.communicate(timeout=60)
+        left = marker.is_file()
+    finally:
+        slow.kill()
+        if resumed_run is not None:
+            resumed_run.communicate()
+    if resumed:
+        assert said.split() == ["swept"] and left  # the live run's new marker stays, nothing of it removed
+    else:
+        assert said.split() == ["removes", run_dir, "swept", run_dir] and not left
+
+
+ODD = {"list": "[" * 60_000, "object": '{"run_dir": ' * 30_000, "short": "[1]", "text": '"run_dir"', "nul": "\0"}
+
+
+@pytest.mark.parametrize("text", ODD.values(), ids=ODD.keys())
+def test_a_marker_that_names_no_run_fails_no_start_and_a_gone_run_beside_it_is_swept(tmp_path, text):
+    """A file at a marker's name whose JSON nests deeper than the parser goes raised RecursionError from the sweep:
+    every later start of a run of that user on the machine failed with a traceback (review 20). It is left alone
+    now, like any file that names no run, and the gone run's marker beside it is swept as before."""
+    tmp, run_dir = tmp_path / "tmp", str(tmp_path / "run")
+    tmp.mkdir()
+    odd = tmp / f"{liveness.PREFIX}{'0' * 12}{liveness.SUFFIX}"
+    odd.write_text(text)
+    marker = a_gone_run(tmp, run_dir)
+    started = ran(PREPARE, tmp, str(tmp_path / "other"))
+    assert started.returncode == 0, started.stderr
+    assert f"removed what a run that is gone left in {tmp}: {run_dir}" in started.stderr
+    assert odd.read_text() == text and not marker.exists()
+
+
+def _cgroups() -> bool:
+    probe = SampleCgroup(Limits(max_memory_mb=256), "batch-runner-probe-")
+    made = probe.make()
+    probe.remove()
+    return made
+
+
+@pytest.mark.skipif(not _cgroups(), reason="no cgroup can be made here")
+@pytest.mark.parametrize("same_folder", [False, True])
+def test_a_run_gone_from_one_temporary_folder_keeps_its_commands_running_from_another(tmp_path, same_folder):
+    """A run killed with TMPDIR=A, resumed with TMPDIR=B, holds its marker in B; another run started with TMPDIR=A
+    found its old marker in A unheld and removed the run's cgroups, which are the machine's: it killed the
+    resumed run's commands (review 20). A start ends only the cgroups made with its own temporary folder now.
+    Its honest twin: the run's command in A, the start in A ends it."""
+    first, second, run_dir = tmp_path / "a", tmp_path / "b", str(tmp_path / "run")
+    first.mkdir()
+    second.mkdir()
+    a_gone_run(first, run_dir)
+    sample = python(SAMPLE, first if same_folder else second, run_dir, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    try:
+        assert sample.stdout is not None
+        pid = int(sample.stdout.readline())
+        started = ran(PREPARE, first, str(tmp_path / "other"))
+        assert f"removed what a run that is gone left in {first}: {run_dir}" in started.stderr, started.stderr
+        if same_folder:
+            wait_for(lambda: _gone(pid), timeout=10, what="the gone run's command to be killed")
+        else:
+            time.sleep(0.5)
+            assert not _gone(pid)
+    finally:
+        sample.communicate()
+
+
+def _gone(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            return handle.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except FileNotFoundError:
+        return True
