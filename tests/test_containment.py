@@ -428,13 +428,16 @@ def test_a_killed_attempt_s_mount_in_its_workspace_is_let_go_of_when_the_sample_
     assert (host / "precious").read_text() == "the host's" and not tmpfs.mounted_below(str(left))
 
 
-def test_what_a_killed_run_left_goes_when_another_run_starts_and_a_live_run_s_stays(run, run_here, tmp_path):
+def test_what_a_killed_run_left_goes_when_another_run_starts_and_a_live_run_s_stays(run, tmp_path, monkeypatch):
     """A run killed by SIGKILL and never resumed (a nightly run named by its date) left its workspaces, disks
     and the processes in its cgroups until the host went down. Now the next run started on the machine removes
     them, whatever its folder (liveness.py): no process of the killed run holds its marker any more. A run
     that is still going (its command waits for the test) holds its own: a third run's start touches nothing
     of it, and it ends with its workspace's file intact. A marker another user planted, or a link, is left
-    alone."""
+    alone; a run that ended leaves no marker. The runs' TMPDIR is the test's own: no other test's run sweeps."""
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    monkeypatch.setenv("TMPDIR", str(tmp))  # for the runs, which are processes of their own
     killed_sleep, gate = marker(), tmp_path / "gate"
     leave = f"echo mine > f; exec sleep {killed_sleep}"
     killed = subprocess.Popen(
@@ -444,22 +447,22 @@ def test_what_a_killed_run_left_goes_when_another_run_starts_and_a_live_run_s_st
         stderr=subprocess.DEVNULL,
         start_new_session=True,
     )
-    killed_prefix = _prefix(tmp_path / "out" / "run")
+    killed_prefix = _prefix(tmp, tmp_path / "out" / "run")
     wait_for(lambda: running_with(killed_sleep), what="the killed run's command")
     os.killpg(killed.pid, signal.SIGKILL)
     killed.wait()
     wait_for(lambda: released(run), what="the killed run's workers to be gone")
     assert glob.glob(killed_prefix + "*") and running_with(killed_sleep)  # what it left
-    (tmp_path / "live").mkdir()
     wait_here = f"echo kept > f; while [ ! -e {gate} ]; do sleep 0.05; done; cat f"
-    live = Runner(tmp_path / "live", run.server).start(
+    live = _runner(tmp_path, "live", run).start(
         [{"prompt": f"wait [mock command={quote(wait_here, safe='')}]"}], *LOCAL_RUN
     )
-    live_prefix = _prefix(tmp_path / "live" / "out" / "run")
+    live_prefix = _prefix(tmp, tmp_path / "live" / "out" / "run")
     try:
         wait_for(lambda: glob.glob(live_prefix + "*"), what="the live run's workspace")
-        planted, victim = _planted(tmp_path)
-        other = run_here([{"prompt": "hi"}], *LOCAL_RUN, run_name="other")
+        left_by_kill = glob.glob(killed_prefix + "*") or running_with(killed_sleep)  # the live run's start swept
+        planted, victim = _planted(tmp, tmp_path)
+        other = _runner(tmp_path, "other", run)([{"prompt": "hi"}], *LOCAL_RUN)
         live_left = glob.glob(live_prefix + "*")
         left_alone = [path for path in (*planted, victim) if os.path.lexists(path)]
         gate.touch()
@@ -467,39 +470,36 @@ def test_what_a_killed_run_left_goes_when_another_run_starts_and_a_live_run_s_st
     finally:
         gate.touch()
         live.kill()
-        for path in planted:
-            with contextlib.suppress(FileNotFoundError):
-                path.unlink()
-        shutil.rmtree(victim, ignore_errors=True)
-    assert other.code == 0, other.stderr
-    # The live run, the first to start after the kill, removed what the killed run left; the other found nothing.
-    gone = f"removed what a run that is gone left in {tempfile.gettempdir()}: {tmp_path / 'out' / 'run'}"
-    assert gone in ended.stderr and "removed what" not in other.stderr, other.stderr
-    assert glob.glob(killed_prefix + "*") == [] and not still_running(killed_sleep)
-    assert not os.path.exists(killed_prefix[:-1] + liveness.SUFFIX)
-    assert live_left and ended.code == 0, ended.stderr
+    assert not left_by_kill and not still_running(killed_sleep)
+    assert other.code == 0 and ended.code == 0, other.stderr + ended.stderr
+    assert live_left and "kept" in tool_results(ended.trajectories[0])
     assert left_alone == [*planted, victim]
-    assert "kept" in tool_results(ended.trajectories[0])
+    assert sorted(tmp.glob("*" + liveness.SUFFIX)) == sorted(planted)  # the runs' own: swept, or gone at their end
 
 
-def _planted(tmp_path: Path) -> tuple[tuple[Path, Path], Path]:
-    """Two markers no run made, and a folder one names: a link, and nobody's file naming a folder whose tag it
-    has, with a workspace of that folder's (nobody's marker would have it removed)."""
+def _runner(tmp_path: Path, name: str, run: Runner) -> Runner:
+    """Another run folder's runner, its dataset in a folder of its own."""
+    (tmp_path / name).mkdir()
+    return Runner(tmp_path / name, run.server)
+
+
+def _planted(tmp: Path, tmp_path: Path) -> tuple[tuple[Path, Path], Path]:
+    """Two markers no run made, and a folder one names, in `tmp`: a link, and nobody's file naming a folder whose
+    tag it has, with a workspace of that folder's (nobody's marker would have it removed)."""
     tag = EnvironmentSettings(run_dir=str(tmp_path / "victim")).run_tag
-    link = Path(tempfile.gettempdir(), f"{liveness.PREFIX}{'0' * 12}{liveness.SUFFIX}")
+    link = tmp / f"{liveness.PREFIX}{'0' * 12}{liveness.SUFFIX}"
     link.symlink_to(tmp_path / "nowhere")
-    nobodys = Path(tempfile.gettempdir(), f"{liveness.PREFIX}{tag}{liveness.SUFFIX}")
+    nobodys = tmp / f"{liveness.PREFIX}{tag}{liveness.SUFFIX}"
     nobodys.write_text(json.dumps({"run_dir": str(tmp_path / "victim")}))
     os.chown(nobodys, 65534, 65534)
-    victim = Path(tempfile.gettempdir(), f"{liveness.PREFIX}{tag}-planted")
+    victim = tmp / f"{liveness.PREFIX}{tag}-planted"
     victim.mkdir()
     return (link, nobodys), victim
 
 
-def _prefix(run_dir: Path) -> str:
-    """Where the temporary folders of the run in `run_dir` lie, and what their names start with."""
-    settings = EnvironmentSettings(run_dir=str(run_dir.resolve()))
-    return os.path.join(tempfile.gettempdir(), workspace_prefix(settings))
+def _prefix(tmp: Path, run_dir: Path) -> str:
+    """Where the temporary folders of the run in `run_dir` lie in `tmp`, and what their names start with."""
+    return str(tmp / workspace_prefix(EnvironmentSettings(run_dir=str(run_dir.resolve()))))
 
 
 def test_the_event_loop_stays_free_while_a_big_workspace_is_removed(tmp_path):

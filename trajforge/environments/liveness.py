@@ -58,6 +58,22 @@ def hold(settings: EnvironmentSettings) -> None:
         os.close(fd)
 
 
+def release(settings: EnvironmentSettings) -> None:
+    """At the run's end, once what it left was removed: its marker goes where no process but this one (and the
+    workers it forked, which share its lock) holds it, so that no later start looks at it."""
+    fd = _held.pop(settings.run_tag, None)
+    if fd is None:
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # fails while a process of the run's own still holds it
+        if _ours(fd, _path(settings.run_tag)):
+            os.unlink(_path(settings.run_tag))
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
 def sweep(own: EnvironmentSettings, remove: Callable[[EnvironmentSettings], None]) -> list[str]:
     """The folders of the runs whose markers no process holds any more, their leftovers removed by `remove`."""
     swept = []

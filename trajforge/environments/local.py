@@ -12,7 +12,6 @@ import os
 import secrets
 import signal
 import stat
-import sys
 import tempfile
 import termios
 import time
@@ -561,10 +560,11 @@ class LocalBackend(Backend):
 
     @classmethod
     def prepare_run(cls, settings: EnvironmentSettings, resume: bool) -> None:
-        """Also what the runs that are gone from this machine left in its temporary folder (liveness.py)."""
+        """Also what the runs that are gone from this machine left in its temporary folder (liveness.py); this
+        process holds its own run's marker from now on (its workers, forked, too), idle workers or none."""
+        liveness.hold(settings)
         super().prepare_run(settings, resume)
-        for run_dir in liveness.sweep(settings, LocalBackend.remove_gone):
-            print(f"removed what a run that is gone left in {tempfile.gettempdir()}: {run_dir}", file=sys.stderr)
+        liveness.sweep(settings, LocalBackend.remove_gone)
 
     async def environment(self, entry: dict, sample: str = "") -> LocalEnvironment:
         return LocalEnvironment(entry.get("cwd"), self.settings, sample)

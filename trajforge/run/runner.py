@@ -16,7 +16,7 @@ from rich.console import Console
 from rich.markup import escape
 
 import toolset_distributions
-from trajforge.environments import backend_class, disk, prepare_run, removing_leftovers, userns
+from trajforge.environments import backend_class, disk, liveness, prepare_run, removing_leftovers, userns
 from trajforge.environments.limits import unenforced
 from trajforge.environments.local import ROOT_LOCAL_VERIFIED
 from trajforge.errors import UsageError
@@ -180,6 +180,7 @@ class BatchRunner:
         finally:
             if self.leftovers is not None:
                 self.leftovers.join()
+                liveness.release(self.config.environment)  # nothing of it left here for a later start to remove
             for text in disk.take_notes():  # a killed run's kept workspaces (remove_leftovers, in this process)
                 self.warn(text)
 
