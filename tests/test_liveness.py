@@ -3,6 +3,7 @@ run still going: each case in processes of its own with a private TMPDIR, whose 
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import subprocess
@@ -171,3 +172,38 @@ def _gone(pid: int) -> bool:
             return handle.read().rsplit(")", 1)[1].split()[0] == "Z"
     except FileNotFoundError:
         return True
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a file of another user's is made by root")
+@pytest.mark.parametrize("owner", ["another user", "this user"])
+def test_a_lock_held_on_another_user_s_file_at_a_marker_s_name_holds_no_start(tmp_path, owner):
+    """In a shared /tmp another user put a file at a run's marker name (its folder read from its command line),
+    writable by all, and held its lock: the run's start opened it all the same and waited on that lock forever
+    (review 21). Another user's file is not waited on now: the start goes on, holding no marker. Its honest twin:
+    the file is this user's, a gone run's marker that another start holds while it removes the run's leftovers,
+    and the start waits for that, then holds it."""
+    tmp, run_dir = tmp_path / "tmp", str(tmp_path / "run")
+    tmp.mkdir(mode=0o1777)
+    tmp.chmod(0o1777)
+    marker = tmp / f"{liveness.PREFIX}{EnvironmentSettings(run_dir=run_dir).run_tag}{liveness.SUFFIX}"
+    marker.write_text("")
+    marker.chmod(0o666)
+    if owner == "another user":
+        os.chown(marker, 65534, 65534)
+    fd = os.open(marker, os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)  # that user's lock (or the other start's), on the same file
+        start = python(PREPARE, tmp, run_dir, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        try:
+            if owner == "another user":
+                assert start.wait(timeout=60) == 0
+            else:
+                with pytest.raises(subprocess.TimeoutExpired):
+                    start.wait(timeout=2)  # waits for the lock
+        finally:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            _, stderr = start.communicate(timeout=60)
+    finally:
+        os.close(fd)
+    assert start.returncode == 0, stderr
+    assert marker.stat().st_uid == (65534 if owner == "another user" else 0)

@@ -47,6 +47,12 @@ def hold(settings: EnvironmentSettings) -> None:
         except OSError:  # a link, or no room: none held
             return
         try:
+            # Only a file of this user's is waited on: another user's at the name (a shared /tmp, where a run's
+            # folder is guessed from its command line) was opened all the same (root, or a file left writable),
+            # and that user's own lock on it held the run's start forever (review 21).
+            if not _mine(os.fstat(fd)):
+                os.close(fd)
+                return
             fcntl.flock(fd, fcntl.LOCK_SH)  # waits while another run removes this one's leftovers
             if _ours(fd, path):
                 os.pwrite(fd, marked, 0)
@@ -129,5 +135,9 @@ def _ours(fd: int, path: str) -> bool:
         found, there = os.fstat(fd), os.lstat(path)
     except FileNotFoundError:
         return False
-    same = (found.st_dev, found.st_ino) == (there.st_dev, there.st_ino)
-    return same and stat.S_ISREG(found.st_mode) and found.st_uid == os.geteuid() and found.st_nlink == 1
+    return (found.st_dev, found.st_ino) == (there.st_dev, there.st_ino) and _mine(found)
+
+
+def _mine(found: os.stat_result) -> bool:
+    """A plain file of this user's, with no other name."""
+    return stat.S_ISREG(found.st_mode) and found.st_uid == os.geteuid() and found.st_nlink == 1
