@@ -254,7 +254,7 @@ def cgroup_prefix(settings: EnvironmentSettings) -> str:
     Cgroups are the machine's, markers the temporary folder's: a run resumed with another TMPDIR holds its marker
     there, and another run's start that found its old marker unheld in the first folder killed the live run's
     commands and removed their cgroups (review 20). That start ends only the cgroups made with its folder."""
-    here = hashlib.sha256(os.path.realpath(tempfile.gettempdir()).encode()).hexdigest()[:8]
+    here = hashlib.sha256(os.fsencode(os.path.realpath(tempfile.gettempdir()))).hexdigest()[:8]
     return f"{workspace_prefix(settings)}{here}-"
 
 

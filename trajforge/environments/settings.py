@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import os
 from dataclasses import dataclass, field
 
 from trajforge.environments.limits import Limits
@@ -23,7 +24,7 @@ class EnvironmentSettings:
     @property
     def run_tag(self) -> str:
         """A short name-safe digest of the run folder, for backends whose names or tags must be short."""
-        return hashlib.sha256(self.run_dir.encode()).hexdigest()[:12]
+        return hashlib.sha256(os.fsencode(self.run_dir)).hexdigest()[:12]
 
     def limit(self, timeout: float | None) -> float:
         """A command's time limit: what the model asked for, never more than --command_timeout."""
