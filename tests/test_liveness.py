@@ -226,3 +226,21 @@ def test_a_run_folder_whose_name_is_no_utf_8_starts_and_is_swept_once_gone(tmp_p
     started = ran(PREPARE, tmp, str(tmp_path / "other"))
     assert started.returncode == 0, started.stderr
     assert not marker.exists()  # swept
+
+
+@pytest.mark.parametrize("left", ["nothing to run", "a prompt to run"])
+def test_a_killed_run_s_resume_leaves_no_marker_whatever_it_has_left_to_run(run, tmp_path, monkeypatch, left):
+    """A killed run's resume with nothing left to run (its prompts done, or out of --max_attempts) removed what it
+    had left on a thread of its own without holding its marker: another run's start removed the same leftovers
+    at the same time, and the killed run's marker stayed after the resume for a later start to sweep (review 21).
+    It holds it now, as a resume with a prompt to run (the honest twin) does, and its end removes it."""
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    monkeypatch.setenv("TMPDIR", str(tmp))  # for the runs, which are processes of their own
+    first = run([{"prompt": "hi"}], "--environment=local", "--distribution=terminal_only")
+    assert first.code == 0 and not list(tmp.glob("*" + liveness.SUFFIX)), first.stderr
+    marker = a_gone_run(tmp, str(first.run_dir.resolve()))  # as if it had been killed
+    entries = [{"prompt": "hi"}] + ([{"prompt": "again"}] if left == "a prompt to run" else [])
+    resumed = run(entries, "--environment=local", "--distribution=terminal_only", "--resume")
+    assert resumed.code == 0, resumed.stderr
+    assert not marker.exists()

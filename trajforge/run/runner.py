@@ -174,6 +174,9 @@ class BatchRunner:
         try:
             interrupted = bool(prepared.batches) and self.start(prepared.batches, prepared, tools)
             if not prepared.batches and self.config.resume:  # nothing to run: a killed run's leftovers go all the same
+                # Its marker held as a start holds it: another run's start leaves them to this removal (both removed
+                # them at once), and the marker goes at this end, not at a later start (review 21).
+                liveness.hold(self.config.environment)
                 self.leftovers = removing_leftovers(self.config.environment)
             self.helpers.release()
             return self.finish(entries, prepared, interrupted, started)
