@@ -65,7 +65,9 @@ def python(script: str, tmp: Path, *args: str, **kwargs) -> subprocess.Popen:
 
 
 def ran(script: str, tmp: Path, *args: str) -> subprocess.CompletedProcess:
-    process = python(script, tmp, *args, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    """`script` run to its end; HOLD ends at once (its stdin is no test's: under `pytest -s` it read the terminal's,
+    or a pipe's that never closed, and the test failed after a minute)."""
+    process = python(script, tmp, *args, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     stdout, stderr = process.communicate(timeout=60)
     return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
 
