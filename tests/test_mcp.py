@@ -441,6 +441,25 @@ USER_65531 = {
     'RUN ["/bin/busybox", "sh", "-c", "rm /bin/id && ln -sf bash /bin/sh"]\nUSER 65531:65531\n',
     "its group only": f"FROM {HARBOR_BASE}\nUSER 1000:65531\n",  # a server of that gid shares its files' group
 }
+# The image's user by name (Docker looks it up in the container's /etc/passwd at each exec) and by number.
+USER_ROOT = {"by name": f"FROM {HARBOR_BASE}\nUSER root\n", "by number": f"FROM {HARBOR_BASE}\nUSER 0:0\n"}
+OWN_UID = 'while read -r k v _; do [ "$k" = Uid: ] && echo "$v"; done < /proc/self/status'  # who runs it
+ENVIRON_SPY = "for f in /proc/[0-9]*/environ; do cat $f 2>/dev/null; done | tr '\\0' '\\n' | grep -c SERVER_SECRET"
+
+
+def image_settings(tmp_path: Path, name: str, dockerfile: str) -> EnvironmentSettings:
+    """A docker run's settings whose image is `dockerfile`, built once (batch-runner-test/NAME:its digest)."""
+    tag = built(f"batch-runner-test/{name}:{hashlib.sha256(dockerfile.encode()).hexdigest()[:12]}", dockerfile)
+    return EnvironmentSettings(
+        kind="docker", command_timeout=10.0, default_image=tag, run_name="uid", run_dir=str(tmp_path)
+    )
+
+
+async def secret_server(env) -> tuple:
+    """A server with a secret in its environment that leaves a note its group may read, and the uid it said."""
+    note = "umask 027; echo server-note > /tmp/server-note"
+    spawned = await env.spawn(["sh", "-c", f"{OWN_UID}; {note}; exec cat"], {"SERVER_SECRET": "s3cret-4711"})
+    return spawned, (await spawned.process.stdout.readline()).decode().strip()
 
 
 @pytest.mark.parametrize("image", USER_65531)
@@ -449,25 +468,15 @@ def test_in_docker_a_server_never_runs_as_the_image_s_user(docker_host, tmp_path
     gid, found by the shell itself whether or not the image has an `id`: without one, `id -u` answered "not
     found", taken for another uid, and the server ran as the agent's, whose commands read its environment; of
     the agent's gid, the server's files its group may read were the agent's to read (review 19)."""
-    dockerfile = USER_65531[image]
-    tag = built(f"batch-runner-test/user-65531:{hashlib.sha256(dockerfile.encode()).hexdigest()[:12]}", dockerfile)
-    settings = EnvironmentSettings(
-        kind="docker", command_timeout=10.0, default_image=tag, run_name="uid", run_dir=str(tmp_path)
-    )
-    own_uid = 'while read -r k v _; do [ "$k" = Uid: ] && echo "$v"; done < /proc/self/status'
-    spy = (
-        "for f in /proc/[0-9]*/environ; do cat $f 2>/dev/null; done | tr '\\0' '\\n' | grep -c SERVER_SECRET; "
-        "kill -0 $0 2>/dev/null && echo signalled; cat /tmp/server-note 2>/dev/null"
-    )
+    settings = image_settings(tmp_path, "user-65531", USER_65531[image])
+    spy = f"{ENVIRON_SPY}; kill -0 $0 2>/dev/null && echo signalled; cat /tmp/server-note 2>/dev/null"
 
     async def body() -> tuple:
         env = await DockerBackend(settings).open({})
         try:
-            note = "umask 027; echo server-note > /tmp/server-note"  # its group may read it
-            spawned = await env.spawn(["sh", "-c", f"{own_uid}; {note}; exec cat"], {"SERVER_SECRET": "s3cret-4711"})
-            server = (await spawned.process.stdout.readline()).decode().strip()
+            spawned, server = await secret_server(env)
             pid = await spawned.process.pid
-            agent, seen = (await env.exec(own_uid)).output.strip(), (await env.exec(spy.replace("$0", pid))).output
+            agent, seen = (await env.exec(OWN_UID)).output.strip(), (await env.exec(spy.replace("$0", pid))).output
             has_id = (await env.exec("id -u")).exit_code == 0
             await spawned.end()
             return server, agent, seen, has_id
@@ -480,33 +489,21 @@ def test_in_docker_a_server_never_runs_as_the_image_s_user(docker_host, tmp_path
     assert (server, agent, seen.split()) == ("65530", expected, ["0"])  # no environ read, no signal, no note
 
 
-# The image's user by name (Docker looks it up in the container's /etc/passwd at each exec) and by number.
-USER_ROOT = {"by name": f"FROM {HARBOR_BASE}\nUSER root\n", "by number": f"FROM {HARBOR_BASE}\nUSER 0:0\n"}
-
-
 @pytest.mark.parametrize("image", USER_ROOT)
 def test_in_docker_the_agent_cannot_become_its_server_s_uid_by_rewriting_etc_passwd(docker_host, tmp_path, image):
     """Review 19: with `USER root` Docker looked root up in /etc/passwd at each of the agent's execs, which the
     agent (root: the file's owner) rewrote as `root:x:65531:...`; its next command ran as the server's uid and
     read the server's environment. The agent's uid:gid is told in numbers at the start and pinned."""
-    dockerfile = USER_ROOT[image]
-    tag = built(f"batch-runner-test/user-root:{hashlib.sha256(dockerfile.encode()).hexdigest()[:12]}", dockerfile)
-    settings = EnvironmentSettings(
-        kind="docker", command_timeout=10.0, default_image=tag, run_name="uid", run_dir=str(tmp_path)
-    )
-    own_uid = 'while read -r k v _; do [ "$k" = Uid: ] && echo "$v"; done < /proc/self/status'
+    settings = image_settings(tmp_path, "user-root", USER_ROOT[image])
     rewrite = "sed -i 's/^root:x:0:0:/root:x:65531:65531:/' /etc/passwd && grep -c ^root:x:65531 /etc/passwd"
-    spy = "for f in /proc/[0-9]*/environ; do cat $f 2>/dev/null; done | tr '\\0' '\\n' | grep -c SERVER_SECRET"
 
     async def body() -> tuple:
         env = await DockerBackend(settings).open({})
         try:
-            note = "umask 027; echo server-note > /tmp/server-note"  # its group may read it
-            spawned = await env.spawn(["sh", "-c", f"{own_uid}; {note}; exec cat"], {"SERVER_SECRET": "s3cret-4711"})
-            server = (await spawned.process.stdout.readline()).decode().strip()
-            before = (await env.exec(own_uid)).output.strip()
+            spawned, server = await secret_server(env)
+            before = (await env.exec(OWN_UID)).output.strip()
             rewritten = (await env.exec(rewrite)).output.strip()
-            after, seen = (await env.exec(own_uid)).output.strip(), (await env.exec(spy)).output.strip()
+            after, seen = (await env.exec(OWN_UID)).output.strip(), (await env.exec(ENVIRON_SPY)).output.strip()
             await spawned.end()
             return server, before, rewritten, after, seen
         finally:
