@@ -7,6 +7,9 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
+import tempfile
+from pathlib import Path
 
 import pytest
 from conftest import run_cli, tool_results
@@ -117,6 +120,11 @@ def test_the_code_execution_distribution(run_here):
 
 
 def test_a_browser_that_cannot_start_is_reported_once_and_left_out(run_here, tmp_path, monkeypatch):
+    """Also: the browser service, stopped while Playwright started, leaves no launcher folder behind (two a run)."""
+    # The run's and its browser service's (forked from here) temporary folder, no other test's; short, for the
+    # service's socket path.
+    temporary = Path(tempfile.mkdtemp(prefix="e2e-"))
+    monkeypatch.setattr(tempfile, "tempdir", str(temporary))
     monkeypatch.setenv("BROWSER_EXECUTABLE", str(tmp_path / "no-chromium"))
     monkeypatch.setenv("WEB_SEARCH_URL", "http://127.0.0.1:9")  # configured, never asked: the mock searches no web
     result = run_here([{"prompt": "browse [mock turns=0]"}], "--distribution=browser_use", *MODELS)
@@ -130,6 +138,9 @@ def test_a_browser_that_cannot_start_is_reported_once_and_left_out(run_here, tmp
     only_browser = run_here([{"prompt": "x"}], "--distribution=browser_only", run_name="other")
     assert only_browser.code == 2
     assert "none of its toolsets is available here" in only_browser.stderr
+    left = list(temporary.glob("batch-runner-browser-*"))
+    shutil.rmtree(temporary)
+    assert not left
 
 
 def test_list_distributions_says_what_is_unavailable_and_why(tmp_path, monkeypatch):

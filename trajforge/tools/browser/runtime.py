@@ -104,14 +104,15 @@ async def launch(executable: str | None):
         sandboxed = SandboxedBrowser(executable, LAUNCH_ARGS)
     except PermissionError as exc:
         raise BrowserUnavailable(str(exc)) from None
-    playwright = await async_playwright().start()
-    try:
-        browser = await playwright.chromium.launch(
-            executable_path=sandboxed.executable, headless=True, args=sandboxed.args, timeout=LAUNCH_TIMEOUT_MS
-        )
-    except PlaywrightError as exc:
-        await playwright.stop()
-        raise BrowserUnavailable(f"{executable} could not be launched: {_launch_failure(str(exc))}") from None
+    try:  # its launcher's folder goes however this ends: the service's SIGTERM cancels it while Playwright starts
+        playwright = await async_playwright().start()
+        try:
+            browser = await playwright.chromium.launch(
+                executable_path=sandboxed.executable, headless=True, args=sandboxed.args, timeout=LAUNCH_TIMEOUT_MS
+            )
+        except PlaywrightError as exc:
+            await playwright.stop()
+            raise BrowserUnavailable(f"{executable} could not be launched: {_launch_failure(str(exc))}") from None
     finally:
         sandboxed.close()
     return playwright, browser
