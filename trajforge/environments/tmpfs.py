@@ -68,15 +68,14 @@ def mounted_below(prefix: str) -> list[tuple[str, str]]:
     return [(point, kind) for point, kind in mounts() if point.startswith(start)]
 
 
-def detach_below(folders: list[str]) -> list[str]:
+def detach_below(folders: list[str]) -> None:
     """What is mounted on or below any of `folders` unmounted lazily, outermost first (which takes what lies
     below it along): a root runner's local command mounts in the host's namespace, and shutil.rmtree goes into
     a mount, so emptying a folder where a chroot left `mount --bind /dev jail/dev` (or `mount --bind DIR .`)
     emptied the host's /dev. The folders are matched as the kernel names mount points, through no symlink
-    (a TMPDIR that is one missed every mount). Returns the mount points found; OSError when one stays mounted."""
+    (a TMPDIR that is one missed every mount). OSError when one stays mounted."""
     paths = [os.path.realpath(folder) for folder in folders]
     inside = tuple(path.rstrip("/") + "/" for path in paths)
     found = sorted({point for point, _ in mounts() if point in paths or point.startswith(inside)}, key=len)
-    if found and not all(unmount(point) for point in found):
+    if not all(unmount(point) for point in found):
         raise OSError(f"cannot unmount what a command mounted at {found[0]}")
-    return found
