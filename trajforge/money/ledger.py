@@ -37,7 +37,9 @@ class LocalLedger:
     never lost because nobody waits for the answer any more; only a call that would hand out a place or a
     reservation to nobody (HELD) does not run, and one already handed out is given back: by the caller's
     loop, or by this thread when that loop is gone or the ledger closes first (what was handed out and not
-    ended is ended before the store closes)."""
+    ended is ended before the store closes). A call that only reads (Store.READS: whether the run stopped, a
+    cached reply, an endpoint's pause; three of a model call's four calls without --max_cost) is answered on
+    the caller's thread at once, on a connection of its own: in WAL it waits for no writer."""
 
     def __init__(self, folder: str):
         self.store = Store(Path(folder))
@@ -49,6 +51,10 @@ class LocalLedger:
         self._out: set[tuple[str, object]] = set()  # (the call that ends it, an id) handed out, not ended (thread)
 
     async def __call__(self, name: str, *args):
+        if name in Store.READS:  # on the caller's thread: a hand-over costs more than the read
+            if self._closed:
+                raise RuntimeError("the money ledger is closed")
+            return getattr(self.store, name)(*args)
         loop = asyncio.get_running_loop()
         future = loop.create_future()
         with self._turn:

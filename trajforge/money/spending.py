@@ -82,8 +82,11 @@ class Spending:
         """(stored reply, its cost) when this request was paid for before, counted as a hit."""
         if not self.settings.cache:
             return None
-        found = await self.ledger("cached", key)
-        return (orjson.loads(found[0]), found[1]) if found else None
+        found = await self.ledger("lookup", key)
+        if found is None:
+            return None
+        await self.ledger("hit", found[1])
+        return orjson.loads(found[0]), found[1]
 
     async def reserve(self, call: Call) -> int | None:
         """Room in the budget for `call`: a reservation to settle or release (None without --max_cost).
@@ -109,8 +112,10 @@ class Spending:
 
     async def admit(self, endpoint: str, tokens: float) -> None:
         """Wait for the request's turn under the run's rate limits and `endpoint`'s pause after 429s."""
-        charge = tokens if self.tokens else 0.0
-        wait = await self.ledger("admit", endpoint, self.requests, self.tokens, charge)
+        if self.requests is None and self.tokens is None:  # no limit of ours: only the endpoint's pause
+            wait = await self.ledger("paused", endpoint)
+        else:
+            wait = await self.ledger("admit", endpoint, self.requests, self.tokens, tokens if self.tokens else 0.0)
         if wait > 0:
             await asyncio.sleep(wait)
 

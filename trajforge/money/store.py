@@ -73,21 +73,34 @@ class Store:
         self.path = Path(folder) / FILE_NAME
         self._db: sqlite3.Connection | None = None
         self._pid = 0
+        self._reader: sqlite3.Connection | None = None
+        self._reader_pid = 0
 
     def _conn(self) -> sqlite3.Connection:
         if self._db is None or self._pid != os.getpid():  # a forked child opens its own
-            db = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None)
-            db.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
-            db.execute("PRAGMA journal_mode=WAL")
-            db.execute("PRAGMA synchronous=NORMAL")
-            db.executescript(SCHEMA)
-            self._db, self._pid = db, os.getpid()
+            self._db, self._pid = self._connect(), os.getpid()
         return self._db
 
+    def _reading(self) -> sqlite3.Connection:
+        """The connection of READS: its own, so that a caller may read on its thread while another thread
+        of the process writes on `_conn` (never both on one connection at once)."""
+        if self._reader is None or self._reader_pid != os.getpid():
+            self._reader, self._reader_pid = self._connect(check_same_thread=False), os.getpid()
+        return self._reader
+
+    def _connect(self, **options) -> sqlite3.Connection:
+        db = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None, **options)
+        db.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+        db.execute("PRAGMA journal_mode=WAL")
+        db.execute("PRAGMA synchronous=NORMAL")
+        db.executescript(SCHEMA)
+        return db
+
     def close(self) -> None:
-        if self._db is not None and self._pid == os.getpid():
-            self._db.close()
-        self._db = None
+        for db, pid in ((self._db, self._pid), (self._reader, self._reader_pid)):
+            if db is not None and pid == os.getpid():
+                db.close()
+        self._db = self._reader = None
 
     @contextlib.contextmanager
     def _write(self) -> Iterator[sqlite3.Connection]:
@@ -107,6 +120,10 @@ class Store:
     @staticmethod
     def _set(db: sqlite3.Connection, name: str, value) -> None:
         db.execute("INSERT OR REPLACE INTO state VALUES (?, ?)", (name, value))
+
+    # The calls that only read: a worker's ledger answers them on the caller's own thread (ledger.py). In
+    # WAL a reader never waits for a writer, so they hold an event loop for microseconds.
+    READS = frozenset({"stopped", "lookup", "paused"})
 
     # -- an invocation -------------------------------------------------------------------------
     def begin(self) -> None:
@@ -131,18 +148,18 @@ class Store:
                 self._set(db, "stopped", reason)
 
     def stopped(self) -> str | None:
-        return self._state(self._conn(), "stopped")
+        return self._state(self._reading(), "stopped")
 
     # -- the cache -----------------------------------------------------------------------------
-    def cached(self, key: str) -> tuple[bytes, float | None] | None:
-        """(stored reply, what it cost) of `key`, counted as a hit; None when not stored."""
-        db = self._conn()
-        row = db.execute("SELECT data, cost FROM replies WHERE key = ?", (key,)).fetchone()
-        if row is None:
-            return None
+    def lookup(self, key: str) -> tuple[bytes, float | None] | None:
+        """(stored reply, what it cost) of `key`; None when not stored. A hit is counted by `hit`."""
+        row = self._reading().execute("SELECT data, cost FROM replies WHERE key = ?", (key,)).fetchone()
+        return None if row is None else (bytes(row[0]), row[1])
+
+    def hit(self, cost: float | None) -> None:
+        """A call answered from the cache, which saved what it cost."""
         with self._write() as db:
-            db.execute("UPDATE totals SET hits = hits + 1, saved = saved + ?", (row[1] or 0.0,))
-        return bytes(row[0]), row[1]
+            db.execute("UPDATE totals SET hits = hits + 1, saved = saved + ?", (cost or 0.0,))
 
     def price_later(self, key: str, cost: float) -> None:
         """The cost of a reply paid while nobody knew it (prices given since): into the cache, the
@@ -236,11 +253,9 @@ class Store:
     def admit(self, endpoint: str, requests: Bucket | None, tokens: Bucket | None, charge: float) -> float:
         """Take one request (and `charge` tokens) from the run's buckets; seconds to wait before
         sending it to `endpoint`: the buckets' debt, or its pause after 429s, whichever is longer."""
-        now, pause = time.time(), f"pause_until:{endpoint}"
-        if requests is None and tokens is None:  # no limit of ours: only the pause, read without a lock
-            return max(0.0, (self._state(self._conn(), pause) or 0.0) - now)
+        now = time.time()
         with self._write() as db:
-            wait = max(0.0, (self._state(db, pause) or 0.0) - now)
+            wait = self._paused(db, endpoint, now)
             for name, bucket, amount in (("requests", requests, 1.0), ("tokens", tokens, charge)):
                 if bucket is None:
                     continue
@@ -250,6 +265,14 @@ class Store:
                 db.execute("INSERT OR REPLACE INTO buckets VALUES (?, ?, ?)", (name, level, now))
                 wait = max(wait, debt)
         return wait
+
+    def paused(self, endpoint: str) -> float:
+        """Seconds to wait before sending to `endpoint` (its pause after 429s), where no rate limit of ours
+        is set: read without a lock (admit takes the buckets' otherwise)."""
+        return self._paused(self._reading(), endpoint, time.time())
+
+    def _paused(self, db: sqlite3.Connection, endpoint: str, now: float) -> float:
+        return max(0.0, (self._state(db, f"pause_until:{endpoint}") or 0.0) - now)
 
     def strike(self, endpoint: str, retry_after: float | None, start: int = 1, adaptive: bool = False) -> float:
         """`endpoint` answered 429: every session of it pauses, longer with each 429 in a row; counted
