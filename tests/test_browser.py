@@ -8,13 +8,14 @@ import os
 import re
 import signal
 import subprocess
+import tempfile
 import time
 
 import psutil
 import pytest
 from tool_session import call, tool_session
 
-from trajforge.tools.browser.runtime import launch_problem
+from trajforge.tools.browser.runtime import launch, launch_problem
 from trajforge.tools.browser.service import browser_service
 from trajforge.tools.browser.snapshot import SNAPSHOT_LIMIT
 from trajforge.tools.session import ToolSession
@@ -235,3 +236,38 @@ def test_no_browser_means_the_toolset_is_not_offered(tmp_path):
     (item,) = unavailable
     assert (item.toolset, item.tool) == ("browser", None)
     assert item.reason == "no Chromium found: install it (apt-get install chromium) or set BROWSER_EXECUTABLE"
+
+
+@needs_chromium
+@pytest.mark.parametrize("when", ["driver_starting", "chromium_starting"])
+def test_a_launch_cancelled_midway_leaves_no_playwright_driver_and_no_launcher_folder(tmp_path, monkeypatch, when):
+    """A prompt's timeout (a worker that launches its own browser) or the service's SIGTERM cancels a launch."""
+    hanging = tmp_path / "chromium"  # a Chromium that never says it is listening: the launch waits for it
+    hanging.write_text("#!/bin/sh\nexec sleep 60\n")
+    hanging.chmod(0o755)
+    temporary = tmp_path / "tmp"
+    temporary.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(temporary))
+    me = psutil.Process()
+
+    def running() -> bool:
+        if when == "driver_starting":
+            return bool(playwright_drivers(me))
+        return any(p.name() == "sleep" for d in playwright_drivers(me) for p in d.children(recursive=True))
+
+    async def cancelled_midway():
+        task = asyncio.ensure_future(launch(str(hanging)))
+        deadline = time.monotonic() + 30
+        while not running() and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+        assert not task.done()
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        deadline = time.monotonic() + 10
+        while playwright_drivers(me) and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        return playwright_drivers(me)
+
+    assert asyncio.run(cancelled_midway()) == []
+    assert list(temporary.glob("batch-runner-browser-*")) == []

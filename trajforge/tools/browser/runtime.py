@@ -104,8 +104,10 @@ async def launch(executable: str | None):
         sandboxed = SandboxedBrowser(executable, LAUNCH_ARGS)
     except PermissionError as exc:
         raise BrowserUnavailable(str(exc)) from None
-    try:  # its launcher's folder goes however this ends: the service's SIGTERM cancels it while Playwright starts
-        playwright = await async_playwright().start()
+    # Its launcher's folder and its Playwright driver go however this ends: the service's SIGTERM, or a prompt's
+    # timeout in a worker that launches its own, cancels it while Playwright starts or launches Chromium.
+    try:
+        playwright = await async_playwright().start()  # cancelled, it stops its driver itself
         try:
             browser = await playwright.chromium.launch(
                 executable_path=sandboxed.executable, headless=True, args=sandboxed.args, timeout=LAUNCH_TIMEOUT_MS
@@ -113,6 +115,10 @@ async def launch(executable: str | None):
         except PlaywrightError as exc:
             await playwright.stop()
             raise BrowserUnavailable(f"{executable} could not be launched: {_launch_failure(str(exc))}") from None
+        except BaseException:  # cancelled: the driver goes too, and with it the Chromium it was starting
+            with contextlib.suppress(Exception):
+                await playwright.stop()
+            raise
     finally:
         sandboxed.close()
     return playwright, browser
