@@ -241,10 +241,19 @@ def test_no_browser_means_the_toolset_is_not_offered(tmp_path):
 @needs_chromium
 @pytest.mark.parametrize("when", ["driver_starting", "chromium_starting"])
 def test_a_launch_cancelled_midway_leaves_no_playwright_driver_and_no_launcher_folder(tmp_path, monkeypatch, when):
-    """A prompt's timeout (a worker that launches its own browser) or the service's SIGTERM cancels a launch."""
-    hanging = tmp_path / "chromium"  # a Chromium that never says it is listening: the launch waits for it
+    """A prompt's timeout (a worker that launches its own browser) or the service's SIGTERM cancels a launch:
+    while Playwright's driver starts (a driver slow to start, so that the cancel lands there), or while
+    Chromium starts (one that never says it is listening)."""
+    hanging = tmp_path / "chromium"
     hanging.write_text("#!/bin/sh\nexec sleep 60\n")
     hanging.chmod(0o755)
+    if when == "driver_starting":
+        from playwright._impl._driver import compute_driver_executable
+
+        slow = tmp_path / "node"
+        slow.write_text(f'#!/bin/sh\nsleep 2\nexec {compute_driver_executable()[0]} "$@"\n')
+        slow.chmod(0o755)
+        monkeypatch.setenv("PLAYWRIGHT_NODEJS_PATH", str(slow))
     temporary = tmp_path / "tmp"
     temporary.mkdir()
     monkeypatch.setattr(tempfile, "tempdir", str(temporary))
@@ -260,6 +269,8 @@ def test_a_launch_cancelled_midway_leaves_no_playwright_driver_and_no_launcher_f
         deadline = time.monotonic() + 30
         while not running() and time.monotonic() < deadline:
             await asyncio.sleep(0.01)
+        if when == "driver_starting":  # its pipes connected, Playwright waiting for it (it sleeps 2 s first)
+            await asyncio.sleep(0.5)
         assert not task.done()
         task.cancel()
         with pytest.raises(asyncio.CancelledError):

@@ -47,6 +47,7 @@ LAUNCH_ARGS = [
     f"--disable-features={PLAYWRIGHT_DISABLED_FEATURES},WebUIOmniboxPopup,WebUIOmniboxAimPopup",
 ]
 LAUNCH_TIMEOUT_MS = 30_000
+STOP_GRACE = 10.0  # seconds a cancelled launch waits for Playwright's start, then its stop, to end
 ACTION_TIMEOUT_MS = 10_000
 NAVIGATION_TIMEOUT_MS = 30_000
 PR_SET_PDEATHSIG = 1
@@ -107,7 +108,7 @@ async def launch(executable: str | None):
     # Its launcher's folder and its Playwright driver go however this ends: the service's SIGTERM, or a prompt's
     # timeout in a worker that launches its own, cancels it while Playwright starts or launches Chromium.
     try:
-        playwright = await async_playwright().start()  # cancelled, it stops its driver itself
+        playwright = await _started(async_playwright())
         try:
             browser = await playwright.chromium.launch(
                 executable_path=sandboxed.executable, headless=True, args=sandboxed.args, timeout=LAUNCH_TIMEOUT_MS
@@ -117,11 +118,27 @@ async def launch(executable: str | None):
             raise BrowserUnavailable(f"{executable} could not be launched: {_launch_failure(str(exc))}") from None
         except BaseException:  # cancelled: the driver goes too, and with it the Chromium it was starting
             with contextlib.suppress(Exception):
-                await playwright.stop()
+                await asyncio.wait_for(playwright.stop(), STOP_GRACE)
             raise
     finally:
         sandboxed.close()
     return playwright, browser
+
+
+async def _started(manager):
+    """Playwright started by `manager` (its driver running). Cancelled meanwhile, the start goes on to its
+    end, for at most STOP_GRACE seconds, and what it started is stopped: a start cancelled half way leaves its
+    driver running, and Playwright keeps nothing of it to stop it by."""
+    starting = asyncio.ensure_future(manager.start())
+    try:
+        return await asyncio.shield(starting)
+    except asyncio.CancelledError:
+        with contextlib.suppress(BaseException):  # cancelled again: what it could stop in the time is stopped
+            await asyncio.wait({starting}, timeout=STOP_GRACE)
+            if starting.done() and not starting.cancelled() and starting.exception() is None:
+                await asyncio.wait_for(starting.result().stop(), STOP_GRACE)
+        starting.cancel()
+        raise
 
 
 class BrowserLauncher:
