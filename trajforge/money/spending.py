@@ -1,5 +1,5 @@
-"""What a worker process asks of the money database before and after each model call, off its event
-loop: the response cache, the budget, the rate limits, the shared pause after 429s and the adaptive
+"""What a worker process asks of the money database before and after each model call, its writes off its
+event loop (ledger.py): the response cache, the budget, the rate limits, the shared pause after 429s and the adaptive
 concurrency limit.
 
 One Spending per worker process (each Ray task has its own), all of them on the same database in the

@@ -6,7 +6,9 @@ One file, opened by every worker process (and Ray task on this machine) at once:
 IMMEDIATE transactions, waiting for each other within the busy timeout; readers never wait. A
 committed reply survives kill -9 (WAL with synchronous=NORMAL loses at most the last transactions of a
 power cut, never the database). A connection is opened per process on first use, never carried across
-a fork. Synchronous: callers run these methods off their event loop (spending.py).
+a fork; the READS have one of their own, which never writes (its opening neither). Synchronous: callers run
+the writes off their event loop (ledger.py), the READS on it: in WAL a reader waits for no writer (only for
+a recovery after a crash).
 """
 
 from __future__ import annotations
@@ -34,7 +36,6 @@ CREATE TABLE IF NOT EXISTS paid (id INTEGER PRIMARY KEY, key TEXT NOT NULL, cost
                                  at REAL NOT NULL);
 CREATE TABLE IF NOT EXISTS totals (id INTEGER PRIMARY KEY CHECK (id = 0), spent REAL NOT NULL, paid_calls INTEGER
     NOT NULL, unknown_calls INTEGER NOT NULL, hits INTEGER NOT NULL, saved REAL NOT NULL, largest REAL);
-INSERT OR IGNORE INTO totals VALUES (0, 0, 0, 0, 0, 0, NULL);
 CREATE TABLE IF NOT EXISTS reservations (id INTEGER PRIMARY KEY, pid INTEGER NOT NULL, amount REAL NOT NULL,
                                          at REAL NOT NULL);
 CREATE TABLE IF NOT EXISTS buckets (name TEXT PRIMARY KEY, level REAL NOT NULL, updated REAL NOT NULL);
@@ -46,6 +47,9 @@ CREATE TABLE IF NOT EXISTS limits (endpoint TEXT PRIMARY KEY, adaptive INTEGER N
 CREATE TABLE IF NOT EXISTS flights (id INTEGER PRIMARY KEY, endpoint TEXT NOT NULL, pid INTEGER NOT NULL,
                                     epoch INTEGER NOT NULL);
 """
+# A write even where the row is there (the write lock, waited for within the busy timeout): the writing
+# connection's alone, never the reading one's, whose first read is on an event loop (READS).
+TOTALS_ROW = "INSERT OR IGNORE INTO totals VALUES (0, 0, 0, 0, 0, 0, NULL)"
 
 
 @dataclass(frozen=True)
@@ -79,6 +83,7 @@ class Store:
     def _conn(self) -> sqlite3.Connection:
         if self._db is None or self._pid != os.getpid():  # a forked child opens its own
             self._db, self._pid = self._connect(), os.getpid()
+            self._db.execute(TOTALS_ROW)
         return self._db
 
     def _reading(self) -> sqlite3.Connection:
