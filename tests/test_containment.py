@@ -403,6 +403,52 @@ def test_a_root_command_s_mount_is_let_go_of_where_tmpdir_is_a_symlink(tmp_path,
     assert not left.exists() and not tmpfs.mounted_below(str(left))
 
 
+@pytest.mark.parametrize("temporary", ["missing", "there"])
+def test_a_sample_whose_workspace_could_not_be_made_fails_with_its_own_error(tmp_path, monkeypatch, temporary):
+    """(review 23) A local sample whose start failed before its workspace was made (a full or missing
+    temporary folder) is closed with no folder of its own: the unmounting of what its commands left found the
+    common start of no folders (ValueError, not an OSError), which replaced the start's own error. The twin's
+    workspace is made, used and gone."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / temporary))
+    if temporary == "there":
+        (tmp_path / temporary).mkdir()
+    settings = make_settings("local", tmp_path, limits=Limits(max_disk_mb=0))
+
+    async def body() -> str:
+        env = await backend_for(settings).open({}, "named")
+        try:
+            assert (await env.exec("pwd")).output.strip() == env.workspace
+            return env.workspace
+        finally:
+            await env.close()
+
+    if temporary == "missing":
+        with pytest.raises(FileNotFoundError):
+            sync(body())
+    else:
+        assert not os.path.exists(sync(body()))
+
+
+def test_the_mount_table_is_read_for_each_folder_not_for_their_common_start(tmp_path):
+    """(review 23) A sample's folders lie side by side in the temporary folder: the lines of the mount table
+    holding their common start were every sample's. Each folder's mounts are found, and none of a folder
+    beside them (another sample's, the twin's: found when it is asked for)."""
+    if not tmpfs.possible():
+        pytest.skip("only the host's root mounts")
+    folders = [tmp_path / name for name in ("workspace", "tests", "another sample's")]
+    for folder in folders:
+        (folder / "jail").mkdir(parents=True)
+        assert tmpfs.mount(str(folder / "jail"), 1, None)
+    try:
+        found = {point for point, _ in tmpfs.mounts(str(folders[0]), str(folders[1]))}
+        assert found == {str(folders[0] / "jail"), str(folders[1] / "jail")}
+        assert [point for point, _ in tmpfs.mounts(str(folders[2]))] == [str(folders[2] / "jail")]
+        assert tmpfs.mounts() == []
+    finally:
+        tmpfs.detach_below([str(folder) for folder in folders])
+    assert not tmpfs.mounted_below(str(tmp_path))
+
+
 def test_a_killed_attempt_s_mount_in_its_workspace_is_let_go_of_when_the_sample_runs_again(tmp_path):
     """The workspace of a sample run again has its name: what a killed attempt's root command left mounted
     in it is unmounted before the folder is emptied for the new attempt, the host's folder kept."""

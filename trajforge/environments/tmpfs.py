@@ -41,17 +41,19 @@ def unmount(path: str) -> bool:
 MOUNTS_OVER = 64  # mounts on one path unmounted at most (one is ours)
 
 
-def mounts(within: str) -> list[tuple[str, str]]:
-    """(mount point, file system type) of the mounts of this process's namespace whose line holds `within`
-    (a path, through no symlink), each point as the kernel wrote it (octal escapes for space, tab, newline and
-    backslash; every other byte as it is, also a carriage return, vertical tab or form feed, which bytes.split
-    would have cut a point at: fields are split at single spaces, lines at newlines alone). Only those lines
-    are parsed: at 200 samples in flight a local run has 400 mounts, and parsing them all cost each sample's
-    end as much again as the kernel's writing of the table."""
-    needle = _escaped(within)
+def mounts(*within: str) -> list[tuple[str, str]]:
+    """(mount point, file system type) of the mounts of this process's namespace whose line holds one of
+    `within` (paths, through no symlink; none: no mount), each point as the kernel wrote it (octal escapes for
+    space, tab, newline and backslash; every other byte as it is, also a carriage return, vertical tab or form
+    feed, which bytes.split would have cut a point at: fields are split at single spaces, lines at newlines
+    alone). Only those lines are parsed: at 200 samples in flight a local run has 400 mounts, and parsing them
+    all cost each sample's end as much again as the kernel's writing of the table. Each path is looked for by
+    itself: the common start of a sample's folders is the temporary folder, which every sample's mount line
+    holds."""
+    needles = [_escaped(path) for path in within]
     with open("/proc/self/mounts", "rb") as table:
         lines = table.read().split(b"\n")
-    fields = [line.split(b" ") for line in lines if needle in line]
+    fields = [line.split(b" ") for line in lines if any(needle in line for needle in needles)]
     return [(_unescaped(found[1]), os.fsdecode(found[2])) for found in fields]
 
 
@@ -82,10 +84,11 @@ def detach_below(folders: list[str]) -> None:
     below it along): a root runner's local command mounts in the host's namespace, and shutil.rmtree goes into
     a mount, so emptying a folder where a chroot left `mount --bind /dev jail/dev` (or `mount --bind DIR .`)
     emptied the host's /dev. The folders are matched as the kernel names mount points, through no symlink
-    (a TMPDIR that is one missed every mount). OSError when one stays mounted."""
+    (a TMPDIR that is one missed every mount). None: nothing to do (a sample whose start failed before its
+    workspace was made). OSError when one stays mounted."""
     paths = [os.path.realpath(folder) for folder in folders]
     inside = tuple(path.rstrip("/") + "/" for path in paths)
-    listed = mounts(os.path.commonpath(paths))
+    listed = mounts(*paths)
     found = sorted({point for point, _ in listed if point in paths or point.startswith(inside)}, key=len)
     if not all(unmount(point) for point in found):
         raise OSError(f"cannot unmount what a command mounted at {found[0]}")
