@@ -2,8 +2,7 @@
 folder on the driver's machine:
 
 - `LocalLedger`: a worker process of that machine opens the database itself (SQLite, WAL: many
-  processes at once), its writes run on one thread so their connection is used in order; its reads
-  (Store.READS) on the caller's, after the writes of this process asked before them that change them.
+  processes at once), its calls run on one thread so its one connection is used in order.
 - `ActorLedger`: a Ray task, on any node, asks the run's `MoneyActor`, a Ray actor the driver starts
   on its own node, which owns a connection and runs each call in turn. A call returns once its
   transaction is committed, so money first holds across the network: a paid reply is in the ledger
@@ -26,23 +25,6 @@ from trajforge.money.store import Store
 
 HELD = {"reserve": "release", "take_slot": "free_slot"}  # a call that hands out an id -> the call that ends it
 GIVEN_BACK = {"free_slot": ("cancelled",)}  # what an ending call says of an id given back: a place's teaches nothing
-# What a write changes of the answers of Store.READS: a read asked after such a write of this process, before
-# it is committed, waits for it (the run's stop, a reply paid, an endpoint's pause). The writes that change
-# none are named; any other changes every read (a write added to Store without a word here orders as before).
-CHANGES = {"stop": "stopped", "reserve": "stopped", "strike": "paused"} | dict.fromkeys(
-    ("settle", "keep", "forget", "price_later"), "lookup"
-)
-CHANGES_NONE = frozenset({"take_slot", "free_slot", "admit", "release", "hit", "free_all", "concurrency", "totals"})
-EVERY = ("*", None)
-BARRIER = ""  # a call of no store method: answered once every call asked before it has run
-
-
-def _topic(name: str, args: tuple) -> tuple[str, object] | None:
-    """What a call reads or changes of the READS' answers: (the read, its key: a reply's, an endpoint's)."""
-    read = name if name in Store.READS else CHANGES.get(name)
-    if read is None:
-        return None if name in CHANGES_NONE or name == BARRIER else EVERY
-    return read, (args[0] if read != "stopped" else None)
 
 
 class LocalLedger:
@@ -55,12 +37,7 @@ class LocalLedger:
     never lost because nobody waits for the answer any more; only a call that would hand out a place or a
     reservation to nobody (HELD) does not run, and one already handed out is given back: by the caller's
     loop, or by this thread when that loop is gone or the ledger closes first (what was handed out and not
-    ended is ended before the store closes). A call that only reads (Store.READS: whether the run stopped, a
-    cached reply, an endpoint's pause; three of a model call's four calls without --max_cost) is answered on
-    the caller's thread at once, on a connection of its own: in WAL it waits for no writer. Unless a write of
-    this process asked before it and not committed yet changes its answer (CHANGES: the run's stop, that
-    reply paid, that endpoint's pause): then it is read once that write has run, as in order, so that no
-    session goes past a stop another one asked, nor pays again for a reply whose payment waits (review 23)."""
+    ended is ended before the store closes)."""
 
     def __init__(self, folder: str):
         self.store = Store(Path(folder))
@@ -70,20 +47,8 @@ class LocalLedger:
         self._closed = False
         self._giving: set[asyncio.Future] = set()  # what a cancelled caller was handed, being given back
         self._out: set[tuple[str, object]] = set()  # (the call that ends it, an id) handed out, not ended (thread)
-        self._pending: dict[tuple[str, object], int] = {}  # writes asked, not run, by what they change (_topic)
 
     async def __call__(self, name: str, *args):
-        if name in Store.READS:  # on the caller's thread: a hand-over costs more than the read
-            topic = _topic(name, args)
-            with self._turn:
-                if self._closed:
-                    raise RuntimeError("the money ledger is closed")
-                behind = topic in self._pending or EVERY in self._pending
-            if behind:  # a write of this process asked before it changes its answer: read once it is committed
-                await self(BARRIER)
-                if self._closed:  # closed meanwhile: its store may be closed too
-                    raise RuntimeError("the money ledger is closed")
-            return getattr(self.store, name)(*args)
         loop = asyncio.get_running_loop()
         future = loop.create_future()
         with self._turn:
@@ -91,8 +56,6 @@ class LocalLedger:
                 raise RuntimeError("the money ledger is closed")
             self._closed = name == "close"
             self._asked.append((loop, future, name, args))
-            if (topic := _topic(name, args)) is not None:
-                self._pending[topic] = self._pending.get(topic, 0) + 1
             if self._thread is None:  # made on first use: in the process that uses it, never across a fork
                 self._thread = threading.Thread(target=self._serve, name="money", daemon=True)
                 self._thread.start()
@@ -107,16 +70,14 @@ class LocalLedger:
                 batch, self._asked = self._asked, []
             for loop, future, name, args in batch:
                 if future.cancelled() and name in HELD:  # a place or reservation nobody would take
-                    self._ran(name, args)
                     continue
                 if name == "close":  # the last call there is: nothing stays held past it
                     for held in list(self._out):
                         self._end(*held)
                 try:
-                    value, error = (getattr(self.store, name)(*args) if name != BARRIER else None), None
+                    value, error = getattr(self.store, name)(*args), None
                 except BaseException as exc:  # raised again in the caller, as a thread pool's future would
                     value, error = None, exc
-                self._ran(name, args)
                 if name in HELD and value is not None:
                     self._out.add((HELD[name], value))
                 elif name in HELD.values():
@@ -128,16 +89,6 @@ class LocalLedger:
                         self._end(HELD[name], value)
             if any(name == "close" for _, _, name, _ in batch):
                 return
-
-    def _ran(self, name: str, args: tuple) -> None:
-        """A call asked has run (committed, or failed): the reads behind it need not wait for it any more."""
-        if (topic := _topic(name, args)) is not None:
-            with self._turn:
-                left = self._pending[topic] - 1
-                if left:
-                    self._pending[topic] = left
-                else:
-                    del self._pending[topic]
 
     def _end(self, name: str, held: object) -> None:
         """What was handed out to a caller gone, ended here (a place freed as one whose outcome teaches nothing)."""

@@ -1,5 +1,5 @@
-"""What a worker process asks of the money database before and after each model call, its writes off its
-event loop (ledger.py): the response cache, the budget, the rate limits, the shared pause after 429s and the adaptive
+"""What a worker process asks of the money database before and after each model call, off its event
+loop: the response cache, the budget, the rate limits, the shared pause after 429s and the adaptive
 concurrency limit.
 
 One Spending per worker process (each Ray task has its own), all of them on the same database in the
@@ -82,11 +82,8 @@ class Spending:
         """(stored reply, its cost) when this request was paid for before, counted as a hit."""
         if not self.settings.cache:
             return None
-        found = await self.ledger("lookup", key)
-        if found is None:
-            return None
-        await self.ledger("hit", found[1])
-        return orjson.loads(found[0]), found[1]
+        found = await self.ledger("cached", key)
+        return (orjson.loads(found[0]), found[1]) if found else None
 
     async def reserve(self, call: Call) -> int | None:
         """Room in the budget for `call`: a reservation to settle or release (None without --max_cost).
@@ -112,10 +109,8 @@ class Spending:
 
     async def admit(self, endpoint: str, tokens: float) -> None:
         """Wait for the request's turn under the run's rate limits and `endpoint`'s pause after 429s."""
-        if self.requests is None and self.tokens is None:  # no limit of ours: only the endpoint's pause
-            wait = await self.ledger("paused", endpoint)
-        else:
-            wait = await self.ledger("admit", endpoint, self.requests, self.tokens, tokens if self.tokens else 0.0)
+        charge = tokens if self.tokens else 0.0
+        wait = await self.ledger("admit", endpoint, self.requests, self.tokens, charge)
         if wait > 0:
             await asyncio.sleep(wait)
 

@@ -6,9 +6,7 @@ One file, opened by every worker process (and Ray task on this machine) at once:
 IMMEDIATE transactions, waiting for each other within the busy timeout; readers never wait. A
 committed reply survives kill -9 (WAL with synchronous=NORMAL loses at most the last transactions of a
 power cut, never the database). A connection is opened per process on first use, never carried across
-a fork; the READS have one of their own, which never writes (its opening neither). Synchronous: callers run
-the writes off their event loop (ledger.py), the READS on it: in WAL a reader waits for no writer (only for
-a recovery after a crash).
+a fork. Synchronous: callers run these methods off their event loop (spending.py).
 """
 
 from __future__ import annotations
@@ -36,6 +34,7 @@ CREATE TABLE IF NOT EXISTS paid (id INTEGER PRIMARY KEY, key TEXT NOT NULL, cost
                                  at REAL NOT NULL);
 CREATE TABLE IF NOT EXISTS totals (id INTEGER PRIMARY KEY CHECK (id = 0), spent REAL NOT NULL, paid_calls INTEGER
     NOT NULL, unknown_calls INTEGER NOT NULL, hits INTEGER NOT NULL, saved REAL NOT NULL, largest REAL);
+INSERT OR IGNORE INTO totals VALUES (0, 0, 0, 0, 0, 0, NULL);
 CREATE TABLE IF NOT EXISTS reservations (id INTEGER PRIMARY KEY, pid INTEGER NOT NULL, amount REAL NOT NULL,
                                          at REAL NOT NULL);
 CREATE TABLE IF NOT EXISTS buckets (name TEXT PRIMARY KEY, level REAL NOT NULL, updated REAL NOT NULL);
@@ -47,9 +46,6 @@ CREATE TABLE IF NOT EXISTS limits (endpoint TEXT PRIMARY KEY, adaptive INTEGER N
 CREATE TABLE IF NOT EXISTS flights (id INTEGER PRIMARY KEY, endpoint TEXT NOT NULL, pid INTEGER NOT NULL,
                                     epoch INTEGER NOT NULL);
 """
-# A write even where the row is there (the write lock, waited for within the busy timeout): the writing
-# connection's alone, never the reading one's, whose first read is on an event loop (READS).
-TOTALS_ROW = "INSERT OR IGNORE INTO totals VALUES (0, 0, 0, 0, 0, 0, NULL)"
 
 
 @dataclass(frozen=True)
@@ -77,35 +73,21 @@ class Store:
         self.path = Path(folder) / FILE_NAME
         self._db: sqlite3.Connection | None = None
         self._pid = 0
-        self._reader: sqlite3.Connection | None = None
-        self._reader_pid = 0
 
     def _conn(self) -> sqlite3.Connection:
         if self._db is None or self._pid != os.getpid():  # a forked child opens its own
-            self._db, self._pid = self._connect(), os.getpid()
-            self._db.execute(TOTALS_ROW)
+            db = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None)
+            db.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("PRAGMA synchronous=NORMAL")
+            db.executescript(SCHEMA)
+            self._db, self._pid = db, os.getpid()
         return self._db
 
-    def _reading(self) -> sqlite3.Connection:
-        """The connection of READS: its own, so that a caller may read on its thread while another thread
-        of the process writes on `_conn` (never both on one connection at once)."""
-        if self._reader is None or self._reader_pid != os.getpid():
-            self._reader, self._reader_pid = self._connect(check_same_thread=False), os.getpid()
-        return self._reader
-
-    def _connect(self, **options) -> sqlite3.Connection:
-        db = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None, **options)
-        db.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
-        db.execute("PRAGMA journal_mode=WAL")
-        db.execute("PRAGMA synchronous=NORMAL")
-        db.executescript(SCHEMA)
-        return db
-
     def close(self) -> None:
-        for db, pid in ((self._db, self._pid), (self._reader, self._reader_pid)):
-            if db is not None and pid == os.getpid():
-                db.close()
-        self._db = self._reader = None
+        if self._db is not None and self._pid == os.getpid():
+            self._db.close()
+        self._db = None
 
     @contextlib.contextmanager
     def _write(self) -> Iterator[sqlite3.Connection]:
@@ -125,10 +107,6 @@ class Store:
     @staticmethod
     def _set(db: sqlite3.Connection, name: str, value) -> None:
         db.execute("INSERT OR REPLACE INTO state VALUES (?, ?)", (name, value))
-
-    # The calls that only read: a worker's ledger answers them on the caller's own thread (ledger.py). In
-    # WAL a reader never waits for a writer, so they hold an event loop for microseconds.
-    READS = frozenset({"stopped", "lookup", "paused"})
 
     # -- an invocation -------------------------------------------------------------------------
     def begin(self) -> None:
@@ -153,18 +131,18 @@ class Store:
                 self._set(db, "stopped", reason)
 
     def stopped(self) -> str | None:
-        return self._state(self._reading(), "stopped")
+        return self._state(self._conn(), "stopped")
 
     # -- the cache -----------------------------------------------------------------------------
-    def lookup(self, key: str) -> tuple[bytes, float | None] | None:
-        """(stored reply, what it cost) of `key`; None when not stored. A hit is counted by `hit`."""
-        row = self._reading().execute("SELECT data, cost FROM replies WHERE key = ?", (key,)).fetchone()
-        return None if row is None else (bytes(row[0]), row[1])
-
-    def hit(self, cost: float | None) -> None:
-        """A call answered from the cache, which saved what it cost."""
+    def cached(self, key: str) -> tuple[bytes, float | None] | None:
+        """(stored reply, what it cost) of `key`, counted as a hit; None when not stored."""
+        db = self._conn()
+        row = db.execute("SELECT data, cost FROM replies WHERE key = ?", (key,)).fetchone()
+        if row is None:
+            return None
         with self._write() as db:
-            db.execute("UPDATE totals SET hits = hits + 1, saved = saved + ?", (cost or 0.0,))
+            db.execute("UPDATE totals SET hits = hits + 1, saved = saved + ?", (row[1] or 0.0,))
+        return bytes(row[0]), row[1]
 
     def price_later(self, key: str, cost: float) -> None:
         """The cost of a reply paid while nobody knew it (prices given since): into the cache, the
@@ -258,9 +236,11 @@ class Store:
     def admit(self, endpoint: str, requests: Bucket | None, tokens: Bucket | None, charge: float) -> float:
         """Take one request (and `charge` tokens) from the run's buckets; seconds to wait before
         sending it to `endpoint`: the buckets' debt, or its pause after 429s, whichever is longer."""
-        now = time.time()
+        now, pause = time.time(), f"pause_until:{endpoint}"
+        if requests is None and tokens is None:  # no limit of ours: only the pause, read without a lock
+            return max(0.0, (self._state(self._conn(), pause) or 0.0) - now)
         with self._write() as db:
-            wait = self._paused(db, endpoint, now)
+            wait = max(0.0, (self._state(db, pause) or 0.0) - now)
             for name, bucket, amount in (("requests", requests, 1.0), ("tokens", tokens, charge)):
                 if bucket is None:
                     continue
@@ -270,14 +250,6 @@ class Store:
                 db.execute("INSERT OR REPLACE INTO buckets VALUES (?, ?, ?)", (name, level, now))
                 wait = max(wait, debt)
         return wait
-
-    def paused(self, endpoint: str) -> float:
-        """Seconds to wait before sending to `endpoint` (its pause after 429s), where no rate limit of ours
-        is set: read without a lock (admit takes the buckets' otherwise)."""
-        return self._paused(self._reading(), endpoint, time.time())
-
-    def _paused(self, db: sqlite3.Connection, endpoint: str, now: float) -> float:
-        return max(0.0, (self._state(db, f"pause_until:{endpoint}") or 0.0) - now)
 
     def strike(self, endpoint: str, retry_after: float | None, start: int = 1, adaptive: bool = False) -> float:
         """`endpoint` answered 429: every session of it pauses, longer with each 429 in a row; counted
