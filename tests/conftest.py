@@ -167,11 +167,13 @@ def write_dataset(path: Path, entries: list) -> Path:
     return path
 
 
-def wait_for(condition: Callable[[], object], timeout: float = 60, what: str = "the condition") -> None:
-    """Poll `condition` until it holds; fail naming `what` after `timeout` seconds. A cheap condition is
-    polled every 10 ms; a costly one (a scan of every process's command line: 10-20 ms of CPU with a few
-    hundred processes) waits four times its own cost between looks (half a second at most): a wait takes
-    at most a fifth of a core from the rest of the suite, which has two."""
+def wait_for(
+    condition: Callable[[], object], timeout: float = 60, what: str | Callable[[], str] = "the condition"
+) -> None:
+    """Poll `condition` until it holds; fail naming `what` (or what it returns then) after `timeout` seconds.
+    A cheap condition is polled every 10 ms; a costly one (a scan of every process's command line: 10-20 ms
+    of CPU with a few hundred processes) waits four times its own cost between looks (half a second at
+    most): a wait takes at most a fifth of a core from the rest of the suite, which has two."""
     deadline = time.monotonic() + timeout
     while True:
         started = time.monotonic()
@@ -179,7 +181,7 @@ def wait_for(condition: Callable[[], object], timeout: float = 60, what: str = "
             return
         now = time.monotonic()
         if now > deadline:
-            pytest.fail(f"gave up waiting for {what} after {timeout} s")
+            pytest.fail(f"gave up waiting for {what() if callable(what) else what} after {timeout} s")
         time.sleep(min(max(0.01, 4 * (now - started)), 0.5))
 
 

@@ -90,8 +90,17 @@ def outside():
             "loopback": f"127.0.0.1:{loopback}",
             **{f"host {a}": f"{a}:{everywhere}" for a in host_ipv4(host_side)},
         }
-        from_host = probe_here(list(targets.values()))
-        wait_for(lambda: set(probe_here(list(targets.values())).values()) == {"open"}, 20, f"the servers: {from_host}")
+        seen: dict = {}
+
+        def listening() -> bool:
+            seen.update(probe_here(list(targets.values())))
+            return set(seen.values()) == {"open"}
+
+        def said() -> str:
+            gone = {" ".join(server.args[-2:]): server.returncode for server in servers if server.poll() is not None}
+            return f"the servers, last seen {seen}, exited {gone}"
+
+        wait_for(listening, 60, said)  # a minute: four Pythons starting on a loaded machine
         yield targets
     finally:
         for server in servers:
