@@ -25,9 +25,11 @@ from trajforge.errors import SetupError
 
 # One xdist worker builds the network to test against once for the module.
 pytestmark = pytest.mark.xdist_group("sandbox_network")
+# An HTTP server at address, port (0: a free one), which prints its port once it listens.
 SERVE = (
     "import http.server, sys; "
-    "http.server.HTTPServer((sys.argv[1], int(sys.argv[2])), http.server.SimpleHTTPRequestHandler).serve_forever()"
+    "server = http.server.HTTPServer((sys.argv[1], int(sys.argv[2])), http.server.SimpleHTTPRequestHandler); "
+    "print(server.server_address[1], flush=True); server.serve_forever()"
 )
 # What a sandboxed command tries: each address:port, "open" or "closed" (a second at most each).
 # Every target at once, each given 1 s to answer: one after another, the unanswered ones took a second each.
@@ -77,13 +79,17 @@ def outside():
     try:
         for step in setup:
             subprocess.run(step, check=True, capture_output=True)
-        for address, port in ((f"{net}.2", 8080), (metadata, 80)):
-            servers.append(
-                subprocess.Popen(["ip", "netns", "exec", name, sys.executable, "-c", SERVE, address, str(port)])
-            )
-        loopback, everywhere = random.randint(20000, 29999), random.randint(30000, 39999)
-        servers.append(subprocess.Popen([sys.executable, "-c", SERVE, "127.0.0.1", str(loopback)]))
-        servers.append(subprocess.Popen([sys.executable, "-c", SERVE, "0.0.0.0", str(everywhere)]))
+        inside = ["ip", "netns", "exec", name]
+        for argv in (
+            [*inside, sys.executable, "-c", SERVE, f"{net}.2", "8080"],
+            [*inside, sys.executable, "-c", SERVE, metadata, "80"],
+            [sys.executable, "-c", SERVE, "127.0.0.1", "0"],
+            [sys.executable, "-c", SERVE, "0.0.0.0", "0"],
+        ):
+            servers.append(subprocess.Popen(argv, stdout=subprocess.PIPE, text=True))
+        # Each says its port once it listens; this machine's two take free ones (a random port may be another
+        # process's, and a server that cannot bind it exits).
+        loopback, everywhere = (int(server.stdout.readline() or 0) for server in servers[2:])
         targets = {
             "outside": f"{net}.2:8080",
             "metadata": f"{metadata}:80",
