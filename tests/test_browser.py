@@ -5,7 +5,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import pathlib
 import re
+import shutil
 import signal
 import subprocess
 import tempfile
@@ -16,6 +18,7 @@ import pytest
 from tool_session import call, tool_session
 
 from trajforge.tools.browser.runtime import launch, launch_problem
+from trajforge.tools.browser.service import STOP_GRACE as SERVICE_STOP_GRACE
 from trajforge.tools.browser.service import browser_service
 from trajforge.tools.browser.snapshot import SNAPSHOT_LIMIT
 from trajforge.tools.session import ToolSession
@@ -239,28 +242,24 @@ def test_no_browser_means_the_toolset_is_not_offered(tmp_path):
 
 
 @needs_chromium
-@pytest.mark.parametrize("when", ["driver_starting", "chromium_starting"])
+@pytest.mark.parametrize("when", ["driver_starting", "driver_starting_cancelled_twice", "chromium_starting"])
 def test_a_launch_cancelled_midway_leaves_no_playwright_driver_and_no_launcher_folder(tmp_path, monkeypatch, when):
     """A prompt's timeout (a worker that launches its own browser) or the service's SIGTERM cancels a launch:
     while Playwright's driver starts (a driver slow to start, so that the cancel lands there), or while
-    Chromium starts (one that never says it is listening)."""
+    Chromium starts (one that never says it is listening). Cancelled twice (a prompt's timeout, then the
+    worker's SIGTERM), the launch stops waiting, and the start's driver still goes once it has started."""
     hanging = tmp_path / "chromium"
     hanging.write_text("#!/bin/sh\nexec sleep 60\n")
     hanging.chmod(0o755)
-    if when == "driver_starting":
-        from playwright._impl._driver import compute_driver_executable
-
-        slow = tmp_path / "node"
-        slow.write_text(f'#!/bin/sh\nsleep 2\nexec {compute_driver_executable()[0]} "$@"\n')
-        slow.chmod(0o755)
-        monkeypatch.setenv("PLAYWRIGHT_NODEJS_PATH", str(slow))
+    if when.startswith("driver_starting"):
+        slow_driver(tmp_path, monkeypatch, 2)
     temporary = tmp_path / "tmp"
     temporary.mkdir()
     monkeypatch.setattr(tempfile, "tempdir", str(temporary))
     me = psutil.Process()
 
     def running() -> bool:
-        if when == "driver_starting":
+        if when.startswith("driver_starting"):
             return bool(playwright_drivers(me))
         return any(p.name() == "sleep" for d in playwright_drivers(me) for p in d.children(recursive=True))
 
@@ -269,10 +268,14 @@ def test_a_launch_cancelled_midway_leaves_no_playwright_driver_and_no_launcher_f
         deadline = time.monotonic() + 30
         while not running() and time.monotonic() < deadline:
             await asyncio.sleep(0.01)
-        if when == "driver_starting":  # its pipes connected, Playwright waiting for it (it sleeps 2 s first)
+        if when.startswith("driver_starting"):  # its pipes connected, Playwright waiting for it (it sleeps 2 s first)
             await asyncio.sleep(0.5)
         assert not task.done()
         task.cancel()
+        if when == "driver_starting_cancelled_twice":
+            await asyncio.sleep(0.3)  # the launch waits for the start to end, to stop what it started
+            assert not task.done()
+            task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
         deadline = time.monotonic() + 10
@@ -282,3 +285,39 @@ def test_a_launch_cancelled_midway_leaves_no_playwright_driver_and_no_launcher_f
 
     assert asyncio.run(cancelled_midway()) == []
     assert list(temporary.glob("batch-runner-browser-*")) == []
+
+
+def slow_driver(tmp_path, monkeypatch, seconds: float):
+    """Playwright's driver starts `seconds` late (a loaded machine, as slow as it gets)."""
+    from playwright._impl._driver import compute_driver_executable
+
+    slow = tmp_path / "node"
+    slow.write_text(f'#!/bin/sh\nsleep {seconds}\nexec {compute_driver_executable()[0]} "$@"\n')
+    slow.chmod(0o755)
+    monkeypatch.setenv("PLAYWRIGHT_NODEJS_PATH", str(slow))
+    return slow
+
+
+@needs_chromium
+@pytest.mark.parametrize("driver_start", ["quick", "longer_than_the_service_waits"])
+def test_the_service_stopped_while_its_playwright_driver_starts_leaves_no_launcher_folder(
+    tmp_path, monkeypatch, driver_start
+):
+    """The run stops the service (SIGTERM) while it starts Playwright; past its STOP_GRACE it is killed."""
+    slow = slow_driver(tmp_path, monkeypatch, 1 if driver_start == "quick" else SERVICE_STOP_GRACE + 2)
+    temporary = pathlib.Path(tempfile.mkdtemp(dir="/tmp"))  # short: the service's socket is made there too
+    monkeypatch.setattr(tempfile, "tempdir", str(temporary))  # the service, forked, makes its folders there
+    try:
+        with browser_service(CHROMIUM) as service:
+            deadline = time.monotonic() + 30
+            while not playwright_drivers(psutil.Process(service.process.pid)) and time.monotonic() < deadline:
+                time.sleep(0.01)
+            time.sleep(0.3)
+        assert service.process.exitcode == (0 if driver_start == "quick" else -signal.SIGKILL)
+        assert list(temporary.glob("batch-runner-browser-*")) == []
+    finally:  # the killed service's driver, still starting, exits once it reads the end of its pipe
+        for process in psutil.process_iter(["cmdline"]):
+            if str(slow) in (process.info["cmdline"] or []):
+                with contextlib.suppress(psutil.Error):
+                    process.kill()
+        shutil.rmtree(temporary)

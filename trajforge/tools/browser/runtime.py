@@ -101,44 +101,68 @@ async def launch(executable: str | None):
         from playwright.async_api import async_playwright
     except ImportError:
         raise BrowserUnavailable("the playwright package is not installed (pip install playwright)") from None
+    # A launch is cancelled by the service's SIGTERM, or by a prompt's timeout in a worker that launches its own
+    # browser: its Playwright driver goes however this ends, and its launcher's folder too. The folder is made once
+    # Playwright runs: a service killed while waiting for a slow start (its STOP_GRACE) leaves nothing behind.
+    playwright = await _started(async_playwright())
     try:
         sandboxed = SandboxedBrowser(executable, LAUNCH_ARGS)
-    except PermissionError as exc:
-        raise BrowserUnavailable(str(exc)) from None
-    # Its launcher's folder and its Playwright driver go however this ends: the service's SIGTERM, or a prompt's
-    # timeout in a worker that launches its own, cancels it while Playwright starts or launches Chromium.
+    except BaseException as exc:
+        await _stopped(_given(playwright))
+        if isinstance(exc, PermissionError):
+            raise BrowserUnavailable(str(exc)) from None
+        raise
     try:
-        playwright = await _started(async_playwright())
-        try:
-            browser = await playwright.chromium.launch(
-                executable_path=sandboxed.executable, headless=True, args=sandboxed.args, timeout=LAUNCH_TIMEOUT_MS
-            )
-        except PlaywrightError as exc:
-            await playwright.stop()
-            raise BrowserUnavailable(f"{executable} could not be launched: {_launch_failure(str(exc))}") from None
-        except BaseException:  # cancelled: the driver goes too, and with it the Chromium it was starting
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(playwright.stop(), STOP_GRACE)
-            raise
+        browser = await playwright.chromium.launch(
+            executable_path=sandboxed.executable, headless=True, args=sandboxed.args, timeout=LAUNCH_TIMEOUT_MS
+        )
+    except PlaywrightError as exc:
+        await _stopped(_given(playwright))
+        raise BrowserUnavailable(f"{executable} could not be launched: {_launch_failure(str(exc))}") from None
+    except BaseException:  # cancelled: the driver goes too, and with it the Chromium it was starting
+        await _stopped(_given(playwright))
+        raise
     finally:
         sandboxed.close()
     return playwright, browser
 
 
+_STOPPING: set[asyncio.Future] = set()  # stops going on after their caller was cancelled (the loop keeps weak refs)
+
+
 async def _started(manager):
-    """Playwright started by `manager` (its driver running). Cancelled meanwhile, the start goes on to its
-    end, for at most STOP_GRACE seconds, and what it started is stopped: a start cancelled half way leaves its
-    driver running, and Playwright keeps nothing of it to stop it by."""
+    """Playwright started by `manager` (its driver running). A start cancelled half way leaves its driver
+    running, and Playwright keeps nothing of it to stop it by: cancelled meanwhile, the start goes on and what
+    it started is stopped when it ends (see _stopped)."""
     starting = asyncio.ensure_future(manager.start())
     try:
         return await asyncio.shield(starting)
     except asyncio.CancelledError:
-        with contextlib.suppress(BaseException):  # cancelled again: what it could stop in the time is stopped
-            await asyncio.wait({starting}, timeout=STOP_GRACE)
-            if starting.done() and not starting.cancelled() and starting.exception() is None:
-                await asyncio.wait_for(starting.result().stop(), STOP_GRACE)
-        starting.cancel()
+        await _stopped(starting)
         raise
+
+
+async def _stopped(starting: asyncio.Future) -> None:
+    """The Playwright that `starting` gives is stopped, once it has it: waited for at most STOP_GRACE seconds,
+    no longer once cancelled (again: CancelledError, in place of what the caller raises, so that a cancel is never
+    lost); the stop goes on meanwhile, however long the start takes."""
+    stopping = asyncio.ensure_future(_stop_when_started(starting))
+    _STOPPING.add(stopping)
+    stopping.add_done_callback(_STOPPING.discard)
+    await asyncio.wait({stopping}, timeout=STOP_GRACE)  # cancelled, it does not cancel `stopping`
+
+
+def _given(playwright) -> asyncio.Future:
+    given = asyncio.get_running_loop().create_future()
+    given.set_result(playwright)
+    return given
+
+
+async def _stop_when_started(starting: asyncio.Future) -> None:
+    await asyncio.wait({starting})
+    if not starting.cancelled() and starting.exception() is None:  # a start that failed started nothing
+        with contextlib.suppress(Exception):
+            await starting.result().stop()
 
 
 class BrowserLauncher:
