@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import http.client
 import io
+import os
 import platform
 import signal
 import subprocess
@@ -187,6 +188,37 @@ def test_ctrl_c_removes_the_running_prompts_containers(docker_host, run, tmp_pat
         process.kill()
     assert process.returncode == 130
     assert not containers_of(run_dir)
+
+
+def test_a_run_killed_with_sigkill_leaves_no_container_running(docker_host, run, tmp_path):
+    """Its workers gone, however (SIGKILL gives them no chance to remove anything), the engine stops their
+    containers, and every process in them: each one's pid 1 lives while the worker holds its stdin. The
+    honest twin: until then, they run (and Ctrl-C removes them, above); --resume removes the stopped ones."""
+    entries = [{"prompt": f"[mock latency=30] slow {n}"} for n in range(2)]
+    command = run.command(entries, "--environment=docker", f"--default_image={ALPHA}", "--concurrency=2")
+    process = subprocess.Popen(command, cwd=tmp_path, stdout=subprocess.DEVNULL, start_new_session=True)
+    run_dir = (tmp_path / "out" / "run").resolve()
+    try:
+        deadline = time.monotonic() + 30
+        while len(containers_of(run_dir)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert len(containers_of(run_dir)) == 2, "the prompts' containers never started"
+        time.sleep(2)  # alive while their workers are
+        assert [container.status for container in containers_of(run_dir)] == ["running", "running"]
+    finally:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+    deadline = time.monotonic() + 30
+    while running(run_dir) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not running(run_dir)
+    assert len(containers_of(run_dir)) == 2  # stopped, for --resume to remove
+    prepare_run(EnvironmentSettings(kind="docker", run_name="run", run_dir=str(run_dir)), resume=True)
+    assert not containers_of(run_dir)
+
+
+def running(run_dir) -> list:
+    return [container for container in containers_of(run_dir) if container.status == "running"]
 
 
 # Attacks of a model that was root in the image, on the hidden tests of a JSONL entry ($TESTS_DIR), each

@@ -38,7 +38,7 @@ from trajforge.environments.docker_exec import (
 from trajforge.environments.folder_task import IMAGE_PREFIX, FolderSettings, build_log
 from trajforge.environments.limits import MB, OWN, Limits
 from trajforge.environments.local import COMMAND_VARIABLES
-from trajforge.environments.shell import KEEP_ALIVE, KILL_ALL, CommandEnvironment, tar_archive
+from trajforge.environments.shell import KILL_ALL, CommandEnvironment, tar_archive
 from trajforge.errors import SetupError, SetupFailed
 from trajforge.tail import CappedOutput
 
@@ -54,16 +54,22 @@ KILL_GROUP = ["sh", "-c", 'kill -9 -"$1"', "sh"]
 # A process of the sample left running (spawn: a stdio MCP server): its pid first on stderr, as REPORT_PID
 # reports it, then its own stderr, apart from its stdout.
 SERVE = ["sh", "-c", 'echo $$ >&2; exec "$@"', "sh"]
-# pid 1 runs KEEP_ALIVE's loop from a copy of the image's sh that no one in the container may read (mode
+# pid 1 runs LIVE_WHILE_ATTACHED's loop from a copy of the image's sh that no one in the container may read (mode
 # 0111, capabilities dropped): the kernel makes a process exec'd from an unreadable file non-dumpable, so
 # the agent, of the same uid but without CAP_SYS_PTRACE, cannot open /proc/1/mem to rewrite it. Where no
 # copy can be made or run, the plain loop. Verification never relies on it: it runs in a fresh container.
+# Its loop reads the container's stdin, which the worker holds attached for the container's life: when the
+# worker goes, however (SIGKILL too), the engine closes that stdin (StdinOnce), pid 1 ends, and the container
+# stops with every process in it (--resume removes it, as before). A killed run left each one running, its
+# commands and their CPU and memory, until then. Not removed by the engine on its exit (auto_remove): a
+# verification reads the work folder of the agent's container once it is stopped (fresh_copy).
+LIVE_WHILE_ATTACHED = "while read -r _; do :; done"
 GUARDED_KEEP_ALIVE = [
     "sh",
     "-c",
     'd=$(mktemp -d) && cp /bin/sh "$d/sh" && chmod 111 "$d/sh" && "$d/sh" -c true && exec "$d/sh" -c "$0"; '
     'exec sh -c "$0"',
-    KEEP_ALIVE[-1],
+    LIVE_WHILE_ATTACHED,
 ]
 # A stdio MCP server's uid and gid in the container: not the agent's (the image's user, often root without
 # capabilities), so no agent command reads its environment or memory (/proc/PID/environ, mem), traces or
@@ -158,6 +164,7 @@ class DockerEnvironment(CommandEnvironment):
         self.calls = ThreadPoolExecutor(1, thread_name_prefix="docker-calls")
         self.readers = ThreadPoolExecutor(4, thread_name_prefix="docker-output")
         self.exec_env: dict[str, str] = {}  # TESTS_DIR, once add_tests wrote them
+        self.lifeline = None  # the container's stdin, attached: its pid 1 lives while this is open
         self.server_user = ""  # uid:gid of its stdio MCP servers (SERVER_UIDS), found at the first spawn
         # uid:gid every command of the agent's runs as: the image's user, told in numbers at the start, before
         # any command. Docker looks a named user (`USER root`, `USER app`) up in the container's /etc/passwd
@@ -172,7 +179,7 @@ class DockerEnvironment(CommandEnvironment):
     async def start(self) -> None:
         try:
             await self._call(
-                self.client.containers.run,
+                self.client.containers.create,
                 self.image,
                 entrypoint=GUARDED_KEEP_ALIVE,  # overrides any entrypoint of the image
                 name=self.name,
@@ -187,8 +194,12 @@ class DockerEnvironment(CommandEnvironment):
                 healthcheck={"test": ["NONE"]},  # the image's own would run, as root, while verification runs
                 **container_limits(self.settings.limits),
                 **self.options,
-                detach=True,
+                # stdin kept open, and closed by the engine once its one attached client (ours) is gone
+                stdin_open=True,
+                detach=False,  # docker-py sets StdinOnce only so; nothing is attached but our stdin
             )
+            await self._call(self.api.start, self.name)
+            self.lifeline = await self._call(self.api.attach_socket, self.name, {"stdin": 1, "stream": 1})
         except DockerException as exc:
             raise SetupError(f"cannot start a container from {self.image!r}: {_reason(exc)}") from None
         said = await self.run(OWN_IDS, self.settings.command_timeout)
@@ -372,6 +383,9 @@ class DockerEnvironment(CommandEnvironment):
         # A failure here must not fail the prompt; the run's end (or --resume) removes leftovers by label.
         with contextlib.suppress(DockerException):
             self.api.remove_container(self.name, force=True, v=True)
+        if self.lifeline is not None:  # after the removal: its closing would end the container, as a stop
+            with contextlib.suppress(OSError):
+                self.lifeline.close()
 
 
 def build_failure(settings: EnvironmentSettings, entry: dict) -> SetupFailed:
