@@ -63,6 +63,9 @@ SERVE = ["sh", "-c", 'echo $$ >&2; exec "$@"', "sh"]
 # stops with every process in it (--resume removes it, as before). A killed run left each one running, its
 # commands and their CPU and memory, until then. Not removed by the engine on its exit (auto_remove): a
 # verification reads the work folder of the agent's container once it is stopped (fresh_copy).
+# Only the guarded copy keeps that stdin the engine's: pid 1 as the plain sh (no copy could be made) is the
+# agent's to open (/proc/1/fd/0), and a process of the agent that holds it open for writing keeps the
+# container running after the worker is gone (review 25), as before this lifeline.
 LIVE_WHILE_ATTACHED = "while read -r _; do :; done"
 GUARDED_KEEP_ALIVE = [
     "sh",
@@ -198,14 +201,20 @@ class DockerEnvironment(CommandEnvironment):
                 stdin_open=True,
                 detach=False,  # docker-py sets StdinOnce only so; nothing is attached but our stdin
             )
-            await self._call(self.api.start, self.name)
-            self.lifeline = await self._call(self.api.attach_socket, self.name, {"stdin": 1, "stream": 1})
+            await self._call(self._attach_and_start)
         except DockerException as exc:
             raise SetupError(f"cannot start a container from {self.image!r}: {_reason(exc)}") from None
         said = await self.run(OWN_IDS, self.settings.command_timeout)
         uid, _, gid = said.output.strip().partition(":")
         if not said.exit_code and uid.isdecimal() and gid.isdecimal():
             self.agent_user = f"{int(uid)}:{int(gid)}"
+
+    def _attach_and_start(self) -> None:
+        """On the calls thread: a start cancelled while attaching still leaves its socket in `lifeline`, for
+        close() (run after it on that thread) to close. Attached before it starts: a worker killed between the
+        two leaves a container created, never one running with no one attached (review 25)."""
+        self.lifeline = self.api.attach_socket(self.name, {"stdin": 1, "stream": 1})
+        self.api.start(self.name)
 
     async def end_agent_processes(self) -> None:
         await self.run(KILL_ALL, 30)
@@ -384,8 +393,20 @@ class DockerEnvironment(CommandEnvironment):
         with contextlib.suppress(DockerException):
             self.api.remove_container(self.name, force=True, v=True)
         if self.lifeline is not None:  # after the removal: its closing would end the container, as a stop
-            with contextlib.suppress(OSError):
-                self.lifeline.close()
+            hang_up(self.lifeline)
+            self.lifeline = None
+
+
+def hang_up(lifeline) -> None:
+    """Close an attach_socket's connection. docker-py returns the socket's file object (a SocketIO; on TLS the
+    socket), whose close() only drops its own reference: the socket stayed open, held by the HTTP response it
+    came from (kept as `_response`) until a garbage collection, one descriptor per sample (review 25)."""
+    response = getattr(lifeline, "_response", None)
+    if response is not None:  # first: it flushes the file object, which must still be open (ValueError)
+        with contextlib.suppress(Exception):  # the connection's close; nothing of it matters once it is gone
+            response.close()
+    with contextlib.suppress(OSError):
+        lifeline.close()
 
 
 def build_failure(settings: EnvironmentSettings, entry: dict) -> SetupFailed:
