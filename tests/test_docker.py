@@ -13,6 +13,7 @@ import signal
 import subprocess
 import tarfile
 import time
+from pathlib import Path
 from urllib.parse import quote
 
 import docker
@@ -172,15 +173,21 @@ def test_a_docker_run_with_images_cwd_and_a_missing_image(docker_host, run_here)
     assert not containers_of(result.run_dir.resolve())
 
 
-def test_ctrl_c_removes_the_running_prompts_containers(docker_host, run, tmp_path):
+def slow_docker_run(run, tmp_path, **options) -> tuple[subprocess.Popen, Path]:
+    """A run of two slow prompts in docker, started with `options`, once both its containers exist; and its folder."""
     entries = [{"prompt": f"[mock latency=30] slow {n}"} for n in range(2)]
     command = run.command(entries, "--environment=docker", f"--default_image={ALPHA}", "--concurrency=2")
-    process = subprocess.Popen(command, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    process = subprocess.Popen(command, cwd=tmp_path, **options)
     run_dir = (tmp_path / "out" / "run").resolve()
+    deadline = time.monotonic() + 30
+    while len(containers_of(run_dir)) < 2 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return process, run_dir
+
+
+def test_ctrl_c_removes_the_running_prompts_containers(docker_host, run, tmp_path):
+    process, run_dir = slow_docker_run(run, tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        deadline = time.monotonic() + 30
-        while len(containers_of(run_dir)) < 2 and time.monotonic() < deadline:
-            time.sleep(0.2)
         assert len(containers_of(run_dir)) == 2, "the prompts' containers never started"
         process.send_signal(signal.SIGINT)
         process.communicate(timeout=60)
@@ -194,14 +201,8 @@ def test_a_run_killed_with_sigkill_leaves_no_container_running(docker_host, run,
     """Its workers gone, however (SIGKILL gives them no chance to remove anything), the engine stops their
     containers, and every process in them: each one's pid 1 lives while the worker holds its stdin. The
     honest twin: until then, they run (and Ctrl-C removes them, above); --resume removes the stopped ones."""
-    entries = [{"prompt": f"[mock latency=30] slow {n}"} for n in range(2)]
-    command = run.command(entries, "--environment=docker", f"--default_image={ALPHA}", "--concurrency=2")
-    process = subprocess.Popen(command, cwd=tmp_path, stdout=subprocess.DEVNULL, start_new_session=True)
-    run_dir = (tmp_path / "out" / "run").resolve()
+    process, run_dir = slow_docker_run(run, tmp_path, stdout=subprocess.DEVNULL, start_new_session=True)
     try:
-        deadline = time.monotonic() + 30
-        while len(containers_of(run_dir)) < 2 and time.monotonic() < deadline:
-            time.sleep(0.2)
         assert len(containers_of(run_dir)) == 2, "the prompts' containers never started"
         time.sleep(2)  # alive while their workers are
         assert [container.status for container in containers_of(run_dir)] == ["running", "running"]
