@@ -57,10 +57,13 @@ def mounts(*within: str) -> list[tuple[str, str]]:
     return [(_unescaped(found[1]), os.fsdecode(found[2])) for found in fields]
 
 
+# The bytes the kernel's mangle_path writes as octal escapes in /proc/self/mounts: backslash, space, tab, newline.
+ESCAPES = {ord(char): f"\\{ord(char):03o}".encode() for char in "\\ \t\n"}
+
+
 def _escaped(path: str) -> bytes:
-    """`path` as /proc/self/mounts writes it (the kernel's mangle_path: backslash, space, tab, newline)."""
-    escapes = {ord(char): f"\\{ord(char):03o}".encode() for char in "\\ \t\n"}
-    return b"".join(escapes.get(byte, bytes([byte])) for byte in os.fsencode(path))
+    """`path` as /proc/self/mounts writes it."""
+    return b"".join(ESCAPES.get(byte, bytes([byte])) for byte in os.fsencode(path))
 
 
 def _unescaped(point: bytes) -> str:
@@ -84,8 +87,8 @@ def detach_below(folders: list[str]) -> None:
     below it along): a root runner's local command mounts in the host's namespace, and shutil.rmtree goes into
     a mount, so emptying a folder where a chroot left `mount --bind /dev jail/dev` (or `mount --bind DIR .`)
     emptied the host's /dev. The folders are matched as the kernel names mount points, through no symlink
-    (a TMPDIR that is one missed every mount). None: nothing to do (a sample whose start failed before its
-    workspace was made). OSError when one stays mounted."""
+    (a TMPDIR that is one missed every mount). No folders: nothing to do (a sample whose start failed before
+    its workspace was made). OSError when one stays mounted."""
     paths = [os.path.realpath(folder) for folder in folders]
     inside = tuple(path.rstrip("/") + "/" for path in paths)
     listed = mounts(*paths)

@@ -104,11 +104,12 @@ async def launch(executable: str | None):
     # A launch is cancelled by the service's SIGTERM, or by a prompt's timeout in a worker that launches its own
     # browser: its Playwright driver goes however this ends, and its launcher's folder too. The folder is made once
     # Playwright runs: a service killed while waiting for a slow start (its STOP_GRACE) leaves nothing behind.
-    playwright = await _started(async_playwright())
+    started = await _started(async_playwright())
+    playwright = started.result()
     try:
         sandboxed = SandboxedBrowser(executable, LAUNCH_ARGS)
     except BaseException as exc:
-        await _stopped(_given(playwright))
+        await _stopped(started)
         if isinstance(exc, PermissionError):
             raise BrowserUnavailable(str(exc)) from None
         raise
@@ -116,11 +117,10 @@ async def launch(executable: str | None):
         browser = await playwright.chromium.launch(
             executable_path=sandboxed.executable, headless=True, args=sandboxed.args, timeout=LAUNCH_TIMEOUT_MS
         )
-    except PlaywrightError as exc:
-        await _stopped(_given(playwright))
-        raise BrowserUnavailable(f"{executable} could not be launched: {_launch_failure(str(exc))}") from None
-    except BaseException:  # cancelled: the driver goes too, and with it the Chromium it was starting
-        await _stopped(_given(playwright))
+    except BaseException as exc:  # cancelled too: the driver goes, and with it the Chromium it was starting
+        await _stopped(started)
+        if isinstance(exc, PlaywrightError):
+            raise BrowserUnavailable(f"{executable} could not be launched: {_launch_failure(str(exc))}") from None
         raise
     finally:
         sandboxed.close()
@@ -130,13 +130,14 @@ async def launch(executable: str | None):
 _STOPPING: set[asyncio.Future] = set()  # stops going on after their caller was cancelled (the loop keeps weak refs)
 
 
-async def _started(manager):
-    """Playwright started by `manager` (its driver running). A start cancelled half way leaves its driver
-    running, and Playwright keeps nothing of it to stop it by: cancelled meanwhile, the start goes on and what
-    it started is stopped when it ends (see _stopped)."""
+async def _started(manager) -> asyncio.Future:
+    """Playwright's start by `manager`, done (its driver running): what _stopped is given. A start cancelled half
+    way leaves its driver running, and Playwright keeps nothing of it to stop it by: cancelled meanwhile, the
+    start goes on and what it started is stopped when it ends (see _stopped)."""
     starting = asyncio.ensure_future(manager.start())
     try:
-        return await asyncio.shield(starting)
+        await asyncio.shield(starting)
+        return starting
     except asyncio.CancelledError:
         await _stopped(starting)
         raise
@@ -150,12 +151,6 @@ async def _stopped(starting: asyncio.Future) -> None:
     _STOPPING.add(stopping)
     stopping.add_done_callback(_STOPPING.discard)
     await asyncio.wait({stopping}, timeout=STOP_GRACE)  # cancelled, it does not cancel `stopping`
-
-
-def _given(playwright) -> asyncio.Future:
-    given = asyncio.get_running_loop().create_future()
-    given.set_result(playwright)
-    return given
 
 
 async def _stop_when_started(starting: asyncio.Future) -> None:
