@@ -657,7 +657,7 @@ def test_an_http_server_s_floods_are_tool_errors_within_the_timeout_beside_an_ho
     assert time.monotonic() - started < 150  # one call waits out --command_timeout; the others end at their cap
     (row,) = result.trajectories
     results = tool_results(row)
-    assert row["tool_stats"]["echo"] == {"count": 6, "success": 6, "failure": 0}  # the honest twin, after each
+    assert row["tool_stats"]["echo"] == {"count": 6, "success": 6, "failure": 0}, results  # the honest twin, after each
     failed = {"count": 1, "success": 0, "failure": 1}
     assert all(row["tool_stats"][name] == failed for name in hostile), row["tool_stats"]
     assert results.count(f"a reply of more than {4 << 20} bytes") == 2  # flood, huge

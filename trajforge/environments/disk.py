@@ -19,7 +19,6 @@ from __future__ import annotations
 import atexit
 import contextlib
 import ctypes
-import ctypes.util
 import errno
 import fcntl
 import functools
@@ -36,6 +35,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from trajforge.environments import mountns, programs, tmpfs
+from trajforge.environments.libc import libc
 from trajforge.environments.limits import MB, RUNNER
 from trajforge.environments.settings import EnvironmentSettings
 from trajforge.environments.trees import remove_tree
@@ -67,7 +67,6 @@ RESERVE = "reserve"
 RESERVE_FILES, RESERVE_BYTES = 32, MB  # inodes and blocks
 RESERVE_NAMES = frozenset(str(n) for n in range(RESERVE_FILES))
 RESERVE_BLOCKS = "0"  # the file that holds the blocks
-_libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
 
 
 @functools.cache
@@ -99,7 +98,7 @@ class Disk:
 
     def attach(self, folder: str, mount_point: str) -> None:
         """`folder` of this disk seen at `mount_point` (an empty folder of the host)."""
-        if _libc.mount(os.fsencode(folder), os.fsencode(mount_point), None, MS_BIND, None) != 0:
+        if libc.mount(os.fsencode(folder), os.fsencode(mount_point), None, MS_BIND, None) != 0:
             raise SetupError(f"--max_disk_mb: cannot bind the sample's disk: {os.strerror(ctypes.get_errno())}")
 
     def emptied(self) -> bool:
@@ -383,7 +382,7 @@ def _mount_image(image: str, root: str) -> None:
                     raise
                 try:
                     device = f"/dev/loop{number}".encode()
-                    if _libc.mount(device, os.fsencode(root), b"ext4", MS_NOSUID | MS_NODEV, MOUNT_DATA) != 0:
+                    if libc.mount(device, os.fsencode(root), b"ext4", MS_NOSUID | MS_NODEV, MOUNT_DATA) != 0:
                         raise OSError(ctypes.get_errno(), f"mount: {os.strerror(ctypes.get_errno())}")
                 except BaseException:
                     fcntl.ioctl(loop, LOOP_CLR_FD)

@@ -22,7 +22,6 @@ made (a root runner without CAP_SYS_ADMIN), the sample's commands make their own
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import fcntl
 import os
 import socket
@@ -31,11 +30,11 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 
 from trajforge.environments import holder
+from trajforge.environments.libc import libc
 
 CLONE_NEWNET = 0x40000000
 SIOCSIFFLAGS = 0x8914
 IFF_UP, IFF_LOOPBACK, IFF_RUNNING = 0x1, 0x8, 0x40
-_libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
 _open: set[int] = set()  # this process's namespaces' descriptors
 _lock = threading.Lock()  # held from a descriptor's open to its entry in _open, and across fork
 _cannot: list[str] = []  # why this process could not make one: it tries no more (review 15)
@@ -70,7 +69,7 @@ class Loopback(holder.Entered):
 def _made() -> int:
     """On a thread that ends after it: that thread moved into a new network namespace, its loopback up, and
     the namespace's descriptor (close-on-exec)."""
-    if _libc.unshare(CLONE_NEWNET) != 0:
+    if libc.unshare(CLONE_NEWNET) != 0:
         raise OSError(ctypes.get_errno(), f"unshare: {os.strerror(ctypes.get_errno())}")
     with _lock:
         fd = os.open("/proc/thread-self/ns/net", os.O_RDONLY | os.O_CLOEXEC)

@@ -6,15 +6,14 @@ namespace; elsewhere /tmp is a plain folder and the run says so at start (limits
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import errno
 import os
 import re
 
+from trajforge.environments.libc import libc
 from trajforge.environments.limits import host_user
 
 MS_NOSUID, MS_NODEV, MNT_DETACH, UMOUNT_NOFOLLOW = 2, 4, 2, 8
-_libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
 
 
 def possible() -> bool:
@@ -26,14 +25,14 @@ def mount(path: str, size_mb: int, uid: int | None) -> bool:
     """Whether a tmpfs of `size_mb` now lies on `path`, owned by `uid` (the sandbox's host user)."""
     owner = f",uid={uid},gid={uid}" if uid is not None else ""
     options = f"size={size_mb}m,mode=0700{owner}".encode()
-    return _libc.mount(b"tmpfs", os.fsencode(path), b"tmpfs", MS_NOSUID | MS_NODEV, options) == 0
+    return libc.mount(b"tmpfs", os.fsencode(path), b"tmpfs", MS_NOSUID | MS_NODEV, options) == 0
 
 
 def unmount(path: str) -> bool:
     """Whatever is mounted on `path` unmounted, lazily (a process still in it keeps it until it ends), also
     what a local command (root) mounted over it; whether nothing is mounted there any more."""
     for _ in range(MOUNTS_OVER):
-        if _libc.umount2(os.fsencode(path), MNT_DETACH | UMOUNT_NOFOLLOW) != 0:
+        if libc.umount2(os.fsencode(path), MNT_DETACH | UMOUNT_NOFOLLOW) != 0:
             return ctypes.get_errno() in (errno.EINVAL, errno.ENOENT)  # not a mount point (any more), or gone
     return False
 

@@ -6,7 +6,6 @@ constants below, never loads it."""
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import json
 import os
 import signal
@@ -38,7 +37,7 @@ def _exactly(stream: BinaryIO, size: int) -> bytes | None:
 
 def serve(parent: int) -> None:
     """Pages from `parent` until it closes the pipe; killed with it (PR_SET_PDEATHSIG) if it dies first."""
-    libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+    libc = ctypes.CDLL(None, use_errno=True)  # the C library this process has: no ldconfig run to find it
     libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
     if os.getppid() != parent:  # it died before the line above
         return
