@@ -165,17 +165,18 @@ class BatchRunner:
 
     def _run_locked(self, entries: list[Entry], weights: dict, toolsets: dict, started: float) -> int:
         prepared = self.prepare(entries, started)
-        if self.config.rescore:  # no agent: the finished samples verified again, then the merge
-            self.rescore(entries, prepared)
-            self.helpers.release()
-            return self.finish(entries, prepared, False, started)
         offered = {name: [tool.name for tool in tools] for name, tools in toolsets.items()}
         tools = (weights, offered, prepared.tool_names)
         try:
-            interrupted = bool(prepared.batches) and self.start(prepared.batches, prepared, tools)
-            if not prepared.batches and self.config.resume:  # nothing to run: a killed run's leftovers go all the same
-                # Its marker held as a start holds it: another run's start leaves them to this removal (both removed
-                # them at once), and the marker goes at this end, not at a later start (review 21).
+            interrupted = False
+            if self.config.rescore:  # no agent: the finished samples verified again, then the merge
+                self.rescore(entries, prepared)
+            elif prepared.batches:
+                interrupted = self.start(prepared.batches, prepared, tools)
+            if not prepared.batches and self.config.resume and self.leftovers is None:
+                # Nothing to run: a killed run's leftovers go all the same. Its marker held as a start holds it:
+                # another run's start leaves them to this removal (both removed them at once), and the marker goes
+                # at this end, not at a later start (review 21).
                 liveness.hold(self.config.environment)
                 self.leftovers = removing_leftovers(self.config.environment)
             self.helpers.release()
@@ -261,6 +262,9 @@ class BatchRunner:
         prepare_run(self.config.environment, True)
         live = self.helpers.ready(self.config, False)
         done = asyncio.run(rescore_all(live, self.folder, entries, prepared.plan.copies, self.warn))
+        # What its verifications left goes as a run's does, then its marker (prepare_run held it): not left for every
+        # later start to look at.
+        self.leftovers = removing_leftovers(self.config.environment)
         diverged = f", {done.diverged} diverged in replay" if done.diverged else ""
         failed = f", {done.failed} kept their verification (see the warnings)" if done.failed else ""
         self.console.print(f"Re-scored {done.samples} samples into {done.file}{diverged}{failed}")

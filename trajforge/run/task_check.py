@@ -23,7 +23,7 @@ from rich.table import Table
 
 from trajforge.agent.loop import AgentResult
 from trajforge.caller import Caller
-from trajforge.environments import backend_for, prepare_run, remove_leftovers
+from trajforge.environments import backend_for, liveness, prepare_run, remove_leftovers
 from trajforge.environments.folder_task import KEY, FolderSettings
 from trajforge.errors import SetupError, SetupFailed
 from trajforge.pipeline.actors import Oracle, idle
@@ -159,6 +159,7 @@ def check_tasks(config: RunConfig, console: Console) -> int:
         finally:
             with contextlib.suppress(SetupError):
                 remove_leftovers(environment)
+                liveness.release(environment)  # once they went (prepare_run held it): no later start looks at it
         lines = b"".join(orjson.dumps(asdict(check)) + b"\n" for check in checks)
         write_atomic(folder.path / FILE, lambda handle: handle.write(lines))
     sound = sum(check.ok for check in checks)
