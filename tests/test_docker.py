@@ -226,7 +226,7 @@ def test_a_closed_environment_leaves_no_connection_to_its_container_open(setting
     async def body():
         env = await DockerBackend(settings).open({})
         try:
-            fd = env.lifeline.fileno()
+            fd = env.lifelines[env.name].fileno()
             link = os.readlink(f"/proc/self/fd/{fd}")
             status = docker.from_env().containers.get(env.name).status
         finally:

@@ -35,7 +35,7 @@ from test_docker import ALPHA, HARBOR_BASE, built, containers_of
 from test_sandbox import bwrap  # noqa: F401  (the fixture)
 
 from trajforge.environments import EnvironmentSettings
-from trajforge.environments.docker import DockerBackend
+from trajforge.environments.docker import RUN_DIR_LABEL, DockerBackend
 from trajforge.environments.limits import NOBODY
 from trajforge.environments.netns import PASTA_HOST_UID
 from trajforge.environments.userns import VERIFIER_HOST_UID
@@ -347,7 +347,12 @@ def test_in_docker_a_spawned_process_has_pipes_reads_its_files_and_ends_with_its
     served.mkdir()
     (served / "data.txt").write_text("from the host\n")
     settings = EnvironmentSettings(
-        kind="docker", command_timeout=10.0, default_image=ALPHA, run_name="spawn", run_dir=str(tmp_path)
+        kind="docker",
+        command_timeout=10.0,
+        default_image=ALPHA,
+        run_name="spawn",
+        run_dir=str(tmp_path),
+        stdio_servers=True,
     )
     line = b"x" * 300_000 + b"\n"  # one line of many of Docker's frames, more than asyncio's default limit
 
@@ -362,10 +367,14 @@ def test_in_docker_a_spawned_process_has_pipes_reads_its_files_and_ends_with_its
             echoed, said = await process.stdout.readline(), await process.stderr.readline()
             data = f"{served}/data.txt"
             attack = f"cat {data}; stat -c '%a %u' {data} {served}; echo no > {data} || chmod 666 {data} || echo kept"
-            seen = (await env.exec(attack)).output
-            running = (await env.exec("ps")).output
+            servers = docker.from_env().containers.get(env.servers)  # the servers' own container
+            seen, agents = (
+                servers.exec_run(["sh", "-c", attack], user="0").output.decode(),
+                (await env.exec(attack)).output,
+            )
+            running, agent_running = servers.exec_run("ps").output.decode(), (await env.exec("ps")).output
             await spawned.end()
-            after = (await env.exec("ps")).output
+            after = servers.exec_run("ps").output.decode()
             ends = await env.spawn(["sh", "-c", "cat; exit 7"], {})  # ends by itself once its stdin ends
             ends.process.stdin.write(b"bye\n")
             await ends.process.stdin.drain()
@@ -378,34 +387,42 @@ def test_in_docker_a_spawned_process_has_pipes_reads_its_files_and_ends_with_its
             await asyncio.sleep(2)  # it goes on writing as fast as it can; nobody reads
             held = len(flood.process.stdout._buffer)  # what asyncio's reader holds: no more than it takes in
             await asyncio.wait_for(flood.end(), 10)
-            return echoed, said, seen, running, after, rest, process.returncode, ends.process.returncode, held
+            ends_output = (rest, process.returncode, ends.process.returncode, held)
+            return echoed, said, seen, agents, running, agent_running, after, ends_output
         finally:
             await env.close()
 
-    echoed, said, seen, running, after, rest, killed, exited, held = asyncio.run(body())
+    echoed, said, seen, agents, running, agent_running, after, ends_output = asyncio.run(body())
+    rest, killed, exited, held = ends_output
     assert echoed == line and said == b"hi on stderr\n"  # stdout whole; stderr its own, without the pid line
-    # Readable at the same path, owned by nobody, read-only: the container's root, without capabilities,
-    # can neither write nor chmod it.
+    # Readable at the same path in the servers' container, owned by nobody, read-only: its root, without
+    # capabilities, can neither write nor chmod it; the agent's container has none of it.
     assert "from the host" in seen and "444 65534" in seen and "555 65534" in seen and "kept" in seen
+    assert "from the host" not in agents and "No such file" in agents
     assert "sleep 300" in running and "sleep 300" not in after and " cat" not in after  # its whole group
+    assert "sleep 300" not in agent_running  # the servers' processes are not even seen by the agent
     assert killed is not None and rest == b"bye\n" and exited == 7  # killed: cat ends on stdin's end, or SIGKILL
     assert held < 1 << 20  # reading paused at twice the limit, not gigabytes of a flood in the worker's memory
     assert not containers_of(tmp_path)
 
 
 def test_in_docker_the_agent_can_neither_read_nor_signal_its_server(docker_host, tmp_path):
-    """The server runs as a uid of its own in the sample's container: the agent (the image's root, without
-    capabilities) cannot read its environment or memory, nor kill it; the server still reads the workspace
-    and what the config gave it, and the agent still reads its own environment."""
+    """The server runs as a uid of its own in a container of its own: the agent (the image's root, without
+    capabilities) cannot read its environment, nor even see it; the server still reads the workspace (the
+    agent's files) and what the config gave it, and the agent still reads its own environment."""
     served = tmp_path / "served"
     served.mkdir()
     (served / "data.txt").write_text("from the host\n")
     settings = EnvironmentSettings(
-        kind="docker", command_timeout=10.0, default_image=ALPHA, run_name="spy", run_dir=str(tmp_path)
+        kind="docker",
+        command_timeout=10.0,
+        default_image=ALPHA,
+        run_name="spy",
+        run_dir=str(tmp_path),
+        stdio_servers=True,
     )
     spy = (
         "for f in /proc/[0-9]*/environ; do cat $f 2>/dev/null; done | tr '\\0' '\\n' | grep -c SERVER_SECRET; "
-        "head -c1 /proc/$0/mem 2>/dev/null && echo read-mem; kill -9 $0 2>/dev/null && echo killed; "
         "SERVER_SECRET=own cat /proc/self/environ | tr '\\0' '\\n' | grep -c SERVER_SECRET=own"
     )
 
@@ -416,22 +433,23 @@ def test_in_docker_the_agent_can_neither_read_nor_signal_its_server(docker_host,
             script = f'cat note.txt {served}/data.txt; echo "$SERVER_SECRET"; id -u; exec cat'
             spawned = await env.spawn(["sh", "-c", script], {"SERVER_SECRET": "s3cret-4711"}, (str(served),))
             said = [(await spawned.process.stdout.readline()).decode().strip() for _ in range(4)]
-            pid = await spawned.process.pid
-            seen = (await env.exec(spy.replace("$0", pid))).output.split()
+            seen = (await env.exec(spy)).output.split()
             agent = (await env.exec("id -u")).output.strip()
-            running = (await env.exec("ps")).output
+            servers = docker.from_env().containers.get(env.servers)
+            running, agents = servers.exec_run("ps").output.decode(), (await env.exec("ps")).output
             await spawned.end()
-            return said, seen, agent, running, (await env.exec("ps")).output
+            return said, seen, agent, running, agents, servers.exec_run("ps").output.decode()
         finally:
             await env.close()
 
-    said, seen, agent, running, after = asyncio.run(body())
+    said, seen, agent, running, agents, after = asyncio.run(body())
     assert said[:3] == ["in-the-workspace", "from the host", "s3cret-4711"] and said[3] != agent, said
     # Nor a uid the runner gives a meaning on the host (a container's uid is the host's): the owner of the bwrap
     # workers' two-uid namespaces, pasta's, nobody's (review 18).
     assert int(said[3]) not in (VERIFIER_HOST_UID, PASTA_HOST_UID, NOBODY), said
-    assert seen == ["0", "1"], seen  # no environ of the server read, no mem, no kill; its own environ read
+    assert seen == ["0", "1"], seen  # no environ of the server read; its own environ read
     assert " cat" in running and " cat" not in after  # alive until ended, then gone with its group
+    assert " cat" not in agents  # not even seen by the agent
 
 
 # Images whose user and group are SERVER_UIDS' first, 65531: one with busybox's `id`, one whose sh (bash) finds none.
@@ -451,7 +469,12 @@ def image_settings(tmp_path: Path, name: str, dockerfile: str) -> EnvironmentSet
     """A docker run's settings whose image is `dockerfile`, built once (batch-runner-test/NAME:its digest)."""
     tag = built(f"batch-runner-test/{name}:{hashlib.sha256(dockerfile.encode()).hexdigest()[:12]}", dockerfile)
     return EnvironmentSettings(
-        kind="docker", command_timeout=10.0, default_image=tag, run_name="uid", run_dir=str(tmp_path)
+        kind="docker",
+        command_timeout=10.0,
+        default_image=tag,
+        run_name="uid",
+        run_dir=str(tmp_path),
+        stdio_servers=True,
     )
 
 
@@ -538,6 +561,34 @@ def test_in_docker_a_server_runs_in_each_sample_s_container_and_one_that_fails_f
     assert "MCP server 'kv'" in failed["message"] and "refusing to start in this workspace" in failed["message"]
     assert not any("refused" in json.dumps(request) for request in server.chat_requests())
     assert not containers_of(result.run_dir) and not processes_mentioning(str(tmp_path / "kv_server.py"))
+
+
+def test_in_docker_what_the_agent_changes_of_its_image_never_runs_as_its_server(run_here, server, tmp_path, mcp_image):
+    """Review 19: the agent is root of its container's files, and a module its server imports late (statistics, at
+    the first `mean`) was the agent's to rewrite: it ran as the server, with the server's env, and its answer was
+    the tool's result. The servers run in a container of their own, sharing the work folder alone: the agent's
+    rewrite stays in its own. The honest twin: the server reads the file the agent wrote in the work folder."""
+    python = readable_sdk_copy.SYSTEM_PYTHON
+    config = stdio_config(tmp_path, python=python, env={"PYTHONPATH": "/opt/mcp-sdk", "SECRET_TOKEN": "tok-4711"})
+    fake = "import os\\ndef mean(numbers): return os.environ.get('SECRET_TOKEN', 'no secret')\\n"
+    plant = (
+        f'm=$({python} -c "import statistics; print(statistics.__file__)") && printf "{fake}" > "$m" && echo planted'
+    )
+    steps = (("terminal", {"command": plant}), ("terminal", {"command": "echo from-the-agent > note.txt"}))
+    steps += (("workspace_file", {"name": "note.txt"}), ("mean", {"numbers": [1, 2, 3]}))
+    flags = ("--environment=docker", f"--default_image={mcp_image}", "--distribution=terminal_only")
+    result = run_here(
+        [{"prompt": call(*steps), "verify": "grep -q from-the-agent note.txt"}], f"--mcp_config={config}", *flags
+    )
+    assert result.code == 0, result.stderr
+    (row,) = result.trajectories
+    results = tool_results(row)
+    assert row["metadata"]["verification"]["passed"]  # its fresh container holds the work folder the agent left
+    assert "planted" in results and '"result": "from-the-agent' in results  # the rewrite took; the folder is shared
+    assert '"result": "2' in results and "tok-4711" not in results, results  # the image's statistics: 2
+    assert not containers_of(result.run_dir)
+    label = {"label": f"{RUN_DIR_LABEL}={result.run_dir.resolve()}"}
+    assert not docker.from_env().volumes.list(filters=label)  # the work folder's volume went with them
 
 
 # -- tools listed per sample -------------------------------------------------------------------------------

@@ -316,6 +316,7 @@ def _built(flags: dict) -> RunConfig:
     exports = export_formats(values["export"])
     _checked(values, model)
     require = values["require_reasoning"]
+    servers = mcp_servers.read(values["mcp_config"] or [], values["command_timeout"], values["setup_timeout"])
     return from_flags(
         RunConfig,
         values,
@@ -327,6 +328,7 @@ def _built(flags: dict) -> RunConfig:
             kind=values["environment"],
             limits=from_flags(Limits, values),
             run_dir=str(run_dir.resolve()),  # labels this run's containers, whatever the cwd of a later --resume
+            stdio_servers=any(server.stdio for server in servers),
         ),
         tools=tool_settings(flags),
         prefill=load_prefill(values["prefill_messages_file"]),
@@ -342,5 +344,5 @@ def _built(flags: dict) -> RunConfig:
         changes=tuple(changes(kept_rows(values["rescore"]), flags, kept)),
         retry_failed=tuple(choice(name, "retry_failed", RETRYABLE) for name in values["retry_failed"] or ()),
         plugins=loaded,
-        mcp_servers=mcp_servers.read(values["mcp_config"] or [], values["command_timeout"], values["setup_timeout"]),
+        mcp_servers=servers,
     )

@@ -15,6 +15,7 @@ from functools import partial
 
 import docker
 from docker.errors import APIError, DockerException, ImageNotFound, NotFound
+from docker.types import Mount
 
 from trajforge.environments import (
     OUTPUT_LIMIT,
@@ -167,8 +168,9 @@ class DockerEnvironment(CommandEnvironment):
         self.calls = ThreadPoolExecutor(1, thread_name_prefix="docker-calls")
         self.readers = ThreadPoolExecutor(4, thread_name_prefix="docker-output")
         self.exec_env: dict[str, str] = {}  # TESTS_DIR, once add_tests wrote them
-        self.lifeline = None  # the container's stdin, attached: its pid 1 lives while this is open
+        self.lifelines: dict[str, object] = {}  # each container's stdin, attached: its pid 1 lives while that is open
         self.server_user = ""  # uid:gid of its stdio MCP servers (SERVER_UIDS), found at the first spawn
+        self.servers = ""  # the container its stdio MCP servers run in, once the first started (_servers_room)
         # uid:gid every command of the agent's runs as: the image's user, told in numbers at the start, before
         # any command. Docker looks a named user (`USER root`, `USER app`) up in the container's /etc/passwd
         # at each exec, which the agent (root, or where it is writable) rewrites: `root:x:65531:...` made its
@@ -180,28 +182,13 @@ class DockerEnvironment(CommandEnvironment):
         return await asyncio.get_running_loop().run_in_executor(self.calls, partial(function, *args, **kwargs))
 
     async def start(self) -> None:
+        # With stdio MCP servers the work folder is a volume of its own (its image's files copied in at its
+        # creation), which their container mounts too (_servers_room); a work folder of / cannot be one.
+        shared = self.settings.stdio_servers and self.cwd != "/"
+        mounts = [Mount(self.cwd, None, type="volume", labels=self._labels())] if shared else []
         try:
-            await self._call(
-                self.client.containers.create,
-                self.image,
-                entrypoint=GUARDED_KEEP_ALIVE,  # overrides any entrypoint of the image
-                name=self.name,
-                labels={RUN_LABEL: self.settings.run_name, RUN_DIR_LABEL: self.settings.run_dir},
-                working_dir=self.cwd,  # created by Docker when missing
-                environment=COMMAND_VARIABLES,
-                network_mode=None if self.settings.sandbox_network else "none",
-                cap_drop=["ALL"],  # root in the container can neither remount, nor trace, nor open raw sockets
-                # No setuid program gives it back; the seccomp profile denies taking another process's
-                # memory or descriptors (seccomp.py), whatever the host's Yama setting.
-                security_opt=["no-new-privileges", f"seccomp={seccomp.docker_profile()}"],
-                healthcheck={"test": ["NONE"]},  # the image's own would run, as root, while verification runs
-                **container_limits(self.settings.limits),
-                **self.options,
-                # stdin kept open, and closed by the engine once its one attached client (ours) is gone
-                stdin_open=True,
-                detach=False,  # docker-py sets StdinOnce only so; nothing is attached but our stdin
-            )
-            await self._call(self._attach_and_start)
+            await self._call(self._create, self.name, mounts=mounts)
+            await self._call(self._attach_and_start, self.name)
         except DockerException as exc:
             raise SetupError(f"cannot start a container from {self.image!r}: {_reason(exc)}") from None
         said = await self.run(OWN_IDS, self.settings.command_timeout)
@@ -209,12 +196,38 @@ class DockerEnvironment(CommandEnvironment):
         if not said.exit_code and uid.isdecimal() and gid.isdecimal():
             self.agent_user = f"{int(uid)}:{int(gid)}"
 
-    def _attach_and_start(self) -> None:
-        """On the calls thread: a start cancelled while attaching still leaves its socket in `lifeline`, for
+    def _labels(self) -> dict[str, str]:
+        return {RUN_LABEL: self.settings.run_name, RUN_DIR_LABEL: self.settings.run_dir}
+
+    def _create(self, name: str, **more) -> None:
+        """A container of the sample's, the agent's or its stdio servers', from its image with its limits."""
+        self.client.containers.create(
+            self.image,
+            entrypoint=GUARDED_KEEP_ALIVE,  # overrides any entrypoint of the image
+            name=name,
+            labels=self._labels(),
+            working_dir=self.cwd,  # created by Docker when missing
+            environment=COMMAND_VARIABLES,
+            network_mode=None if self.settings.sandbox_network else "none",
+            cap_drop=["ALL"],  # root in the container can neither remount, nor trace, nor open raw sockets
+            # No setuid program gives it back; the seccomp profile denies taking another process's
+            # memory or descriptors (seccomp.py), whatever the host's Yama setting.
+            security_opt=["no-new-privileges", f"seccomp={seccomp.docker_profile()}"],
+            healthcheck={"test": ["NONE"]},  # the image's own would run, as root, while verification runs
+            **container_limits(self.settings.limits),
+            **self.options,
+            # stdin kept open, and closed by the engine once its one attached client (ours) is gone
+            stdin_open=True,
+            detach=False,  # docker-py sets StdinOnce only so; nothing is attached but our stdin
+            **more,
+        )
+
+    def _attach_and_start(self, name: str) -> None:
+        """On the calls thread: a start cancelled while attaching still leaves its socket in `lifelines`, for
         close() (run after it on that thread) to close. Attached before it starts: a worker killed between the
         two leaves a container created, never one running with no one attached (review 25)."""
-        self.lifeline = self.api.attach_socket(self.name, {"stdin": 1, "stream": 1})
-        self.api.start(self.name)
+        self.lifelines[name] = self.api.attach_socket(name, {"stdin": 1, "stream": 1})
+        self.api.start(name)
 
     async def end_agent_processes(self) -> None:
         await self.run(KILL_ALL, 30)
@@ -262,14 +275,15 @@ class DockerEnvironment(CommandEnvironment):
         copied in at the same paths (readable_archive): the engine may be on another machine, where no host
         path could be mounted."""
         try:
+            room = await self._servers_room()
             if read_only:
                 archive = await asyncio.to_thread(readable_archive, read_only, READABLE_MAX)
-                await self._call(self.api.put_archive, self.name, "/", archive)
+                await self._call(self.api.put_archive, room, "/", archive)
             command, variables = [*SERVE, *argv], {**self.exec_env, **variables}
             user = await self._server_user()
             created = await self._call(
                 self.api.exec_create,
-                self.name,
+                room,
                 command,
                 stdin=True,
                 environment=variables,
@@ -283,6 +297,20 @@ class DockerEnvironment(CommandEnvironment):
         process = ContainerProcess(response, limit)
         watching = asyncio.ensure_future(self._watch(exec_id, process))
         return Spawned(process, lambda: asyncio.shield(self._end_spawned(process, watching)))
+
+    async def _servers_room(self) -> str:
+        """The container of the sample's stdio servers, started for the first: its image, limits and network, its
+        servers' uid, and of the agent's container only the work folder (its volume, at the same path). The agent,
+        root of its own container's files, cannot change a program or a module a server runs or imports later,
+        which would run as the server, with its env (review 19), nor see or signal a process of the servers'."""
+        if not self.servers:
+            if self.cwd == "/" or not self.settings.stdio_servers:  # no volume for it to share (start)
+                raise OSError("the image's working directory is /: no work folder to share with the servers' container")
+            user = await self._server_user()
+            self.servers = f"{self.name}-servers"  # before it is made: close() removes one whose making was cut short
+            await self._call(self._create, self.servers, user=user, volumes_from=[self.name])
+            await self._call(self._attach_and_start, self.servers)
+        return self.servers
 
     async def _server_user(self) -> str:
         """uid:gid for a server: the first of SERVER_UIDS that is neither the uid nor the gid the agent's commands
@@ -319,7 +347,7 @@ class DockerEnvironment(CommandEnvironment):
                     with contextlib.suppress(DockerException, RuntimeError):  # RuntimeError: the environment closed
                         # As the server's uid: the agent's, without capabilities, may not signal it.
                         kill = await self._call(
-                            self.api.exec_create, self.name, [*KILL_GROUP, pid], user=self.server_user
+                            self.api.exec_create, self.servers, [*KILL_GROUP, pid], user=self.server_user
                         )
                         await self._call(self.api.exec_start, kill["Id"])
                 await asyncio.wait_for(watching, END_GRACE)
@@ -352,13 +380,18 @@ class DockerEnvironment(CommandEnvironment):
     async def fresh_copy(self) -> DockerEnvironment:
         if self.cwd == "/":
             raise OSError("the working directory is /: there is no work folder to carry into a fresh container")
-        # Nothing of the agent runs while its work folder is read: its container stops, whatever pid 1 became.
-        with contextlib.suppress(APIError):  # already stopped
-            await self._call(self.api.kill, self.name)
+        # Nothing of the agent (nor of a server) runs while its work folder is read: its container stops, whatever
+        # pid 1 became.
+        for name in filter(None, (self.servers, self.name)):
+            with contextlib.suppress(APIError):  # already stopped
+                await self._call(self.api.kill, name)
         stream, _ = await self._call(self.api.get_archive, self.name, self.cwd)
         with await self._call(gathered, stream, CARRIED_MAX) as archive:
             work, dropped = await self._call(carried, archive, posixpath.basename(self.cwd))
-        fresh = DockerEnvironment(self.client, self.image, self.cwd, self.settings, self.options)
+        # No server runs in the verification's container: its work folder is no volume to share.
+        fresh = DockerEnvironment(
+            self.client, self.image, self.cwd, replace(self.settings, stdio_servers=False), self.options
+        )
         fresh.dropped = tuple(dropped)
         fresh.packs = self.packs  # the packs the task left (agent_begins), carried at the same paths
         with work:
@@ -388,13 +421,15 @@ class DockerEnvironment(CommandEnvironment):
             self.readers.shutdown(wait=False)
 
     def _remove(self) -> None:
-        # By name: the container may exist although the call that created it never returned.
+        # By name: the container may exist although the call that created it never returned. The servers' first:
+        # the work folder's volume goes with the agent's once no container mounts it.
         # A failure here must not fail the prompt; the run's end (or --resume) removes leftovers by label.
-        with contextlib.suppress(DockerException):
-            self.api.remove_container(self.name, force=True, v=True)
-        if self.lifeline is not None:  # after the removal: its closing would end the container, as a stop
-            hang_up(self.lifeline)
-            self.lifeline = None
+        for name in filter(None, (self.servers, self.name)):
+            with contextlib.suppress(DockerException):
+                self.api.remove_container(name, force=True, v=True)
+        for lifeline in self.lifelines.values():  # after the removal: its closing would end the container, as a stop
+            hang_up(lifeline)
+        self.lifelines.clear()
 
 
 def hang_up(lifeline) -> None:
@@ -462,9 +497,14 @@ class DockerBackend(Backend):
     def remove_leftovers(cls, settings: EnvironmentSettings) -> None:
         client = connect()
         try:
-            found = client.containers.list(all=True, filters={"label": f"{RUN_DIR_LABEL}={settings.run_dir}"})
-            for container in found:
+            label = {"label": f"{RUN_DIR_LABEL}={settings.run_dir}"}
+            found = client.containers.list(all=True, filters=label)
+            # A sample's servers' container before its agent's: the work folder's volume goes with the agent's.
+            for container in sorted(found, key=lambda container: not container.name.endswith("-servers")):
                 with contextlib.suppress(NotFound):
                     container.remove(force=True, v=True)
+            for volume in client.volumes.list(filters=label):  # one left by a removal that failed midway
+                with contextlib.suppress(NotFound, APIError):  # in use: a live run's (another folder's label)
+                    volume.remove()
         finally:
             client.close()

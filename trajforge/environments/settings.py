@@ -20,6 +20,8 @@ class EnvironmentSettings:
     run_name: str = "batch-runner"  # containers are labelled with the run so a later run can find leftovers
     run_dir: str = ""
     limits: Limits = field(default_factory=Limits)  # per sample: --max_processes, --max_memory_mb, --max_file_size_mb
+    # --mcp_config names a stdio server: docker gives each sample's server a container of its own (docker.py)
+    stdio_servers: bool = False
 
     @property
     def run_tag(self) -> str:
