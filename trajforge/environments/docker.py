@@ -157,10 +157,36 @@ def task_options(settings: EnvironmentSettings, folder: FolderSettings | None) -
     return settings, {"nano_cpus": int(folder.cpus * 1e9)} if folder.cpus else {}
 
 
+def unshared(cwd: str, base: str) -> str:
+    """Why the work folder `cwd` may not be the volume a servers' container mounts too, or "" where it may: it
+    must lie in the image's own working folder `base` (its WORKDIR, else DEFAULT_CWD), which is not /. An entry's
+    `cwd` is the dataset's to name: `"cwd": "/usr/lib/python3.11"` put that volume, the agent's to write, over the
+    servers' standard library, and a module the agent rewrote there ran as the server, with its env (review 26)."""
+    base = posixpath.normpath(base or DEFAULT_CWD)
+    if base == "/" or cwd == "/":
+        return "the image's working directory is /: no work folder to share with the servers' container"
+    if cwd != base and not cwd.startswith(f"{base}/"):
+        return (
+            f"the work folder {cwd} lies outside the image's working directory {base}: it would be the agent's "
+            "to write in the servers' container too"
+        )
+    return ""
+
+
 class DockerEnvironment(CommandEnvironment):
-    def __init__(self, client: docker.DockerClient, image: str, cwd: str, settings: EnvironmentSettings, options: dict):
+    def __init__(
+        self,
+        client: docker.DockerClient,
+        image: str,
+        cwd: str,
+        settings: EnvironmentSettings,
+        options: dict,
+        base: str = DEFAULT_CWD,
+    ):
         self.client, self.api, self.image, self.cwd, self.settings = client, client.api, image, cwd, settings
         self.options = options  # more of the container's options (a task folder's cpus)
+        # Why its stdio servers get no container of their own, sharing the work folder (none where there are none)
+        self.unshared = unshared(cwd, base) if settings.stdio_servers else "no stdio MCP server was configured"
         self.name = f"batch-runner-{uuid.uuid4().hex[:12]}"
         # One thread runs this container's calls in order, so close() removes a container whose
         # creation was still under way when the prompt was cancelled. Others read command output: a
@@ -183,8 +209,8 @@ class DockerEnvironment(CommandEnvironment):
 
     async def start(self) -> None:
         # With stdio MCP servers the work folder is a volume of its own (its image's files copied in at its
-        # creation), which their container mounts too (_servers_room); a work folder of / cannot be one.
-        shared = self.settings.stdio_servers and self.cwd != "/"
+        # creation), which their container mounts too (_servers_room), where it lies in the image's own (unshared).
+        shared = not self.unshared
         mounts = [Mount(self.cwd, None, type="volume", labels=self._labels())] if shared else []
         try:
             await self._call(self._create, self.name, mounts=mounts)
@@ -304,8 +330,8 @@ class DockerEnvironment(CommandEnvironment):
         root of its own container's files, cannot change a program or a module a server runs or imports later,
         which would run as the server, with its env (review 19), nor see or signal a process of the servers'."""
         if not self.servers:
-            if self.cwd == "/" or not self.settings.stdio_servers:  # no volume for it to share (start)
-                raise OSError("the image's working directory is /: no work folder to share with the servers' container")
+            if self.unshared:  # no volume for it to share (start)
+                raise OSError(self.unshared)
             user = await self._server_user()
             self.servers = f"{self.name}-servers"  # before it is made: close() removes one whose making was cut short
             await self._call(self._create, self.servers, user=user, volumes_from=[self.name])
@@ -487,7 +513,8 @@ class DockerBackend(Backend):
                 raise SetupFailed(f"the task's docker_image: {exc}") from None
             raise
         settings, options = task_options(self.settings, folder)
-        return DockerEnvironment(client, image, container_cwd(entry, workdir or DEFAULT_CWD), settings, options)
+        base = workdir or DEFAULT_CWD
+        return DockerEnvironment(client, image, container_cwd(entry, base), settings, options, base)
 
     @classmethod
     def check(cls, settings: EnvironmentSettings) -> None:
