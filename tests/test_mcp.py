@@ -535,6 +535,38 @@ def test_in_docker_the_agent_cannot_become_its_server_s_uid_by_rewriting_etc_pas
     assert asyncio.run(body()) == ("65531", "0", "1", "0", "0")
 
 
+def test_in_docker_the_servers_container_shares_the_work_folder_alone_not_an_image_s_volume(docker_host, tmp_path):
+    """Review 26: the servers' container took the agent's volumes with volumes_from, an image's VOLUME (/opt/lib)
+    too: a module the agent wrote there was the server's to import. It mounts the work folder's volume alone, as
+    the agent left it: the image's file the agent removed is not filled in again. The honest twin: the agent's
+    file in the work folder is the server's to read."""
+    dockerfile = (
+        f"FROM {HARBOR_BASE}\nRUN mkdir -p /opt/lib /app && echo image > /app/keep.txt\nVOLUME /opt/lib\nWORKDIR /app\n"
+    )
+    settings = image_settings(tmp_path, "image-volume", dockerfile)
+    agent = "echo planted > /opt/lib/mod.py && rm keep.txt && echo from-the-agent > note.txt && ls /opt/lib"
+    script = "cat /opt/lib/mod.py note.txt keep.txt 2>&1; echo end; exec cat"
+
+    async def body() -> tuple:
+        env = await DockerBackend(settings).open({})
+        try:
+            planted = (await env.exec(agent)).output
+            spawned = await env.spawn(["sh", "-c", script], {})
+            said = []
+            while not said or said[-1] != "end":
+                said.append((await spawned.process.stdout.readline()).decode().strip())
+            await spawned.end()
+            return planted, said
+        finally:
+            await env.close()
+
+    planted, said = asyncio.run(body())
+    assert planted.split() == ["mod.py"]
+    assert "from-the-agent" in said and "planted" not in said and "image" not in said, said
+    assert not containers_of(tmp_path)
+    assert not docker.from_env().volumes.list(filters={"label": f"{RUN_DIR_LABEL}={tmp_path}"})
+
+
 @pytest.mark.usefixtures("docker_host")
 def test_in_docker_a_server_runs_in_each_sample_s_container_and_one_that_fails_fails_its_sample(
     run_here, server, tmp_path, mcp_image

@@ -333,10 +333,22 @@ class DockerEnvironment(CommandEnvironment):
             if self.unshared:  # no volume for it to share (start)
                 raise OSError(self.unshared)
             user = await self._server_user()
+            # That volume alone, by its name: volumes_from gave the servers' container every volume of the agent's,
+            # an image's VOLUME too (the agent's to write, as /opt/lib, whose modules a server imports: review 26).
+            # Not filled again from the image should the agent have emptied it (no_copy): the work folder is its.
+            work = Mount(self.cwd, await self._call(self._work_volume), type="volume", no_copy=True)
             self.servers = f"{self.name}-servers"  # before it is made: close() removes one whose making was cut short
-            await self._call(self._create, self.servers, user=user, volumes_from=[self.name])
+            await self._call(self._create, self.servers, user=user, mounts=[work])
             await self._call(self._attach_and_start, self.servers)
         return self.servers
+
+    def _work_volume(self) -> str:
+        """The name of the volume the agent's container has at its work folder (start)."""
+        mounts = self.api.inspect_container(self.name)["Mounts"]
+        for mount in mounts:
+            if mount.get("Type") == "volume" and mount.get("Destination") == self.cwd and mount.get("Name"):
+                return mount["Name"]
+        raise OSError(f"the sample's container has no volume at its work folder {self.cwd}")
 
     async def _server_user(self) -> str:
         """uid:gid for a server: the first of SERVER_UIDS that is neither the uid nor the gid the agent's commands
