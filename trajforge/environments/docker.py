@@ -82,6 +82,8 @@ GUARDED_KEEP_ALIVE = [
 # uid is the host's, and 65533 owns every bwrap worker's two-uid namespace (userns.py), 65532 runs pasta
 # (netns.py) (review 18).
 SERVER_UIDS = (65531, 65530, 65529)
+# The folder $1 is, its links resolved (pwd -P: a builtin), as a command of the container finds it.
+REAL_PATH = ["sh", "-c", 'cd -- "$1" && pwd -P', "sh"]
 # The uid and gid a command runs as ("UID:GID"), from the kernel's own record, read by the shell's builtins alone.
 OWN_IDS = [
     "sh",
@@ -221,6 +223,10 @@ class DockerEnvironment(CommandEnvironment):
         uid, _, gid = said.output.strip().partition(":")
         if not said.exit_code and uid.isdecimal() and gid.isdecimal():
             self.agent_user = f"{int(uid)}:{int(gid)}"
+        if shared:  # before any command of the agent's: the image's own links
+            real = (await self.run([*REAL_PATH, self.cwd], self.settings.command_timeout)).output.strip()
+            if real != self.cwd:  # Docker follows them to mount the volume: /app/lib -> /usr/lib put it over the system
+                self.unshared = f"the work folder {self.cwd} is reached through a link of the image ({real or '?'})"
 
     def _labels(self) -> dict[str, str]:
         return {RUN_LABEL: self.settings.run_name, RUN_DIR_LABEL: self.settings.run_dir}
