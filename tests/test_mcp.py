@@ -535,6 +535,42 @@ def test_in_docker_the_agent_cannot_become_its_server_s_uid_by_rewriting_etc_pas
     assert asyncio.run(body()) == ("65531", "0", "1", "0", "0")
 
 
+def test_in_docker_what_a_config_gives_its_server_never_lies_in_the_work_folder(docker_host, tmp_path):
+    """The files a config gives its server (`readable`, the script beside it) are copied into the servers' container
+    at their host paths. One at or above the work folder's path there would land in the work folder's volume,
+    the agent's to rewrite before the server reads it (review 26 had not checked it): its server does not start.
+    The honest twin: a folder beside the work folder is the server's alone."""
+    tag = built("batch-runner-test/workdir-tmp:1", f"FROM {ALPHA}\nWORKDIR /tmp\n")
+    settings = EnvironmentSettings(
+        kind="docker",
+        command_timeout=10.0,
+        default_image=tag,
+        run_name="overlap",
+        run_dir=str(tmp_path),
+        stdio_servers=True,
+    )
+    work, beside = tmp_path / "work", tmp_path / "served"  # the work folder is the host's path in the container too
+    for folder in (work / "config", beside):
+        folder.mkdir(parents=True)
+        (folder / "data.txt").write_text(f"from {folder.name}\n")
+
+    async def body() -> bytes:
+        env = await DockerBackend(settings).open({"cwd": str(work)})
+        try:
+            for hostile in (work / "config", tmp_path):  # in the work folder, or above it
+                with pytest.raises(OSError, match="overlap"):
+                    await env.spawn(["cat"], {}, (str(hostile),))
+            spawned = await env.spawn(["sh", "-c", f"cat {beside}/data.txt; exec cat"], {}, (str(beside),))
+            line = await spawned.process.stdout.readline()
+            await spawned.end()
+            return line
+        finally:
+            await env.close()
+
+    assert asyncio.run(body()) == b"from served\n"
+    assert not containers_of(tmp_path)
+
+
 def test_in_docker_the_servers_container_shares_the_work_folder_alone_not_an_image_s_volume(docker_host, tmp_path):
     """Review 26: the servers' container took the agent's volumes with volumes_from, an image's VOLUME (/opt/lib)
     too: a module the agent wrote there was the server's to import. It mounts the work folder's volume alone, as

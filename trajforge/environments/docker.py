@@ -307,6 +307,11 @@ class DockerEnvironment(CommandEnvironment):
         copied in at the same paths (readable_archive): the engine may be on another machine, where no host
         path could be mounted."""
         try:
+            # Copied in there, it would lie in the work folder's volume: the agent's to rewrite before a server reads.
+            shared = (path for path in read_only if posixpath.commonpath([path, self.cwd]) in (path, self.cwd))
+            overlap = next(shared, "")
+            if overlap:
+                raise OSError(f"{overlap}, which its config gives it, and the work folder {self.cwd} overlap")
             room = await self._servers_room()
             if read_only:
                 archive = await asyncio.to_thread(readable_archive, read_only, READABLE_MAX)
