@@ -265,7 +265,8 @@ def test_a_command_and_a_spawned_process_see_their_own_locale(kind, tmp_path):
             await spawned.end()
         return (await env.exec(show)).output, seen.decode()
 
-    command, server = sync(in_env(make_settings(kind, tmp_path), body))
+    settings = make_settings(kind, tmp_path, stdio_servers=True)  # docker: its servers get a container of their own
+    command, server = sync(in_env(settings, body))
     assert command == "none C.UTF-8\n"
     assert server == "C.UTF-8 C.UTF-8\n"
 
