@@ -342,18 +342,23 @@ def mcp_image(docker_host, readable_sdk) -> str:
     return tag
 
 
+def server_settings(tmp_path: Path, name: str, image: str = ALPHA) -> EnvironmentSettings:
+    """A docker run's settings, `name` its run's, with a stdio server (its samples' servers get a container)."""
+    return EnvironmentSettings(
+        kind="docker",
+        command_timeout=10.0,
+        default_image=image,
+        run_name=name,
+        run_dir=str(tmp_path),
+        stdio_servers=True,
+    )
+
+
 def test_in_docker_a_spawned_process_has_pipes_reads_its_files_and_ends_with_its_group(docker_host, tmp_path):
     served = tmp_path / "served"
     served.mkdir()
     (served / "data.txt").write_text("from the host\n")
-    settings = EnvironmentSettings(
-        kind="docker",
-        command_timeout=10.0,
-        default_image=ALPHA,
-        run_name="spawn",
-        run_dir=str(tmp_path),
-        stdio_servers=True,
-    )
+    settings = server_settings(tmp_path, "spawn")
     line = b"x" * 300_000 + b"\n"  # one line of many of Docker's frames, more than asyncio's default limit
 
     async def body() -> tuple:
@@ -413,14 +418,7 @@ def test_in_docker_the_agent_can_neither_read_nor_signal_its_server(docker_host,
     served = tmp_path / "served"
     served.mkdir()
     (served / "data.txt").write_text("from the host\n")
-    settings = EnvironmentSettings(
-        kind="docker",
-        command_timeout=10.0,
-        default_image=ALPHA,
-        run_name="spy",
-        run_dir=str(tmp_path),
-        stdio_servers=True,
-    )
+    settings = server_settings(tmp_path, "spy")
     spy = (
         "for f in /proc/[0-9]*/environ; do cat $f 2>/dev/null; done | tr '\\0' '\\n' | grep -c SERVER_SECRET; "
         "SERVER_SECRET=own cat /proc/self/environ | tr '\\0' '\\n' | grep -c SERVER_SECRET=own"
@@ -468,14 +466,7 @@ ENVIRON_SPY = "for f in /proc/[0-9]*/environ; do cat $f 2>/dev/null; done | tr '
 def image_settings(tmp_path: Path, name: str, dockerfile: str) -> EnvironmentSettings:
     """A docker run's settings whose image is `dockerfile`, built once (batch-runner-test/NAME:its digest)."""
     tag = built(f"batch-runner-test/{name}:{hashlib.sha256(dockerfile.encode()).hexdigest()[:12]}", dockerfile)
-    return EnvironmentSettings(
-        kind="docker",
-        command_timeout=10.0,
-        default_image=tag,
-        run_name="uid",
-        run_dir=str(tmp_path),
-        stdio_servers=True,
-    )
+    return server_settings(tmp_path, "uid", tag)
 
 
 async def secret_server(env) -> tuple:
@@ -541,14 +532,7 @@ def test_in_docker_what_a_config_gives_its_server_never_lies_in_the_work_folder(
     the agent's to rewrite before the server reads it (review 26 had not checked it): its server does not start.
     The honest twin: a folder beside the work folder is the server's alone."""
     tag = built("batch-runner-test/workdir-tmp:1", f"FROM {ALPHA}\nWORKDIR /tmp\n")
-    settings = EnvironmentSettings(
-        kind="docker",
-        command_timeout=10.0,
-        default_image=tag,
-        run_name="overlap",
-        run_dir=str(tmp_path),
-        stdio_servers=True,
-    )
+    settings = server_settings(tmp_path, "overlap", tag)
     work, beside = tmp_path / "work", tmp_path / "served"  # the work folder is the host's path in the container too
     for folder in (work / "config", beside):
         folder.mkdir(parents=True)
