@@ -587,6 +587,47 @@ def test_in_docker_the_servers_container_shares_the_work_folder_alone_not_an_ima
     assert not docker.from_env().volumes.list(filters={"label": f"{RUN_DIR_LABEL}={tmp_path}"})
 
 
+def test_in_docker_a_server_runs_in_the_user_s_image_never_in_an_entry_s(docker_host, tmp_path):
+    """Review 27: an entry's `image` is the dataset's, and the servers' container was made from it: the dataset's
+    image named what the server's `command` ran (its `python`), with the server's env. The servers run in the
+    user's image (--default_image, where the run's start listed their tools), sharing the work folder the agent's
+    container has in the entry's image; one outside that image's working directory gets no server. The honest
+    twin: an entry naming no image, whose server and agent both see the user's image."""
+    marked = "FROM {image}\nRUN echo {mark} > /etc/which-image\nWORKDIR {workdir}\n"
+    user = built("batch-runner-test/servers-user:1", marked.format(image=ALPHA, mark="user", workdir="/app"))
+    dataset = built("batch-runner-test/servers-dataset:1", marked.format(image=ALPHA, mark="dataset", workdir="/app"))
+    elsewhere = built("batch-runner-test/servers-srv:1", marked.format(image=ALPHA, mark="dataset", workdir="/srv"))
+    settings = EnvironmentSettings(
+        kind="docker",
+        command_timeout=10.0,
+        default_image=user,
+        run_name="servers-image",
+        run_dir=str(tmp_path),
+        stdio_servers=True,
+    )
+
+    async def seen(entry: dict) -> tuple[str, list[str] | str]:
+        env = await DockerBackend(settings).open(entry)
+        try:
+            agent = (await env.exec("cat /etc/which-image && echo from-the-agent > note.txt")).output.strip()
+            try:
+                spawned = await env.spawn(["sh", "-c", "cat /etc/which-image note.txt; exec cat"], {})
+            except OSError as exc:
+                return agent, str(exc)
+            server = [(await spawned.process.stdout.readline()).decode().strip() for _ in range(2)]
+            await spawned.end()
+            return agent, server
+        finally:
+            await env.close()
+
+    assert asyncio.run(seen({})) == ("user", ["user", "from-the-agent"])
+    assert asyncio.run(seen({"image": dataset})) == ("dataset", ["user", "from-the-agent"])
+    agent, refused = asyncio.run(seen({"image": elsewhere}))
+    assert agent == "dataset" and "outside the image's working directory /app" in refused, refused
+    assert not containers_of(tmp_path)
+    assert not docker.from_env().volumes.list(filters={"label": f"{RUN_DIR_LABEL}={tmp_path}"})
+
+
 @pytest.mark.usefixtures("docker_host")
 def test_in_docker_a_server_runs_in_each_sample_s_container_and_one_that_fails_fails_its_sample(
     run_here, server, tmp_path, mcp_image

@@ -187,6 +187,10 @@ class DockerEnvironment(CommandEnvironment):
     ):
         self.client, self.api, self.image, self.cwd, self.settings = client, client.api, image, cwd, settings
         self.options = options  # more of the container's options (a task folder's cpus)
+        # Its stdio servers run in the user's image (--default_image, where the run's start listed their tools),
+        # never in an entry's `image` or task folder's: the dataset's, whose `python` would run with the server's
+        # env (review 27). `base`: that image's working directory.
+        self.servers_image = settings.default_image
         # Why its stdio servers get no container of their own, sharing the work folder (none where there are none)
         self.unshared = unshared(cwd, base) if settings.stdio_servers else "no stdio MCP server was configured"
         self.name = f"batch-runner-{uuid.uuid4().hex[:12]}"
@@ -211,7 +215,7 @@ class DockerEnvironment(CommandEnvironment):
 
     async def start(self) -> None:
         # With stdio MCP servers the work folder is a volume of its own (its image's files copied in at its
-        # creation), which their container mounts too (_servers_room), where it lies in the image's own (unshared).
+        # creation), which their container mounts too (_servers_room), where it lies in their image's own (unshared).
         shared = not self.unshared
         mounts = [Mount(self.cwd, None, type="volume", labels=self._labels())] if shared else []
         try:
@@ -223,18 +227,14 @@ class DockerEnvironment(CommandEnvironment):
         uid, _, gid = said.output.strip().partition(":")
         if not said.exit_code and uid.isdecimal() and gid.isdecimal():
             self.agent_user = f"{int(uid)}:{int(gid)}"
-        if shared:  # before any command of the agent's: the image's own links
-            real = (await self.run([*REAL_PATH, self.cwd], self.settings.command_timeout)).output.strip()
-            if real != self.cwd:  # Docker follows them to mount the volume: /app/lib -> /usr/lib put it over the system
-                self.unshared = f"the work folder {self.cwd} is reached through a link of the image ({real or '?'})"
 
     def _labels(self) -> dict[str, str]:
         return {RUN_LABEL: self.settings.run_name, RUN_DIR_LABEL: self.settings.run_dir}
 
-    def _create(self, name: str, **more) -> None:
-        """A container of the sample's, the agent's or its stdio servers', from its image with its limits."""
+    def _create(self, name: str, image: str = "", **more) -> None:
+        """A container of the sample's, the agent's (its image) or its stdio servers' (`image`), with its limits."""
         self.client.containers.create(
-            self.image,
+            image or self.image,
             entrypoint=GUARDED_KEEP_ALIVE,  # overrides any entrypoint of the image
             name=name,
             labels=self._labels(),
@@ -307,6 +307,8 @@ class DockerEnvironment(CommandEnvironment):
         copied in at the same paths (readable_archive): the engine may be on another machine, where no host
         path could be mounted."""
         try:
+            if self.unshared:  # before the paths are compared: a work folder there is none to share (a relative one)
+                raise OSError(self.unshared)
             # Copied in there, it would lie in the work folder's volume: the agent's to rewrite before a server reads.
             shared = (path for path in read_only if posixpath.commonpath([path, self.cwd]) in (path, self.cwd))
             overlap = next(shared, "")
@@ -340,18 +342,31 @@ class DockerEnvironment(CommandEnvironment):
         servers' uid, and of the agent's container only the work folder (its volume, at the same path). The agent,
         root of its own container's files, cannot change a program or a module a server runs or imports later,
         which would run as the server, with its env (review 19), nor see or signal a process of the servers'."""
+        if self.unshared:  # no volume for it to share (start), or one its container reached through a link
+            raise OSError(self.unshared)
         if not self.servers:
-            if self.unshared:  # no volume for it to share (start)
-                raise OSError(self.unshared)
             user = await self._server_user()
             # That volume alone, by its name: volumes_from gave the servers' container every volume of the agent's,
             # an image's VOLUME too (the agent's to write, as /opt/lib, whose modules a server imports: review 26).
             # Not filled again from the image should the agent have emptied it (no_copy): the work folder is its.
             work = Mount(self.cwd, await self._call(self._work_volume), type="volume", no_copy=True)
             self.servers = f"{self.name}-servers"  # before it is made: close() removes one whose making was cut short
-            await self._call(self._create, self.servers, user=user, mounts=[work])
+            await self._call(self._create, self.servers, self.servers_image, user=user, mounts=[work])
             await self._call(self._attach_and_start, self.servers)
+            # Docker followed the image's links to mount the volume (/app/lib -> /usr/lib put it over the system):
+            # where the work folder is as its container finds it, before anything runs there.
+            real = await self._call(self._real_path, self.servers, user)
+            if real != self.cwd:
+                self.unshared = f"the work folder {self.cwd} is reached through a link of the image ({real or '?'})"
+                raise OSError(self.unshared)
         return self.servers
+
+    def _real_path(self, name: str, user: str) -> str:
+        """The work folder's path, links resolved, as a command of container `name` finds it ("" where it cannot:
+        pwd runs only once cd went there, and cd's complaint is on stderr, apart)."""
+        probe = self.api.exec_create(name, [*REAL_PATH, self.cwd], user=user)
+        out, _ = self.api.exec_start(probe["Id"], demux=True)
+        return (out or b"").decode(errors="replace").strip()
 
     def _work_volume(self) -> str:
         """The name of the volume the agent's container has at its work folder (start)."""
@@ -537,7 +552,13 @@ class DockerBackend(Backend):
             raise
         settings, options = task_options(self.settings, folder)
         base = workdir or DEFAULT_CWD
-        return DockerEnvironment(client, image, container_cwd(entry, base), settings, options, base)
+        servers = base  # the working directory of the image its stdio servers run in: the user's (--default_image)
+        if settings.stdio_servers and image != settings.default_image:
+            servers = await self._once(
+                f"image:{settings.default_image}", image_workdir, client, settings.default_image, True
+            )
+            servers = servers or DEFAULT_CWD
+        return DockerEnvironment(client, image, container_cwd(entry, base), settings, options, servers)
 
     @classmethod
     def check(cls, settings: EnvironmentSettings) -> None:
