@@ -628,6 +628,42 @@ def test_in_docker_a_server_runs_in_the_user_s_image_never_in_an_entry_s(docker_
     assert not docker.from_env().volumes.list(filters={"label": f"{RUN_DIR_LABEL}={tmp_path}"})
 
 
+def test_in_docker_an_image_s_volume_in_the_work_folder_is_never_mounted_through_the_agent_s_links(
+    docker_host, tmp_path
+):
+    """Review 27: Docker mounts the servers' image's VOLUME (/app/data) after the work folder's volume (/app), through
+    what lies there: where the entry's image has no such VOLUME, the dataset's `data -> /opt/mcp` put it over the
+    server's program. Such an image starts no server; the honest twin, its VOLUME beside the work folder, does."""
+    marked = (
+        "FROM {image}\nRUN mkdir -p {volume} /opt/mcp && echo program > /opt/mcp/prog\nVOLUME {volume}\nWORKDIR /app\n"
+    )
+    inside = built("batch-runner-test/servers-volume-in:1", marked.format(image=ALPHA, volume="/app/data"))
+    beside = built("batch-runner-test/servers-volume-beside:1", marked.format(image=ALPHA, volume="/srv/data"))
+    dataset = built("batch-runner-test/servers-no-volume:1", f"FROM {ALPHA}\nWORKDIR /app\n")
+
+    async def seen(user: str) -> str:
+        settings = EnvironmentSettings(
+            kind="docker", default_image=user, run_name="volume", run_dir=str(tmp_path), stdio_servers=True
+        )
+        env = await DockerBackend(settings).open({"image": dataset})
+        try:
+            await env.exec("rm -rf data && ln -s /opt/mcp data")
+            try:
+                spawned = await env.spawn(["sh", "-c", "cat /opt/mcp/prog 2>&1; exec cat"], {})
+            except OSError as exc:
+                return str(exc)
+            line = (await spawned.process.stdout.readline()).decode().strip()
+            await spawned.end()
+            return line
+        finally:
+            await env.close()
+
+    assert asyncio.run(seen(beside)) == "program"
+    assert "VOLUME /app/data lies in the work folder /app" in asyncio.run(seen(inside))
+    assert not containers_of(tmp_path)
+    assert not docker.from_env().volumes.list(filters={"label": f"{RUN_DIR_LABEL}={tmp_path}"})
+
+
 @pytest.mark.usefixtures("docker_host")
 def test_in_docker_a_server_runs_in_each_sample_s_container_and_one_that_fails_fails_its_sample(
     run_here, server, tmp_path, mcp_image

@@ -346,6 +346,12 @@ class DockerEnvironment(CommandEnvironment):
             raise OSError(self.unshared)
         if not self.servers:
             user = await self._server_user()
+            # Docker mounts an image's VOLUME after the work folder's volume, through the links there: the agent's
+            # `data -> /opt/mcp` (where the agent's own image has none) put it over the server's program (review 27).
+            inside = [path for path in await self._call(self._image_volumes) if path.startswith(f"{self.cwd}/")]
+            if inside:
+                self.unshared = f"the image's VOLUME {inside[0]} lies in the work folder {self.cwd}"
+                raise OSError(self.unshared)
             # That volume alone, by its name: volumes_from gave the servers' container every volume of the agent's,
             # an image's VOLUME too (the agent's to write, as /opt/lib, whose modules a server imports: review 26).
             # Not filled again from the image should the agent have emptied it (no_copy): the work folder is its.
@@ -360,6 +366,11 @@ class DockerEnvironment(CommandEnvironment):
                 self.unshared = f"the work folder {self.cwd} is reached through a link of the image ({real or '?'})"
                 raise OSError(self.unshared)
         return self.servers
+
+    def _image_volumes(self) -> list[str]:
+        """The VOLUMEs the servers' image declares, their paths normalised."""
+        volumes = self.client.images.get(self.servers_image).attrs.get("Config", {}).get("Volumes") or {}
+        return [posixpath.normpath(path) for path in volumes]
 
     def _real_path(self, name: str, user: str) -> str:
         """The work folder's path, links resolved, as a command of container `name` finds it ("" where it cannot:
