@@ -84,6 +84,7 @@ GUARDED_KEEP_ALIVE = [
 SERVER_UIDS = (65531, 65530, 65529)
 # The folder $1 is, its links resolved (pwd -P: a builtin), as a command of the container finds it.
 REAL_PATH = ["sh", "-c", 'cd -- "$1" && pwd -P', "sh"]
+PROBE_AGAIN = 4  # times REAL_PATH is asked again when it answered nothing (the engine lost a quick exec's output)
 # The uid and gid a command runs as ("UID:GID"), from the kernel's own record, read by the shell's builtins alone.
 OWN_IDS = [
     "sh",
@@ -362,6 +363,11 @@ class DockerEnvironment(CommandEnvironment):
             # Docker followed the image's links to mount the volume (/app/lib -> /usr/lib put it over the system):
             # where the work folder is as its container finds it, before anything runs there.
             real = await self._call(self._real_path, self.servers, user)
+            for _ in range(PROBE_AGAIN):  # no answer at all: an exec's output the engine lost, not a link (asked again)
+                if real:
+                    break
+                await asyncio.sleep(0.2)
+                real = await self._call(self._real_path, self.servers, user)
             if real != self.cwd:
                 self.unshared = f"the work folder {self.cwd} is reached through a link of the image ({real or '?'})"
                 raise OSError(self.unshared)
