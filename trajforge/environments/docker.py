@@ -268,15 +268,25 @@ class DockerEnvironment(CommandEnvironment):
     async def run(
         self, argv: list[str], timeout: float, stdin: bytes | None = None, limit: int = OUTPUT_LIMIT
     ) -> ExecResult:
+        return await self._exec(self.name, self.agent_user, argv, timeout, stdin, limit)
+
+    async def _exec(
+        self,
+        container: str,
+        user: str,
+        argv: list[str],
+        timeout: float,
+        stdin: bytes | None = None,
+        limit: int = OUTPUT_LIMIT,
+    ) -> ExecResult:
+        """argv run in `container` (the agent's, or its servers') as `user`, as `run` describes."""
         if stdin is not None:
             staged = f"{self.cwd.rstrip('/')}/.batch-runner-input-{uuid.uuid4().hex}"
-            await self._call(self.api.put_archive, self.name, self.cwd, tar_archive({os.path.basename(staged): stdin}))
+            await self._call(self.api.put_archive, container, self.cwd, tar_archive({os.path.basename(staged): stdin}))
             argv = [*FROM_FILE, staged, *argv]
         command = [*REPORT_PID, *argv]
         exec_id = (
-            await self._call(
-                self.api.exec_create, self.name, command, environment=self.exec_env or None, user=self.agent_user
-            )
+            await self._call(self.api.exec_create, container, command, environment=self.exec_env or None, user=user)
         )["Id"]
         response = await self._call(exec_stream, self.api, exec_id)
         output, pid = CappedOutput(limit), bytearray()
@@ -291,10 +301,7 @@ class DockerEnvironment(CommandEnvironment):
             await asyncio.wait_for(asyncio.shield(reading), timeout)
         except TimeoutError:
             if pid.strip().isdigit():
-                kill = await self._call(
-                    self.api.exec_create, self.name, [*KILL_GROUP, pid.decode().strip()], user=self.agent_user
-                )
-                await self._call(self.api.exec_start, kill["Id"])
+                await self._kill_group(container, user, pid.decode().strip())
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(asyncio.shield(reading), KILL_GRACE)
             return timeout_result(output.text(), timeout)
@@ -342,9 +349,8 @@ class DockerEnvironment(CommandEnvironment):
         """The container of the sample's stdio servers, started for the first: its image, limits and network, its
         servers' uid, and of the agent's container only the work folder (its volume, at the same path). The agent,
         root of its own container's files, cannot change a program or a module a server runs or imports later,
-        which would run as the server, with its env (review 19), nor see or signal a process of the servers'."""
-        if self.unshared:  # no volume for it to share (start), or one its container reached through a link
-            raise OSError(self.unshared)
+        which would run as the server, with its env (review 19), nor see or signal a process of the servers'.
+        Its caller (spawn) refuses first where there is no work folder to share, or one reached through a link."""
         if not self.servers:
             user = await self._server_user()
             # Docker mounts an image's VOLUME after the work folder's volume, through the links there: the agent's
@@ -362,12 +368,7 @@ class DockerEnvironment(CommandEnvironment):
             await self._call(self._attach_and_start, self.servers)
             # Docker followed the image's links to mount the volume (/app/lib -> /usr/lib put it over the system):
             # where the work folder is as its container finds it, before anything runs there.
-            real = await self._call(self._real_path, self.servers, user)
-            for _ in range(PROBE_AGAIN):  # no answer at all: an exec's output the engine lost, not a link (asked again)
-                if real:
-                    break
-                await asyncio.sleep(0.2)
-                real = await self._call(self._real_path, self.servers, user)
+            real = await self._real_path(user)
             if real != self.cwd:
                 self.unshared = f"the work folder {self.cwd} is reached through a link of the image ({real or '?'})"
                 raise OSError(self.unshared)
@@ -378,12 +379,15 @@ class DockerEnvironment(CommandEnvironment):
         volumes = self.client.images.get(self.servers_image).attrs.get("Config", {}).get("Volumes") or {}
         return [posixpath.normpath(path) for path in volumes]
 
-    def _real_path(self, name: str, user: str) -> str:
-        """The work folder's path, links resolved, as a command of container `name` finds it ("" where it cannot:
-        pwd runs only once cd went there, and cd's complaint is on stderr, apart)."""
-        probe = self.api.exec_create(name, [*REAL_PATH, self.cwd], user=user)
-        out, _ = self.api.exec_start(probe["Id"], demux=True)
-        return (out or b"").decode(errors="replace").strip()
+    async def _real_path(self, user: str) -> str:
+        """The work folder's path, links resolved, as a command of the servers' container finds it ("" where it
+        cannot: cd failed). Asked again when it exited 0 and said nothing: the engine lost a quick exec's output."""
+        for _ in range(1 + PROBE_AGAIN):
+            said = await self._exec(self.servers, user, [*REAL_PATH, self.cwd], self.settings.command_timeout)
+            if said.exit_code or said.output.strip():
+                break
+            await asyncio.sleep(0.2)
+        return "" if said.exit_code else said.output.strip()
 
     def _work_volume(self) -> str:
         """The name of the volume the agent's container has at its work folder (start)."""
@@ -426,14 +430,15 @@ class DockerEnvironment(CommandEnvironment):
                 pid = await asyncio.wait_for(asyncio.shield(process.pid), END_GRACE)
                 if pid.isdigit():
                     with contextlib.suppress(DockerException, RuntimeError):  # RuntimeError: the environment closed
-                        # As the server's uid: the agent's, without capabilities, may not signal it.
-                        kill = await self._call(
-                            self.api.exec_create, self.servers, [*KILL_GROUP, pid], user=self.server_user
-                        )
-                        await self._call(self.api.exec_start, kill["Id"])
+                        await self._kill_group(self.servers, self.server_user, pid)  # as the server's uid
                 await asyncio.wait_for(watching, END_GRACE)
         finally:
             process.close()
+
+    async def _kill_group(self, container: str, user: str, pid: str) -> None:
+        """Process group `pid` of `container` killed, by a command as `user` (one of another uid may not signal it)."""
+        kill = await self._call(self.api.exec_create, container, [*KILL_GROUP, pid], user=user)
+        await self._call(self.api.exec_start, kill["Id"])
 
     async def add_tests(self, files: dict[str, bytes]) -> None:
         # A folder of a name no one could guess, made only after every process of the agent is gone.
@@ -463,7 +468,7 @@ class DockerEnvironment(CommandEnvironment):
             raise OSError("the working directory is /: there is no work folder to carry into a fresh container")
         # Nothing of the agent (nor of a server) runs while its work folder is read: its container stops, whatever
         # pid 1 became.
-        for name in filter(None, (self.servers, self.name)):
+        for name in self._containers():
             with contextlib.suppress(APIError):  # already stopped
                 await self._call(self.api.kill, name)
         stream, _ = await self._call(self.api.get_archive, self.name, self.cwd)
@@ -501,11 +506,14 @@ class DockerEnvironment(CommandEnvironment):
             self.calls.shutdown(wait=False)
             self.readers.shutdown(wait=False)
 
+    def _containers(self) -> list[str]:
+        """The sample's containers, its servers' first: the work folder's volume goes with the agent's."""
+        return [name for name in (self.servers, self.name) if name]
+
     def _remove(self) -> None:
-        # By name: the container may exist although the call that created it never returned. The servers' first:
-        # the work folder's volume goes with the agent's once no container mounts it.
+        # By name: the container may exist although the call that created it never returned.
         # A failure here must not fail the prompt; the run's end (or --resume) removes leftovers by label.
-        for name in filter(None, (self.servers, self.name)):
+        for name in self._containers():
             with contextlib.suppress(DockerException):
                 self.api.remove_container(name, force=True, v=True)
         for lifeline in self.lifelines.values():  # after the removal: its closing would end the container, as a stop
@@ -569,13 +577,11 @@ class DockerBackend(Backend):
             raise
         settings, options = task_options(self.settings, folder)
         base = workdir or DEFAULT_CWD
-        servers = base  # the working directory of the image its stdio servers run in: the user's (--default_image)
-        if settings.stdio_servers and image != settings.default_image:
-            servers = await self._once(
-                f"image:{settings.default_image}", image_workdir, client, settings.default_image, True
-            )
-            servers = servers or DEFAULT_CWD
-        return DockerEnvironment(client, image, container_cwd(entry, base), settings, options, servers)
+        servers_base = base  # the working directory of the image its stdio servers run in (--default_image)
+        if settings.stdio_servers:  # looked up once (_once): the entry's own, where it is that image
+            default = settings.default_image
+            servers_base = await self._once(f"image:{default}", image_workdir, client, default, True) or DEFAULT_CWD
+        return DockerEnvironment(client, image, container_cwd(entry, base), settings, options, servers_base)
 
     @classmethod
     def check(cls, settings: EnvironmentSettings) -> None:
