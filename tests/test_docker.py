@@ -21,7 +21,7 @@ import pytest
 from conftest import source, tool_results
 
 from trajforge.environments import EnvironmentSettings, prepare_run
-from trajforge.environments.docker import RUN_DIR_LABEL, RUN_LABEL, DockerBackend
+from trajforge.environments.docker import EXEC_AGAIN, OCI_FAILED, RUN_DIR_LABEL, RUN_LABEL, DockerBackend
 from trajforge.environments.shell import KEEP_ALIVE
 from trajforge.errors import SetupError
 from trajforge.verification.checks import verify_sample
@@ -417,3 +417,35 @@ def test_no_output_is_lost_when_the_reply_s_headers_are_read_late(settings, monk
             await env.close()
 
     assert asyncio.run(body()) == [f"line{n}\nmore{n}\n" for n in range(10)]
+
+
+def test_an_exec_the_runtime_did_not_start_is_started_again_and_one_that_ran_never_is(settings):
+    """An exec runc failed to start (its init killed as it joined a container whose memory the command before,
+    past its limit, still held: "OCI runtime exec failed: read init-p: connection reset by peer", seen in CI)
+    failed the next command, which had not run. It is started again now, a bounded number of times, only where
+    REPORT_PID, its first step, said no pid. The engine's own record of execs made tells: a command that ran
+    and printed the runtime's words and exit status is made once; one the runtime cannot start (the agent,
+    root of its container, removed its sh) is made 1 + EXEC_AGAIN times and fails as it did."""
+
+    def made(name: str, since: float, token: str) -> int:
+        """Execs the engine made in the container since `since` whose command holds `token`."""
+        made = {"container": name, "event": "exec_create"}
+        events = docker.from_env().events(since=int(since), until=int(time.time()) + 1, filters=made, decode=True)
+        return sum(token in event.get("Action", "") for event in events)
+
+    async def body():
+        env = await DockerBackend(settings).open({})
+        try:
+            since = time.time()
+            words = f"{OCI_FAILED}: read init-p: connection reset by peer"
+            forged = await env.exec(f"echo '{words}'; echo x >> forged; exit 126")
+            ran = await env.exec("cat forged")
+            await env.exec("rm /bin/sh")
+            broken = await env.exec("echo never")
+            return forged, ran, made(env.name, since, ">> forged"), broken, made(env.name, since, "echo never")
+        finally:
+            await env.close()
+
+    forged, ran, once, broken, tries = asyncio.run(body())
+    assert (forged.exit_code, ran.output, once) == (126, "x\n", 1), (forged, ran, once)
+    assert broken.exit_code == 126 and OCI_FAILED in broken.output and tries == 1 + EXEC_AGAIN > 1, (broken, tries)

@@ -93,6 +93,12 @@ OWN_IDS = [
     '[ -n "$u" ] && [ -n "$g" ] && echo "$u:$g"',
 ]
 KILL_GRACE = 5.0  # seconds to wait for a killed command's output to end
+# An exec the runtime failed to start (runc's init killed as it joined a container whose memory a command past
+# its limit still held: "OCI runtime exec failed: read init-p: connection reset by peer") is started again, up to
+# EXEC_AGAIN times, EXEC_PAUSE seconds apart: nothing of it ran (REPORT_PID, its first step, said no pid), so the
+# command runs once. One that started is never run again, whatever it printed or exited with.
+NOT_STARTED, OCI_FAILED = 126, "OCI runtime exec failed"
+EXEC_AGAIN, EXEC_PAUSE = 2, 0.25
 END_GRACE = 1.0  # seconds a killed server's output gets to end (a process it started outside its group holds it)
 READABLE_MAX = 256 * MB  # bytes of host files a server reads, copied into each sample's container
 CARRIED_MAX = 1024 * MB  # bytes of a working directory fresh_copy carries over into a new container
@@ -285,6 +291,17 @@ class DockerEnvironment(CommandEnvironment):
             await self._call(self.api.put_archive, container, self.cwd, tar_archive({os.path.basename(staged): stdin}))
             argv = [*FROM_FILE, staged, *argv]
         command = [*REPORT_PID, *argv]
+        for _ in range(EXEC_AGAIN):
+            done, started = await self._exec_once(container, user, command, timeout, limit)
+            if started or done.exit_code != NOT_STARTED or OCI_FAILED not in done.output:
+                return done
+            await asyncio.sleep(EXEC_PAUSE)
+        return (await self._exec_once(container, user, command, timeout, limit))[0]
+
+    async def _exec_once(
+        self, container: str, user: str, command: list[str], timeout: float, limit: int
+    ) -> tuple[ExecResult, bool]:
+        """One exec of `command`, and whether it started: REPORT_PID, its first step, said its pid."""
         exec_id = (
             await self._call(self.api.exec_create, container, command, environment=self.exec_env or None, user=user)
         )["Id"]
@@ -304,8 +321,8 @@ class DockerEnvironment(CommandEnvironment):
                 await self._kill_group(container, user, pid.decode().strip())
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(asyncio.shield(reading), KILL_GRACE)
-            return timeout_result(output.text(), timeout)
-        return ExecResult(output.text(), await self._exit_code(exec_id))
+            return timeout_result(output.text(), timeout), True
+        return ExecResult(output.text(), await self._exit_code(exec_id)), pid.strip().isdigit()
 
     async def spawn(
         self, argv: list[str], variables: dict[str, str], read_only: tuple[str, ...] = (), limit: int = 1 << 16
