@@ -5,11 +5,13 @@ bwrap where it works, else local with one warning. Real bwrap runs, through the 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import shlex
 import shutil
 import socket
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 from urllib.parse import quote
 
@@ -18,6 +20,7 @@ from conftest import API_KEY, tool_results
 
 from trajforge.environments import AUTO, EnvironmentSettings, backend_for, choose
 from trajforge.environments.bwrap import BwrapBackend
+from trajforge.environments.bwrap_session import CONTROL
 from trajforge.environments.local import SYSTEM_PATH
 from trajforge.errors import SetupError
 
@@ -211,14 +214,15 @@ def test_a_chosen_kind_stays_as_it_is(tmp_path):
 
 
 def test_a_default_run_is_sandboxed_and_says_so(bwrap, run):
-    # The snooping command reads its parent's command line: bwrap's, not the runner's with the key.
+    # The snooping command reads its parent's command line: the sample's sandbox's spawner's (it sources each
+    # command from CONTROL), not the runner's with the key.
     entries = [{"prompt": "one [mock snoop]"}, {"prompt": "two", "cwd": "project"}]
     result = run(entries, "--distribution=terminal_only")
     assert result.code == 0, result.stderr
     assert result.statistics["environment"] == "bwrap"
     assert "--environment=bwrap" in result.stdout and "no sandbox" not in result.stderr
     outputs = {t["prompt_index"]: tool_results(t) for t in result.trajectories}
-    assert "--unshare-all" in outputs[0] and "batch_runner.py" not in outputs[0] and API_KEY not in outputs[0]
+    assert f"{CONTROL}/" in outputs[0] and "batch_runner.py" not in outputs[0] and API_KEY not in outputs[0]
     assert "mock-model-was-here" in outputs[1] and "/project" in outputs[1]
 
 
@@ -275,3 +279,62 @@ def test_a_program_in_a_relative_folder_of_path_is_never_run(bwrap, run, server,
     result = run(entries, "--distribution=terminal_only", "--environment=bwrap", run_name="refused")
     assert result.code == 2 and "bubblewrap, which is in no absolute folder of PATH" in result.stderr, result.stderr
     assert len(server.chat_requests()) == sent and not marker.exists()
+
+
+# -- One sandbox per sample (bwrap_session.py) -------------------------------------------------------------------
+
+SERVE_ONCE = (
+    "import socket; s = socket.socket(); s.bind(('127.0.0.1', 8765)); s.listen(); "
+    "c, _ = s.accept(); c.sendall(b'served'); c.close()"
+)
+ASK = "import socket; print(socket.create_connection(('127.0.0.1', 8765), timeout=5).recv(10).decode())"
+
+
+def test_what_an_agent_command_leaves_running_serves_its_next_one_until_a_timeout_ends_the_sandbox(bwrap, tmp_path):
+    """A sample's agent commands run in one sandbox: a server a command leaves running answers the next, as in
+    docker. A command that times out ends the sandbox and all it holds; the next starts in a new one."""
+    commands = [
+        f'python3 -c "{SERVE_ONCE}" > /dev/null 2>&1 & sleep 0.5; echo started',
+        f'python3 -c "{ASK}"',
+        "sleep 60 & echo $! > /tmp/pid; sleep 30",  # past the time limit (below)
+        "kill -0 $(cat /tmp/pid) 2>/dev/null && echo alive || echo gone",
+    ]
+    started, asked, slow, after = run_commands(replace(settings("bwrap", tmp_path), command_timeout=3.0), *commands)
+    assert (started.output, asked.output, asked.exit_code) == ("started\n", "served\n", 0), (started, asked)
+    assert slow.timed_out and after.output == "gone\n", (slow, after)
+
+
+def test_an_agent_that_ends_or_rewrites_its_sandbox_s_spawner_loses_its_own_command_alone(bwrap, tmp_path):
+    """The spawner is the agent's uid: a command may end it (its own result then says the sandbox ended) and
+    may write on its pipes, never in the runner's control folder (read-only), where each command's text lies:
+    the next command runs what the runner gave, in a new sandbox, and the verification, in sandboxes of its
+    own, sees no process of the agent's."""
+    plant = f"echo 'echo planted' > {CONTROL}/3.sh; echo 'echo planted' > {CONTROL}/9.sh"
+    commands = [plant, "kill -9 $PPID; sleep 1; echo never", "echo honest; pwd"]
+    env_settings = settings("bwrap", tmp_path)
+
+    async def body():
+        env = await backend_for(env_settings).open({})
+        try:
+            done = [await env.exec(command) for command in commands]
+            await env.exec("sleep 300 > /dev/null 2>&1 &")
+            running = _running("sleep 300")
+            await env.enter_clean_room()
+            return done, env.workspace, running, _running("sleep 300")
+        finally:
+            await env.close()
+
+    (planted, ended, honest), workspace, before, after = asyncio.run(body())
+    assert "Read-only file system" in planted.output and planted.exit_code != 0, planted
+    assert ended.exit_code == -1 and "sandbox ended" in ended.error and "never" not in ended.output, ended
+    assert honest.output == f"honest\n{workspace}\n" and honest.exit_code == 0, honest
+    assert (before, after) == (1, 0), (before, after)  # the honest twin: it ran until the agent's end
+
+
+def _running(command: str) -> int:
+    """Processes of the host whose command line is `command`."""
+    found = 0
+    for path in Path("/proc").glob("[0-9]*/cmdline"):
+        with contextlib.suppress(OSError):
+            found += path.read_bytes().replace(b"\0", b" ").strip() == command.encode()
+    return found

@@ -1258,16 +1258,28 @@ async def _descriptors(env_settings) -> dict:
 
 
 def _bwrap_namespace() -> int:
-    """The mount namespace the sleeping command's bwrap was started in, read from the host's /proc."""
+    """The mount namespace the sleeping command's bwrap was started in, read from the host's /proc: that of
+    the outermost bwrap above it (the sample's sandbox: bwrap_session.py)."""
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:
         for path in Path("/proc").glob("[0-9]*/cmdline"):
             with contextlib.suppress(OSError):
-                argv = path.read_bytes().split(b"\0")
-                if argv[0].endswith(b"bwrap") and f"sleep {BWRAP_MARK}".encode() in argv:
-                    return os.stat(path.parent / "ns" / "mnt").st_ino
+                if f"sleep {BWRAP_MARK}" in path.read_bytes().replace(b"\0", b" ").decode(errors="replace"):
+                    return os.stat(f"/proc/{_outermost_bwrap(int(path.parent.name))}/ns/mnt").st_ino
         time.sleep(0.02)
     raise AssertionError("the command's bwrap never showed up")
+
+
+def _outermost_bwrap(pid: int) -> int:
+    found = 0
+    while pid > 1:
+        with open(f"/proc/{pid}/cmdline", "rb") as handle:
+            if handle.read().split(b"\0")[0].endswith(b"bwrap"):
+                found = pid
+        with open(f"/proc/{pid}/stat") as handle:
+            pid = int(handle.read().rsplit(")", 1)[1].split()[1])
+    assert found, "no bwrap above the command"
+    return found
 
 
 def test_no_command_inherits_a_namespace_descriptor_yet_each_starts_in_the_slot_s_namespace(bwrap, tmp_path):  # noqa: F811

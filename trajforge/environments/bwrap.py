@@ -25,6 +25,7 @@ from trajforge.environments import (
     tmpfs,
     userns,
 )
+from trajforge.environments.bwrap_session import CONTROL, LINE_LIMIT, Session, new_token
 from trajforge.environments.contract import Spawned
 from trajforge.environments.limits import MB, Limits, confined, drop_problem, host_user
 from trajforge.environments.local import (
@@ -150,6 +151,7 @@ class BwrapEnvironment(LocalEnvironment):
         self.userns = userns_fd
         self.network: netns.SampleNetwork | None = None  # --sandbox_network: the sample's namespace
         self.loopback: loopback.Loopback | None = None  # a root runner's agent commands' network namespace
+        self.session: Session | None = None  # the sandbox of the agent's commands, made at the first (bwrap_session.py)
 
     def _prepare(self) -> None:
         super()._prepare()
@@ -201,25 +203,37 @@ class BwrapEnvironment(LocalEnvironment):
         uid = None if as_runner else self.host_uid
         return confined(argv, self.settings.limits, self.cgroup.paths, uid, joins)
 
+    def _joins(self) -> tuple[str, ...]:
+        """The namespaces a command's chain enters before bwrap: the slot's mounts, an agent command's loopback."""
+        slot = self.slot
+        joins = (slot.join(),) if slot is not None else ()
+        net = None if self.clean else self.loopback
+        return (*joins, net.join()) if net is not None else joins
+
+    def _binds(self) -> list[tuple[str, str]]:
+        # There (the slot's namespace) the workspace is its folder of the disk: the host's path is a bind of it.
+        workspace = self.disk_workspace if self.slot is not None else self.workspace
+        # The clean room's /tmp is a fresh folder: nothing the agent left there (a link into /tests) is seen.
+        return [(self.verify_tmp or self.tmp, SANDBOX_TMP), (workspace, self.workspace)]
+
     async def run(
         self, argv: list[str], timeout: float, stdin: bytes | None = None, limit: int = OUTPUT_LIMIT
     ) -> ExecResult:
-        slot = self.slot  # there the workspace is its folder of the disk (the host's path is a bind of it)
-        joins = (slot.join(),) if slot is not None else ()
-        net = None if self.clean else self.loopback
-        if net is not None:
-            joins = (*joins, net.join())
-        workspace = self.disk_workspace if slot is not None else self.workspace
-        # The clean room's /tmp is a fresh folder: nothing the agent left there (a link into /tests) is seen.
-        binds = [(self.verify_tmp or self.tmp, SANDBOX_TMP), (workspace, self.workspace)]
-        tests = ((self.tests_host, SANDBOX_TESTS),) if self.tests_host else ()  # read-only: no one edits them
         self.started += 1
-        namespace = self.userns if self.clean else None  # the verification's: two uids where there are
+        if not self.clean:  # the agent's: in the sample's one sandbox
+            session = await self._session()
+            done = await session.run(argv, self.cwd, timeout, stdin, limit)
+            reap_exited_orphans()  # a sandbox that ended: its PID-namespace init, as below
+            return done
+        joins = self._joins()
+        binds = self._binds()
+        tests = ((self.tests_host, SANDBOX_TESTS),) if self.tests_host else ()  # read-only: no one edits them
+        namespace = self.userns  # the verification's: two uids where there are
         two_uids = namespace is not None
         with seccomp.filter_fd() as rules:
             who = tuple(userns.identity(namespace, verifier=True)) if namespace is not None else ()
             lc_all = self.env.get("LC_ALL")
-            sandboxed = bwrap_argv(self.settings, binds, self.cwd, argv, tests, who, rules, lc_all, net is not None)
+            sandboxed = bwrap_argv(self.settings, binds, self.cwd, argv, tests, who, rules, lc_all)
             # In the two-uid namespace bwrap itself maps the command to its host uid: it must be root to join.
             limited = self.confined(sandboxed, joins, two_uids)
             fds: tuple[int, ...] = (rules,) if namespace is None else (rules, namespace)
@@ -232,6 +246,58 @@ class BwrapEnvironment(LocalEnvironment):
         # past --max_processes commands, none could fork).
         reap_exited_orphans()
         return done
+
+    async def _session(self) -> Session:
+        """The sandbox of the agent's commands: the one running, else a new one (also when the command variables
+        changed since it was made, which its spawner's commands inherit)."""
+        key = tuple(sorted(self.env.items()))
+        if self.session is not None:
+            if self.session.key == key and not self.session.ended and self.session.spawned.process.returncode is None:
+                return self.session
+            await self._end_session()
+        control = await asyncio.to_thread(self._control_folder)
+        token = new_token()
+        with seccomp.filter_fd() as rules:
+            reads = ((control, CONTROL),)
+            argv = Session.spawner(token)
+            net = self.loopback is not None
+            sandboxed = bwrap_argv(
+                self.settings, self._binds(), self.cwd, argv, reads, (), rules, self.env.get("LC_ALL"), net
+            )
+            limited = self.confined(sandboxed, self._joins())
+            try:
+                spawned = await spawn_process(limited, self.workspace, chain_env(self.env), LINE_LIMIT, (rules,))
+            except BaseException:
+                await asyncio.to_thread(remove_tree, control)
+                raise
+        self.session = Session(spawned, control, token, self.host_uid, key)
+        return self.session
+
+    def _control_folder(self) -> str:
+        """Blocking. A new folder of the runner's for the session's control files, where its bwrap finds it: beside
+        the slot's disk (its tests' folder, which the slot's namespace binds; not on the disk, whose room is the
+        agent's to fill), else in the run's temporary area."""
+        if self.disk is not None and self.slot is not None:
+            folder = self.disk.make_folder("control", self.disk.tests)
+        else:
+            folder = make_workspace(self.settings, "control-")
+        os.chmod(folder, 0o711)  # the sandbox's uid passes through to its files, and lists nothing
+        return folder
+
+    async def _end_session(self) -> None:
+        if self.session is not None:
+            session, self.session = self.session, None
+            await session.end()
+
+    async def end_agent_processes(self) -> None:
+        await self._end_session()
+        await super().end_agent_processes()
+
+    async def close(self) -> None:
+        try:
+            await self._end_session()
+        finally:
+            await super().close()
 
     async def spawn(
         self, argv: list[str], variables: dict[str, str], read_only: tuple[str, ...] = (), limit: int = 1 << 16

@@ -1,0 +1,208 @@
+"""One bwrap sandbox for all of a sample's agent commands: made at its first command, ended with the agent.
+
+A sandbox costs its exec chain (the cgroup join, nsenter, bwrap: namespaces, thirty mounts, the seccomp
+filter) about 8 ms of CPU; a command run inside one already made costs a fork and its own exec, about
+1.3 ms (bench/command_chain.py). So bwrap starts once per sample with a small shell of its own, the
+spawner (SPAWNER), as its command, and every agent command of the sample is a child of that shell,
+with the sandbox's namespaces, uid, seccomp filter, cgroup and limits, which no child can shed.
+
+The runner talks to the spawner through a control folder (`ctl`) of its own, bound read-only in the
+sandbox at CONTROL: for command N it writes N.sh (its cwd, argv and redirections, quoted for sh) and
+N.in (its input, when it has one), makes the FIFO N.out for its output, opened for reading first, and
+writes N on the spawner's stdin. The spawner sources N.sh in a background subshell, waits for it and
+prints `TOKEN N STATUS`. The output read is what the command wrote before it exited (as the clean room's
+own_output); what its background processes write later is never read.
+
+What the agent can do to the spawner, a process of its own uid: end it, or write on its pipes through
+/proc. Either changes the results of its own commands only (their output and exit status, which its
+commands could print anyway): the runner reads at most a bounded line, within the command's time, and
+a spawner that ends or misbehaves is a sandbox that ended (its processes with it); the next command
+gets a new one. Nothing the runner trusts runs here once the agent has begun: the verification has
+sandboxes of its own (a fresh bwrap per command, two uids), after this one and everything in it ended.
+
+Unlike a sandbox per command, a process the agent leaves running lives on into its next commands (a
+server it started and then queries), until a command times out or the sample's agent ends: a timeout
+ends the whole sandbox, and the next command starts in a new one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import secrets
+import shlex
+from typing import NoReturn
+
+from trajforge.environments import ExecResult
+from trajforge.environments.contract import Spawned, timeout_result
+from trajforge.environments.trees import remove_tree
+from trajforge.tail import CappedOutput
+
+CONTROL = "/.batch-runner"  # where the control folder lies in the sandbox, read-only (no folder of the host)
+LINE_LIMIT = 256  # bytes of a line on the spawner's stdout read at most: a status is a few dozen
+NOISE = 4096  # bytes of what else the spawner said (bwrap's error: its stderr) kept for a sandbox that ended
+STDERR_WAIT = 1.0  # seconds an ended sandbox's stderr gets to say why
+# The sandbox's own command. TOKEN is the runner's, per sandbox; a request is a number alone.
+SPAWNER = """exec 2>&1
+while IFS= read -r n; do
+  case $n in "" | *[!0-9]*) exit 2 ;; esac
+  ( . "{control}/$n.sh" ) &
+  wait $!
+  echo "{token} $n $?"
+done"""
+
+
+class _Ended(Exception):
+    """The sandbox ended before it said the command's status."""
+
+
+class Session:
+    """A started sandbox (Spawned: the spawner's process and how to end its group) and its control folder."""
+
+    def __init__(self, spawned: Spawned, control: str, token: str, owner: int | None, key: object):
+        self.spawned = spawned
+        self.control = control  # the host's path of the folder the sandbox sees at CONTROL
+        self.token = token
+        self.owner = owner  # the sandbox's host uid, to own the FIFOs it writes (None: the runner's)
+        self.key = key  # what the sandbox was made with (the command variables): another asks for another one
+        self.count = 0
+        self.noise = b""
+        self.lock = asyncio.Lock()  # one command at a time: each waits for its own status
+        self.ended = False
+
+    @staticmethod
+    def spawner(token: str) -> list[str]:
+        return ["sh", "-c", SPAWNER.format(control=CONTROL, token=token)]
+
+    async def run(self, argv: list[str], cwd: str, timeout: float, stdin: bytes | None, limit: int) -> ExecResult:
+        """argv run in the sandbox from `cwd` with `stdin`, its output capped at `limit` bytes. A sandbox that
+        ended before it said the command's status (the command ended its spawner, or bwrap could not start)
+        is ended for good: the result holds what the command wrote and why (exit status -1)."""
+        async with self.lock:
+            self.count += 1
+            number = str(self.count)
+            output = CappedOutput(limit)
+            fifo = _Fifo(self._prepare(number, argv, cwd, stdin), output)
+            ended = False
+            try:
+                try:
+                    code = await asyncio.wait_for(self._ask(number), timeout)
+                except TimeoutError:
+                    return timeout_result(output.text(), timeout)
+                except (_Ended, OSError, ValueError) as exc:  # ValueError: a line past LINE_LIMIT
+                    said = str(exc) or self.said()
+                    return ExecResult(output.text(), -1, "the command's sandbox ended" + (f": {said}" if said else ""))
+                fifo.drain(once=True)
+                ended = True
+                return ExecResult(output.text(), code)
+            finally:
+                fifo.close()
+                if not ended:  # timed out, cancelled or lost: the sandbox goes with what runs in it
+                    await asyncio.shield(self.end())
+                _remove(*(os.path.join(self.control, number + suffix) for suffix in (".out", ".sh", ".in")))
+
+    def _prepare(self, number: str, argv: list[str], cwd: str, stdin: bytes | None) -> int:
+        """N.in, N.sh and the FIFO N.out written, the FIFO opened for reading (without waiting for its
+        writer): its descriptor. The output is opened first: a cwd that is gone is said there."""
+        source = "/dev/null"
+        if stdin is not None:
+            _write(os.path.join(self.control, number + ".in"), stdin)
+            source = f"{CONTROL}/{number}.in"
+        command = " ".join(shlex.quote(part) for part in argv)
+        script = f"exec <{shlex.quote(source)} >{CONTROL}/{number}.out 2>&1\ncd -- {shlex.quote(cwd)} || exit 125\n"
+        _write(os.path.join(self.control, number + ".sh"), f"{script}exec {command}\n".encode())
+        fifo = os.path.join(self.control, number + ".out")
+        os.mkfifo(fifo, 0o600)
+        if self.owner is not None:
+            os.chown(fifo, self.owner, self.owner)
+        return os.open(fifo, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
+
+    async def _ask(self, number: str) -> int:
+        """Command `number` started; the exit status the spawner says for it. What else it says is kept as noise."""
+        process = self.spawned.process
+        assert process.stdin is not None and process.stdout is not None
+        try:
+            process.stdin.write(number.encode() + b"\n")
+            await process.stdin.drain()
+        except OSError:  # it is gone already
+            await self._ended()
+        while True:
+            line = await process.stdout.readline()
+            if not line:
+                await self._ended()
+            parts = line.split()
+            if len(parts) == 3 and parts[0] == self.token.encode() and parts[1] == number.encode():
+                with contextlib.suppress(ValueError):
+                    return int(parts[2])
+            self.noise = (self.noise + line)[-NOISE:]
+
+    async def _ended(self) -> NoReturn:
+        """_Ended, with why: bwrap's own error, when it could not make the sandbox, is on its stderr."""
+        stderr = self.spawned.process.stderr
+        if stderr is not None:
+            with contextlib.suppress(TimeoutError, OSError, ValueError):
+                self.noise += await asyncio.wait_for(stderr.read(NOISE), STDERR_WAIT)
+        raise _Ended(self.said())
+
+    def said(self) -> str:
+        """What the sandbox said besides statuses (bwrap's error, when it could not start)."""
+        return self.noise.decode(errors="replace").strip()
+
+    async def end(self) -> None:
+        """The sandbox and every process in it ended (its spawner's group: bwrap, whose end takes its PID
+        namespace down), its control folder removed. Once."""
+        if self.ended:
+            return
+        self.ended = True
+        try:
+            await self.spawned.end()
+        finally:
+            await asyncio.to_thread(remove_tree, self.control)
+
+
+class _Fifo:
+    """A command's output FIFO, read as it comes, on the event loop, into `output`."""
+
+    def __init__(self, reader: int, output: CappedOutput):
+        self.reader, self.output = reader, output
+        asyncio.get_running_loop().add_reader(reader, self.drain)
+
+    def drain(self, once: bool = False) -> None:
+        """What the FIFO holds read: until it would block, or (`once`) at most a few reads of what it holds now,
+        which a leftover process may keep filling. At its end (its writers gone) it is read no more until the
+        command's status: an end of file stays readable."""
+        for _ in range(16 if once else 1 << 30):
+            try:
+                chunk = os.read(self.reader, 65536)
+            except BlockingIOError:
+                return
+            if not chunk:
+                asyncio.get_running_loop().remove_reader(self.reader)
+                return
+            self.output.feed(chunk)
+
+    def close(self) -> None:
+        asyncio.get_running_loop().remove_reader(self.reader)
+        os.close(self.reader)
+
+
+def _write(path: str, data: bytes) -> None:
+    """A new file of the runner's at `path`, readable by the sandbox (its folder is bound read-only)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+    finally:
+        os.close(fd)
+
+
+def _remove(*paths: str) -> None:
+    for path in paths:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+
+
+def new_token() -> str:
+    return secrets.token_hex(8)
