@@ -3,15 +3,15 @@
     python bench/throughput.py --prompts 1000 --latency-ms 300 --workers 2 --concurrency 100 \\
         --environments local,bwrap --verify both --repeats 3 [--baseline DIR] [--strace 20]
 
-Starts the mock server (trajforge.mock.server) with the given latency (one tool turn, so two model
-calls and one terminal command a prompt) and runs batch_runner.py on generated prompts, once per
+Starts the mock server (trajforge.mock.server) with the given latency (--turns tool turns, 1 by default:
+two model calls, a terminal command and a file written a prompt) and runs batch_runner.py on generated prompts, once per
 environment, without and with a `verify` command (--verify), --repeats times each, alternating with
 the tree in --baseline DIR when given (e.g. `git worktree add DIR main --detach`): before and after
 on the same machine at the same moment, medians and their ratio after/before. Per row:
 
 - cpu_ms: the runner's CPU per trajectory (its whole process tree, terminal commands included, the
   server excluded), and sys_ms its system part;
-- efficiency: the ideal time prompts x 2 calls x latency / in flight, over the wall time;
+- efficiency: the ideal time prompts x (turns + 1) calls x latency / in flight, over the wall time;
 - end_s: from the last batch line to the run's exit, and its parts in order (END_PARTS): shut_s until
   the last worker had exited, merge_s until trajectories.jsonl was written (the exports of --export
   are written in the same pass), stats_s until statistics.json was, report_s until the dataset card and
@@ -42,14 +42,13 @@ from pathlib import Path
 import psutil
 
 ROOT = Path(__file__).resolve().parents[1]
-CALLS_PER_PROMPT = 2
 VERIFY = "test -d ."  # as cheap as a verify command gets: what is measured is the runner's part
 END_PARTS = ("shut_s", "merge_s", "stats_s", "report_s", "summary_s", "exit_s")
 
 
-def start_server(latency: float) -> tuple[subprocess.Popen, str]:
+def start_server(latency: float, turns: int) -> tuple[subprocess.Popen, str]:
     server = subprocess.Popen(
-        [sys.executable, "-m", "trajforge.mock.server", "--latency", str(latency), "--turns", "1"],
+        [sys.executable, "-m", "trajforge.mock.server", "--latency", str(latency), "--turns", str(turns)],
         stdout=subprocess.PIPE,
         text=True,
         cwd=ROOT,
@@ -162,7 +161,7 @@ def run_once(tree: Path, base_url: str, args: argparse.Namespace, environment: s
     samples = args.prompts * args.n_samples
     cpu = (after.children_user - before.children_user) + (after.children_system - before.children_system)
     in_flight = min(args.workers * args.concurrency, samples)
-    ideal = samples * CALLS_PER_PROMPT * args.latency_ms / 1000 / in_flight
+    ideal = samples * (args.turns + 1) * args.latency_ms / 1000 / in_flight
     workers = [rss for pid, rss in watch.peaks.items() if pid != proc.pid]
     return {
         "trajectories": written,
@@ -251,6 +250,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--prompts", type=int, default=40)
     parser.add_argument("--latency-ms", type=float, default=300)
+    parser.add_argument("--turns", type=int, default=1, help="tool-calling turns a prompt (then its answer)")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--concurrency", type=int, default=1)
     parser.add_argument("--batch-size", type=int, default=100)
@@ -271,7 +271,7 @@ def main() -> None:
     rows: dict[str, dict[str, list[dict]]] = {name[c]: {t: [] for t in trees} for c in combos}
     strace: dict = {}
     print(f"load before: {os.getloadavg()}", flush=True)
-    server, base_url = start_server(args.latency_ms / 1000)
+    server, base_url = start_server(args.latency_ms / 1000, args.turns)
     try:
         for repeat in range(args.repeats):
             for combo in combos:
@@ -290,7 +290,7 @@ def main() -> None:
         server.wait()
     print(f"load after: {os.getloadavg()}  ({os.cpu_count()} cores)")
     samples = args.prompts * args.n_samples
-    shape = f"{args.workers} workers x {args.concurrency}, {args.latency_ms:g} ms a call"
+    shape = f"{args.workers} workers x {args.concurrency}, {args.latency_ms:g} ms a call, {args.turns} tool turns"
     print(f"{samples} samples, {shape}; medians of {args.repeats}")
     print(table(rows, list(trees), strace))
 

@@ -10,8 +10,9 @@ The runner talks to the spawner through a control folder (`ctl`) of its own, bou
 sandbox at CONTROL: for command N it writes N.sh (its cwd, argv and redirections, quoted for sh) and
 N.in (its input, when it has one), makes the FIFO N.out for its output, opened for reading first, and
 writes N on the spawner's stdin. The spawner sources N.sh in a background subshell, waits for it and
-prints `TOKEN N STATUS`. The output read is what the command wrote before it exited (as the clean room's
-own_output); what its background processes write later is never read.
+prints `TOKEN N STATUS`. The output is read until the command exited and nothing holds the FIFO open any
+more: a background process of it that keeps its output holds the command to its time limit, as in
+local (run_process) and docker; one that redirected its output lives on.
 
 What the agent can do to the spawner, a process of its own uid: end it, or write on its pipes through
 /proc. Either changes the results of its own commands only (their output and exit status, which its
@@ -20,9 +21,9 @@ a spawner that ends or misbehaves is a sandbox that ended (its processes with it
 gets a new one. Nothing the runner trusts runs here once the agent has begun: the verification has
 sandboxes of its own (a fresh bwrap per command, two uids), after this one and everything in it ended.
 
-Unlike a sandbox per command, a process the agent leaves running lives on into its next commands (a
-server it started and then queries), until a command times out or the sample's agent ends: a timeout
-ends the whole sandbox, and the next command starts in a new one.
+Unlike a sandbox per command, a process the agent leaves running (its output elsewhere) lives on into its
+next commands (a server it started and then queries), until a command times out or the sample's agent
+ends: a timeout ends the whole sandbox, and the next command starts in a new one.
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ from trajforge.tail import CappedOutput
 CONTROL = "/.batch-runner"  # where the control folder lies in the sandbox, read-only (no folder of the host)
 LINE_LIMIT = 256  # bytes of a line on the spawner's stdout read at most: a status is a few dozen
 NOISE = 4096  # bytes of what else the spawner said (bwrap's error: its stderr) kept for a sandbox that ended
+READS = 16  # reads of a FIFO's 64 KB at most per wake-up of the event loop
 STDERR_WAIT = 1.0  # seconds an ended sandbox's stderr gets to say why
 # The sandbox's own command. TOKEN is the runner's, per sandbox; a request is a number alone.
 SPAWNER = """exec 2>&1
@@ -69,7 +71,7 @@ class Session:
         self.count = 0
         self.noise = b""
         self.lock = asyncio.Lock()  # one command at a time: each waits for its own status
-        self.ended = False
+        self.ending: asyncio.Future | None = None  # its end, once begun
 
     @staticmethod
     def spawner(token: str) -> list[str]:
@@ -87,19 +89,18 @@ class Session:
             ended = False
             try:
                 try:
-                    code = await asyncio.wait_for(self._ask(number), timeout)
+                    code = await asyncio.wait_for(self._finished(number, fifo), timeout)
                 except TimeoutError:
                     return timeout_result(output.text(), timeout)
                 except (_Ended, OSError, ValueError) as exc:  # ValueError: a line past LINE_LIMIT
                     said = str(exc) or self.said()
                     return ExecResult(output.text(), -1, "the command's sandbox ended" + (f": {said}" if said else ""))
-                fifo.drain(once=True)
                 ended = True
                 return ExecResult(output.text(), code)
             finally:
                 fifo.close()
                 if not ended:  # timed out, cancelled or lost: the sandbox goes with what runs in it
-                    await asyncio.shield(self.end())
+                    await self.end()
                 _remove(*(os.path.join(self.control, number + suffix) for suffix in (".out", ".sh", ".in")))
 
     def _prepare(self, number: str, argv: list[str], cwd: str, stdin: bytes | None) -> int:
@@ -117,6 +118,14 @@ class Session:
         if self.owner is not None:
             os.chown(fifo, self.owner, self.owner)
         return os.open(fifo, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
+
+    async def _finished(self, number: str, fifo: _Fifo) -> int:
+        """Command `number`'s exit status, once it exited and nothing holds its output open any more (what a
+        background process of it that keeps the output holds the command to its time limit, as run_process)."""
+        code = await self._ask(number)
+        if not fifo.at_end():
+            await fifo.closed
+        return code
 
     async def _ask(self, number: str) -> int:
         """Command `number` started; the exit status the spawner says for it. What else it says is kept as noise."""
@@ -151,10 +160,17 @@ class Session:
 
     async def end(self) -> None:
         """The sandbox and every process in it ended (its spawner's group: bwrap, whose end takes its PID
-        namespace down), its control folder removed. Once."""
-        if self.ended:
-            return
-        self.ended = True
+        namespace down), its control folder removed; every caller waits for the one ending (a cancelled
+        command's, then the environment's close)."""
+        if self.ending is None:
+            self.ending = asyncio.ensure_future(self._end())
+        await asyncio.shield(self.ending)
+
+    @property
+    def ended(self) -> bool:
+        return self.ending is not None
+
+    async def _end(self) -> None:
         try:
             await self.spawned.end()
         finally:
@@ -162,25 +178,34 @@ class Session:
 
 
 class _Fifo:
-    """A command's output FIFO, read as it comes, on the event loop, into `output`."""
+    """A command's output FIFO, read as it comes, on the event loop, into `output`; `closed` once every
+    writer it had is gone (the kernel says so only after one came: before, nothing to read is no end)."""
 
     def __init__(self, reader: int, output: CappedOutput):
         self.reader, self.output = reader, output
-        asyncio.get_running_loop().add_reader(reader, self.drain)
+        loop = asyncio.get_running_loop()
+        self.closed = loop.create_future()
+        loop.add_reader(reader, self.drain)
 
-    def drain(self, once: bool = False) -> None:
-        """What the FIFO holds read: until it would block, or (`once`) at most a few reads of what it holds now,
-        which a leftover process may keep filling. At its end (its writers gone) it is read no more until the
-        command's status: an end of file stays readable."""
-        for _ in range(16 if once else 1 << 30):
+    def drain(self) -> bool:
+        """What the FIFO holds read (at most READS reads a call: a writer as fast as us never holds the event
+        loop); whether it has no writer (read as an end of file): no more to read."""
+        for _ in range(READS):
             try:
                 chunk = os.read(self.reader, 65536)
             except BlockingIOError:
-                return
+                return False
             if not chunk:
                 asyncio.get_running_loop().remove_reader(self.reader)
-                return
+                if not self.closed.done():
+                    self.closed.set_result(None)
+                return True
             self.output.feed(chunk)
+        return False
+
+    def at_end(self) -> bool:
+        """After the command exited: whether nothing holds its output (never opened, or closed by all)."""
+        return self.closed.done() or self.drain()
 
     def close(self) -> None:
         asyncio.get_running_loop().remove_reader(self.reader)
