@@ -10,6 +10,7 @@ import os
 import shlex
 import shutil
 import socket
+import subprocess
 import tempfile
 from dataclasses import replace
 from pathlib import Path
@@ -18,7 +19,7 @@ from urllib.parse import quote
 import pytest
 from conftest import API_KEY, tool_results
 
-from trajforge.environments import AUTO, EnvironmentSettings, backend_for, choose
+from trajforge.environments import AUTO, EnvironmentSettings, ExecResult, backend_for, choose
 from trajforge.environments.bwrap import BwrapBackend
 from trajforge.environments.bwrap_session import CONTROL
 from trajforge.environments.local import SYSTEM_PATH
@@ -338,3 +339,128 @@ def _running(command: str) -> int:
         with contextlib.suppress(OSError):
             found += path.read_bytes().replace(b"\0", b" ").strip() == command.encode()
     return found
+
+
+# Past the time limit; the spawner ended by the agent after its command.
+@pytest.mark.parametrize("ending", ["sleep 30", "(sleep 0.3; kill -9 $PPID) > /dev/null 2>&1 &"])
+def test_a_sandbox_that_ended_signals_no_group_that_took_its_number_since(bwrap, tmp_path, ending):
+    """(review 28) A sandbox a timeout ended was ended again by the next command and by close(): SIGTERM, then
+    SIGKILL, to its bwrap's process group by number, free since bwrap was collected. Whatever group took the
+    number meanwhile (another sample's command, a host process: the runner is root) was killed, its children
+    collected by the runner. So was one that took the number of a bwrap that ended with its spawner. A group
+    leader made with that number (ns_last_pid) lives on; the honest twin: the next command runs, in a new sandbox."""
+
+    async def body():
+        env = await backend_for(replace(settings("bwrap", tmp_path), command_timeout=2.0)).open({})
+        leader = None
+        try:
+            await env.exec("true")
+            number = env.session.spawned.process.pid
+            ended = await env.exec(ending)
+            await asyncio.sleep(1)  # the spawner the agent killed is gone and collected
+            leader = _group_leader_at(number)
+            after = await env.exec("echo next")
+            await env.close()
+            return ended, after, leader
+        except BaseException:
+            await env.close()
+            raise
+        finally:
+            if leader is not None:
+                left = leader.poll()
+                leader.kill()
+                leader.wait()
+                leader.returncode = left
+
+    ended, after, leader = asyncio.run(body())
+    if leader is None:
+        pytest.skip("no process could be made with a given number here (the host's root sets ns_last_pid)")
+    assert ended.timed_out or ended.exit_code == 0, ended
+    assert after.output == "next\n" and after.exit_code == 0, after
+    assert leader.returncode is None, leader.returncode
+
+
+def _group_leader_at(pid: int) -> subprocess.Popen | None:
+    """A process group leader made with the number `pid` (ns_last_pid), else None (not root, or another process
+    of the host took it each time)."""
+    for _ in range(100):
+        try:
+            with open("/proc/sys/kernel/ns_last_pid", "w") as handle:
+                handle.write(str(pid - 1))
+        except OSError:
+            return None
+        leader = subprocess.Popen(["sleep", "60"], start_new_session=True)
+        if leader.pid == pid:
+            return leader
+        leader.kill()
+        leader.wait()
+    return None
+
+
+@pytest.mark.parametrize("together", [True, False])
+def test_agent_commands_started_together_share_one_sandbox_and_wait_for_the_one_before(bwrap, tmp_path, together):
+    """(review 28) Agent commands started together (a tool of the run's own that gathers them) each made a sandbox:
+    the sample kept one, the other ran on past the agent's end (into the verification, where no cgroup ended it:
+    a runner that is not root's) and past the sample, its control folder left in /tmp; and a command that waited
+    for a sandbox that a timeout then ended raised FileNotFoundError instead of giving its result. They run one
+    after another in one sandbox, a new one after the timeout. The honest twin: the same commands one by one."""
+    commands = ["sleep 300 > /dev/null 2>&1 & echo a", "sleep 300 > /dev/null 2>&1 & echo b"]
+
+    async def body():
+        env = await backend_for(replace(settings("bwrap", tmp_path), command_timeout=2.0)).open({})
+        try:
+            if together:
+                started = await asyncio.gather(*(env.exec(command) for command in commands))
+            else:
+                started = [await env.exec(command) for command in commands]
+            sandboxes = _spawners(env.workspace)
+            late = ["sleep 30", "echo after"]
+            if together:
+                ended = await asyncio.gather(*(env.exec(command) for command in late), return_exceptions=True)
+            else:
+                ended = [await env.exec(command) for command in late]
+            await env.enter_clean_room()
+            return started, sandboxes, ended, _spawners(env.workspace)
+        finally:
+            await env.close()
+
+    started, sandboxes, (slow, after), left = asyncio.run(body())
+    assert [done.output for done in started] == ["a\n", "b\n"], started
+    assert sandboxes == 1 and left == 0, (sandboxes, left)
+    assert isinstance(slow, ExecResult) and slow.timed_out, slow
+    assert isinstance(after, ExecResult) and after.output == "after\n", after
+
+
+def _spawners(workspace: str) -> int:
+    """Sandboxes of the sample whose workspace is `workspace`: their spawners (bwrap_session.SPAWNER), there."""
+    found = 0
+    for path in Path("/proc").glob("[0-9]*/cmdline"):
+        with contextlib.suppress(OSError):
+            argv = path.read_bytes().split(b"\0")
+            if argv[0] == b"sh" and f"{CONTROL}/$n.sh".encode() in argv[2]:
+                found += os.readlink(path.parent / "cwd") == workspace
+    return found
+
+
+@pytest.mark.parametrize("gone", [True, False])
+def test_a_sandbox_that_cannot_start_says_why(bwrap, tmp_path, gone):
+    """(review 28) A new sandbox whose bwrap could not start (the agent removed its working folder and ended the
+    sandbox's spawner) said only `the command's sandbox ended`: bwrap's own error was on its stderr, never read.
+    It says why now; the honest twin, its folder kept, starts a new sandbox there."""
+    remove = "cd .. && rm -rf project && " if gone else ""
+    end = f"{remove}(sleep 0.3; kill -9 $PPID) > /dev/null 2>&1 &"
+
+    async def body():
+        env = await backend_for(settings("bwrap", tmp_path)).open({"cwd": "project"})
+        try:
+            await env.exec(end)
+            await asyncio.sleep(1)
+            return await env.exec("echo next")
+        finally:
+            await env.close()
+
+    done = asyncio.run(body())
+    if gone:
+        assert done.exit_code == -1 and "Can't chdir" in (done.error or ""), done
+    else:
+        assert done.output == "next\n" and done.exit_code == 0, done

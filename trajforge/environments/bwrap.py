@@ -152,6 +152,9 @@ class BwrapEnvironment(LocalEnvironment):
         self.network: netns.SampleNetwork | None = None  # --sandbox_network: the sample's namespace
         self.loopback: loopback.Loopback | None = None  # a root runner's agent commands' network namespace
         self.session: Session | None = None  # the sandbox of the agent's commands, made at the first (bwrap_session.py)
+        # One agent command at a time (also those a tool of the run's own starts together): each finds the sandbox
+        # the one before left, or makes a new one where that one ended; never two sandboxes for a sample (review 28).
+        self.agent_turn = asyncio.Lock()
 
     def _prepare(self) -> None:
         super()._prepare()
@@ -221,8 +224,9 @@ class BwrapEnvironment(LocalEnvironment):
     ) -> ExecResult:
         self.started += 1
         if not self.clean:  # the agent's: in the sample's one sandbox
-            session = await self._session()
-            done = await session.run(argv, self.cwd, timeout, stdin, limit)
+            async with self.agent_turn:
+                session = await self._session()
+                done = await session.run(argv, self.cwd, timeout, stdin, limit)
             reap_exited_orphans()  # a sandbox that ended: its PID-namespace init, as below
             return done
         joins = self._joins()

@@ -33,10 +33,13 @@ import contextlib
 import os
 import secrets
 import shlex
-from typing import NoReturn
+import signal
+import time
+from typing import NoReturn, cast
 
 from trajforge.environments import ExecResult
 from trajforge.environments.contract import Spawned, timeout_result
+from trajforge.environments.orphans import commands_running
 from trajforge.environments.trees import remove_tree
 from trajforge.tail import CappedOutput
 
@@ -44,6 +47,9 @@ CONTROL = "/.batch-runner"  # where the control folder lies in the sandbox, read
 LINE_LIMIT = 256  # bytes of a line on the spawner's stdout read at most: a status is a few dozen
 NOISE = 4096  # bytes of what else the spawner said (bwrap's error: its stderr) kept for a sandbox that ended
 READS = 16  # reads of a FIFO's 64 KB at most per wake-up of the event loop
+INLINE = 1 << 20  # bytes of a command's input written on the event loop at most (more: on a thread)
+GRACE = 1.0  # seconds an idle sandbox whose spawner's stdin closed gets to end by itself
+INIT_WAIT = 2.0  # seconds a killed sandbox's init gets to end its PID namespace
 STDERR_WAIT = 1.0  # seconds an ended sandbox's stderr gets to say why
 # The sandbox's own command. TOKEN is the runner's, per sandbox; a request is a number alone.
 SPAWNER = """exec 2>&1
@@ -70,7 +76,6 @@ class Session:
         self.key = key  # what the sandbox was made with (the command variables): another asks for another one
         self.count = 0
         self.noise = b""
-        self.lock = asyncio.Lock()  # one command at a time: each waits for its own status
         self.ending: asyncio.Future | None = None  # its end, once begun
 
     @staticmethod
@@ -78,30 +83,33 @@ class Session:
         return ["sh", "-c", SPAWNER.format(control=CONTROL, token=token)]
 
     async def run(self, argv: list[str], cwd: str, timeout: float, stdin: bytes | None, limit: int) -> ExecResult:
-        """argv run in the sandbox from `cwd` with `stdin`, its output capped at `limit` bytes. A sandbox that
-        ended before it said the command's status (the command ended its spawner, or bwrap could not start)
-        is ended for good: the result holds what the command wrote and why (exit status -1)."""
-        async with self.lock:
-            self.count += 1
-            number = str(self.count)
-            output = CappedOutput(limit)
+        """argv run in the sandbox from `cwd` with `stdin`, its output capped at `limit` bytes; one command at a
+        time (the caller's lock: BwrapEnvironment.agent_turn). A sandbox that ended before it said the command's
+        status (the command ended its spawner, or bwrap could not start) is ended for good: the result holds what
+        the command wrote and why (exit status -1)."""
+        self.count += 1
+        number = str(self.count)
+        output = CappedOutput(limit)
+        if stdin is not None and len(stdin) > INLINE:  # a task's repository (write_files): off the event loop
+            fifo = _Fifo(await asyncio.to_thread(self._prepare, number, argv, cwd, stdin), output)
+        else:
             fifo = _Fifo(self._prepare(number, argv, cwd, stdin), output)
-            ended = False
+        ended = False
+        try:
             try:
-                try:
-                    code = await asyncio.wait_for(self._finished(number, fifo), timeout)
-                except TimeoutError:
-                    return timeout_result(output.text(), timeout)
-                except (_Ended, OSError, ValueError) as exc:  # ValueError: a line past LINE_LIMIT
-                    said = str(exc) or self.said()
-                    return ExecResult(output.text(), -1, "the command's sandbox ended" + (f": {said}" if said else ""))
-                ended = True
-                return ExecResult(output.text(), code)
-            finally:
-                fifo.close()
-                if not ended:  # timed out, cancelled or lost: the sandbox goes with what runs in it
-                    await self.end()
-                _remove(*(os.path.join(self.control, number + suffix) for suffix in (".out", ".sh", ".in")))
+                code = await asyncio.wait_for(self._finished(number, fifo), timeout)
+            except TimeoutError:
+                return timeout_result(output.text(), timeout)
+            except (_Ended, OSError, ValueError) as exc:  # ValueError: a line past LINE_LIMIT
+                said = str(exc) or self.said()
+                return ExecResult(output.text(), -1, "the command's sandbox ended" + (f": {said}" if said else ""))
+            ended = True
+            return ExecResult(output.text(), code)
+        finally:
+            fifo.close()
+            if not ended:  # timed out, cancelled or lost: the sandbox goes with what runs in it
+                await self.end(graceful=False)
+            _remove(*(os.path.join(self.control, number + suffix) for suffix in (".out", ".sh", ".in")))
 
     def _prepare(self, number: str, argv: list[str], cwd: str, stdin: bytes | None) -> int:
         """N.in, N.sh and the FIFO N.out written, the FIFO opened for reading (without waiting for its
@@ -158,23 +166,61 @@ class Session:
         """What the sandbox said besides statuses (bwrap's error, when it could not start)."""
         return self.noise.decode(errors="replace").strip()
 
-    async def end(self) -> None:
-        """The sandbox and every process in it ended (its spawner's group: bwrap, whose end takes its PID
-        namespace down), its control folder removed; every caller waits for the one ending (a cancelled
-        command's, then the environment's close)."""
+    async def end(self, graceful: bool = True) -> None:
+        """The sandbox and every process in it ended, its control folder removed; once: every caller waits for
+        the one ending. `graceful` (no command of it running): its spawner's stdin closed, it ends by itself,
+        and bwrap after its PID namespace; else, or past GRACE, bwrap's group is killed, and what is waited
+        for is the sandbox's init, whose end is its namespace's. A bwrap already collected is never signalled:
+        its number, free again, may lead another process's group by then (another sample's command, a host
+        process: review 28)."""
         if self.ending is None:
-            self.ending = asyncio.ensure_future(self._end())
+            self.ending = asyncio.ensure_future(self._end(graceful))
         await asyncio.shield(self.ending)
 
     @property
     def ended(self) -> bool:
         return self.ending is not None
 
-    async def _end(self) -> None:
+    async def _end(self, graceful: bool) -> None:
+        process = cast(asyncio.subprocess.Process, self.spawned.process)  # spawn_process's
         try:
-            await self.spawned.end()
+            if graceful and process.returncode is None and process.stdin is not None:
+                process.stdin.close()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(asyncio.shield(process.wait()), GRACE)
+            if process.returncode is None:  # not collected: its number is still its own, until the wait below
+                init = _child(process.pid)
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(process.pid, signal.SIGKILL)
+                await process.wait()
+                await _exited(init)
         finally:
+            commands_running.discard(process.pid)
             await asyncio.to_thread(remove_tree, self.control)
+
+
+def _child(pid: int) -> int | None:
+    """The child of bwrap `pid`: the sandbox's init (bwrap forks one process)."""
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as handle:
+            return int(handle.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+async def _exited(pid: int | None) -> None:
+    """Wait (at most INIT_WAIT seconds) until the sandbox's init `pid` has exited: killed as bwrap died
+    (--die-with-parent), it first kills and waits for every process of its PID namespace. Only looked at,
+    never signalled: collected meanwhile (orphans.py), its number may be another's."""
+    deadline = time.monotonic() + INIT_WAIT
+    while pid is not None and time.monotonic() < deadline:
+        try:
+            with open(f"/proc/{pid}/stat") as handle:
+                if handle.read().rsplit(")", 1)[1].split()[0] in ("Z", "X"):
+                    return
+        except (OSError, IndexError):
+            return
+        await asyncio.sleep(0.01)
 
 
 class _Fifo:
