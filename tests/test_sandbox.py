@@ -380,6 +380,46 @@ def test_a_sandbox_that_ended_signals_no_group_that_took_its_number_since(bwrap,
     assert leader.returncode is None, leader.returncode
 
 
+@pytest.mark.parametrize("kind", ["bwrap", "local"])
+def test_a_spawned_server_that_ended_by_itself_signals_no_group_that_took_its_number_since(kind, request, tmp_path):
+    """(review 29) A stdio server's end (local._end_spawned: its connection's close) sent SIGTERM, then SIGKILL, to
+    its process group by number, and waited for and collected that group's processes, also when the server had
+    ended by itself long before (a crash, or its stdin's end) and asyncio had collected it: its number, free since,
+    may lead another process's group (another sample's command, a host process: the runner is root), which was
+    killed and collected by the runner (another sample's command then said exit 255). A group leader made with
+    that number (ns_last_pid) lives on. The honest twin: a server still running is ended, its sandbox with it."""
+    if kind == "bwrap":
+        request.getfixturevalue("bwrap")
+
+    async def body():
+        env = await backend_for(settings(kind, tmp_path)).open({})
+        leader = None
+        try:
+            ended = await env.spawn(["sh", "-c", "echo ready"], {})
+            number = ended.process.pid
+            await ended.process.wait()  # the server ended by itself; asyncio collected it
+            leader = _group_leader_at(number)
+            await ended.end()
+            running = await env.spawn(["sh", "-c", "echo ready; exec sleep 3.25"], {})
+            assert running.process.stdout is not None
+            await running.process.stdout.readline()
+            await asyncio.wait_for(running.end(), 10)
+            return leader, running.process.returncode, _running("sleep 3.25")
+        finally:
+            await env.close()
+            if leader is not None:
+                left = leader.poll()
+                leader.kill()
+                leader.wait()
+                leader.returncode = left
+
+    leader, code, left = asyncio.run(body())
+    assert code is not None and left == 0, (code, left)
+    if leader is None:
+        pytest.skip("no process could be made with a given number here (the host's root sets ns_last_pid)")
+    assert leader.returncode is None, leader.returncode
+
+
 def _group_leader_at(pid: int) -> subprocess.Popen | None:
     """A process group leader made with the number `pid` (ns_last_pid), else None (not root, or another process
     of the host took it each time)."""

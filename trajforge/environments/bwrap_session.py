@@ -39,6 +39,7 @@ from typing import NoReturn, cast
 
 from trajforge.environments import ExecResult
 from trajforge.environments.contract import Spawned, timeout_result
+from trajforge.environments.local import leads_its_group
 from trajforge.environments.orphans import commands_running
 from trajforge.environments.trees import remove_tree
 from trajforge.tail import CappedOutput
@@ -188,7 +189,7 @@ class Session:
                 process.stdin.close()
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(asyncio.shield(process.wait()), GRACE)
-            if process.returncode is None:  # not collected: its number is still its own, until the wait below
+            if leads_its_group(process):  # not collected: its number is still its own, until the wait below
                 init = _child(process.pid)
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(process.pid, signal.SIGKILL)

@@ -114,15 +114,36 @@ async def spawn_process(argv: list[str], cwd: str, env: dict, limit: int, pass_f
 
 
 async def _end_spawned(proc: asyncio.subprocess.Process) -> None:
-    """Its group ended; its exit awaited a bounded time (a process it started outside its group may still
-    hold its pipes open: the sample's cgroup or marker ends that one)."""
+    """Its group ended, SIGTERM then SIGKILL, only while its leader is not collected: once asyncio has collected
+    it (a server that ended by itself, also on its stdin's end), its number is free and may lead another
+    process's group by then (another sample's command, a host process), which a signal or a wait for that group
+    would end or reap (review 29, as review 28's sandbox). What the group left, or started outside it, the
+    sample's cgroup or marker ends (local), or its PID namespace did (bwrap)."""
     try:
-        await end_group(proc.pid)
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(proc.wait(), TERM_GRACE)
-        await group_gone(proc.pid)
+        if leads_its_group(proc):
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGTERM)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(proc.wait()), TERM_GRACE)
+        if leads_its_group(proc):
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            await proc.wait()
     finally:
         commands_running.discard(proc.pid)
+
+
+def leads_its_group(proc: asyncio.subprocess.Process) -> bool:
+    """Whether the number of `proc`, a group leader started here, is still its own: it runs, or is a zombie no one
+    collected. asyncio's watcher collects it before it sets `returncode` (in a later callback, or on a thread
+    of its own): a child the kernel no longer has for ours (waitid without collecting it) is gone too."""
+    if proc.returncode is not None:
+        return False
+    try:
+        os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+    except ChildProcessError:
+        return False
+    return True
 
 
 class _OutputPipe:
