@@ -318,10 +318,10 @@ def test_an_agent_that_ends_or_rewrites_its_sandbox_s_spawner_loses_its_own_comm
         env = await backend_for(env_settings).open({})
         try:
             done = [await env.exec(command) for command in commands]
-            await env.exec("sleep 300 > /dev/null 2>&1 &")
-            running = _running("sleep 300")
+            await env.exec("sleep 302.5 > /dev/null 2>&1 &")  # no other test's: they run side by side
+            running = _running("sleep 302.5")
             await env.enter_clean_room()
-            return done, env.workspace, running, _running("sleep 300")
+            return done, env.workspace, running, _running("sleep 302.5")
         finally:
             await env.close()
 
