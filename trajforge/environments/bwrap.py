@@ -225,10 +225,11 @@ class BwrapEnvironment(LocalEnvironment):
         self.started += 1
         if not self.clean:  # the agent's: in the sample's one sandbox
             async with self.agent_turn:
-                session = await self._session()
-                done = await session.run(argv, self.cwd, timeout, stdin, limit)
-            reap_exited_orphans()  # a sandbox that ended: its PID-namespace init, as below
-            return done
+                if not self.clean:  # else it waited for the agent's last command, and the clean room began since
+                    session = await self._session()
+                    done = await session.run(argv, self.cwd, timeout, stdin, limit)
+                    reap_exited_orphans()  # a sandbox that ended: its PID-namespace init, as below
+                    return done
         joins = self._joins()
         binds = self._binds()
         tests = ((self.tests_host, SANDBOX_TESTS),) if self.tests_host else ()  # read-only: no one edits them
