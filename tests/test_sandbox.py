@@ -366,11 +366,7 @@ def test_a_sandbox_that_ended_signals_no_group_that_took_its_number_since(bwrap,
             await env.close()
             raise
         finally:
-            if leader is not None:
-                left = leader.poll()
-                leader.kill()
-                leader.wait()
-                leader.returncode = left
+            _let_go(leader)
 
     ended, after, leader = asyncio.run(body())
     if leader is None:
@@ -407,17 +403,22 @@ def test_a_spawned_server_that_ended_by_itself_signals_no_group_that_took_its_nu
             return leader, running.process.returncode, _running("sleep 3.25")
         finally:
             await env.close()
-            if leader is not None:
-                left = leader.poll()
-                leader.kill()
-                leader.wait()
-                leader.returncode = left
+            _let_go(leader)
 
     leader, code, left = asyncio.run(body())
     assert code is not None and left == 0, (code, left)
     if leader is None:
         pytest.skip("no process could be made with a given number here (the host's root sets ns_last_pid)")
     assert leader.returncode is None, leader.returncode
+
+
+def _let_go(leader: subprocess.Popen | None) -> None:
+    """The group leader made at a freed number ended, its returncode left as it was before (None: it lived on)."""
+    if leader is not None:
+        left = leader.poll()
+        leader.kill()
+        leader.wait()
+        leader.returncode = left
 
 
 def _group_leader_at(pid: int) -> subprocess.Popen | None:
