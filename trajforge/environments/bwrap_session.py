@@ -39,15 +39,15 @@ from typing import NoReturn, cast
 
 from trajforge.environments import ExecResult
 from trajforge.environments.contract import Spawned, timeout_result
-from trajforge.environments.local import leads_its_group
-from trajforge.environments.orphans import commands_running
+from trajforge.environments.local import OutputPipe, leads_its_group
+from trajforge.environments.orphans import children, commands_running, state
 from trajforge.environments.trees import remove_tree
 from trajforge.tail import CappedOutput
 
 CONTROL = "/.batch-runner"  # where the control folder lies in the sandbox, read-only (no folder of the host)
 LINE_LIMIT = 256  # bytes of a line on the spawner's stdout read at most: a status is a few dozen
 NOISE = 4096  # bytes of what else the spawner said (bwrap's error: its stderr) kept for a sandbox that ended
-READS = 16  # reads of a FIFO's 64 KB at most per wake-up of the event loop
+PER_WAKE = 16 * 65536  # bytes of a command's output FIFO read at most per wake-up of the event loop
 INLINE = 1 << 20  # bytes of a command's input written on the event loop at most (more: on a thread)
 GRACE = 1.0  # seconds an idle sandbox whose spawner's stdin closed gets to end by itself
 INIT_WAIT = 2.0  # seconds a killed sandbox's init gets to end its PID namespace
@@ -92,9 +92,10 @@ class Session:
         number = str(self.count)
         output = CappedOutput(limit)
         if stdin is not None and len(stdin) > INLINE:  # a task's repository (write_files): off the event loop
-            fifo = _Fifo(await asyncio.to_thread(self._prepare, number, argv, cwd, stdin), output)
+            fifo = OutputPipe(output, await asyncio.to_thread(self._prepare, number, argv, cwd, stdin))
         else:
-            fifo = _Fifo(self._prepare(number, argv, cwd, stdin), output)
+            fifo = OutputPipe(output, self._prepare(number, argv, cwd, stdin))
+        fifo.started(PER_WAKE)  # a writer as fast as the runner never holds the event loop
         ended = False
         try:
             try:
@@ -128,11 +129,13 @@ class Session:
             os.chown(fifo, self.owner, self.owner)
         return os.open(fifo, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
 
-    async def _finished(self, number: str, fifo: _Fifo) -> int:
+    async def _finished(self, number: str, fifo: OutputPipe) -> int:
         """Command `number`'s exit status, once it exited and nothing holds its output open any more (what a
-        background process of it that keeps the output holds the command to its time limit, as run_process)."""
+        background process of it that keeps the output holds the command to its time limit, as run_process).
+        Its end of file is the kernel's only after a writer came: before, nothing to read is no end, and one
+        that never opened it is none now."""
         code = await self._ask(number)
-        if not fifo.at_end():
+        if not (fifo.closed.done() or fifo.read(PER_WAKE)):
             await fifo.closed
         return code
 
@@ -190,7 +193,7 @@ class Session:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(asyncio.shield(process.wait()), GRACE)
             if leads_its_group(process):  # not collected: its number is still its own, until the wait below
-                init = _child(process.pid)
+                init = next(iter(children(process.pid)), None)  # the sandbox's init: bwrap forks one
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(process.pid, signal.SIGKILL)
                 await process.wait()
@@ -200,63 +203,13 @@ class Session:
             await asyncio.to_thread(remove_tree, self.control)
 
 
-def _child(pid: int) -> int | None:
-    """The child of bwrap `pid`: the sandbox's init (bwrap forks one process)."""
-    try:
-        with open(f"/proc/{pid}/task/{pid}/children") as handle:
-            return int(handle.read().split()[0])
-    except (OSError, ValueError, IndexError):
-        return None
-
-
 async def _exited(pid: int | None) -> None:
     """Wait (at most INIT_WAIT seconds) until the sandbox's init `pid` has exited: killed as bwrap died
     (--die-with-parent), it first kills and waits for every process of its PID namespace. Only looked at,
     never signalled: collected meanwhile (orphans.py), its number may be another's."""
     deadline = time.monotonic() + INIT_WAIT
-    while pid is not None and time.monotonic() < deadline:
-        try:
-            with open(f"/proc/{pid}/stat") as handle:
-                if handle.read().rsplit(")", 1)[1].split()[0] in ("Z", "X"):
-                    return
-        except (OSError, IndexError):
-            return
+    while pid is not None and time.monotonic() < deadline and state(pid) not in (None, "Z", "X"):
         await asyncio.sleep(0.01)
-
-
-class _Fifo:
-    """A command's output FIFO, read as it comes, on the event loop, into `output`; `closed` once every
-    writer it had is gone (the kernel says so only after one came: before, nothing to read is no end)."""
-
-    def __init__(self, reader: int, output: CappedOutput):
-        self.reader, self.output = reader, output
-        loop = asyncio.get_running_loop()
-        self.closed = loop.create_future()
-        loop.add_reader(reader, self.drain)
-
-    def drain(self) -> bool:
-        """What the FIFO holds read (at most READS reads a call: a writer as fast as us never holds the event
-        loop); whether it has no writer (read as an end of file): no more to read."""
-        for _ in range(READS):
-            try:
-                chunk = os.read(self.reader, 65536)
-            except BlockingIOError:
-                return False
-            if not chunk:
-                asyncio.get_running_loop().remove_reader(self.reader)
-                if not self.closed.done():
-                    self.closed.set_result(None)
-                return True
-            self.output.feed(chunk)
-        return False
-
-    def at_end(self) -> bool:
-        """After the command exited: whether nothing holds its output (never opened, or closed by all)."""
-        return self.closed.done() or self.drain()
-
-    def close(self) -> None:
-        asyncio.get_running_loop().remove_reader(self.reader)
-        os.close(self.reader)
 
 
 def _write(path: str, data: bytes) -> None:

@@ -69,7 +69,7 @@ async def run_process(
     command) the result is what was written before argv's own process exited, not what processes it
     left behind write later (the caller ends those); else output is read until its pipe closes."""
     output = CappedOutput(limit)
-    pipe = _OutputPipe(output)
+    pipe = OutputPipe(output)
     try:
         with starting_command():
             proc = await asyncio.create_subprocess_exec(
@@ -146,33 +146,37 @@ def leads_its_group(proc: asyncio.subprocess.Process) -> bool:
     return True
 
 
-class _OutputPipe:
-    """A command's stdout and stderr: read as it comes, on the event loop, into `output`."""
+class OutputPipe:
+    """A command's stdout and stderr: read as it comes, on the event loop, into `output`. A new pipe, or the
+    read end of one made elsewhere (`read_end`, non-blocking: bwrap_session's FIFO)."""
 
-    def __init__(self, output: CappedOutput):
+    def __init__(self, output: CappedOutput, read_end: int | None = None):
         self.output = output
-        self.read_end, self.write_end = os.pipe2(os.O_CLOEXEC)
+        self.read_end, self.write_end = os.pipe2(os.O_CLOEXEC) if read_end is None else (read_end, -1)
         self.closed = asyncio.get_running_loop().create_future()  # every writer is gone
 
-    def started(self) -> None:
-        os.close(self.write_end)  # the command holds it now
+    def started(self, per_wake: int = 1 << 62) -> None:
+        """Read from now on, at most `per_wake` bytes each time the event loop finds it readable."""
+        if self.write_end >= 0:
+            os.close(self.write_end)  # the command holds it now
         os.set_blocking(self.read_end, False)
-        asyncio.get_running_loop().add_reader(self.read_end, self.read)
+        asyncio.get_running_loop().add_reader(self.read_end, self.read, per_wake)
 
-    def read(self, at_most: int = 1 << 62) -> None:
-        """What the pipe holds, up to `at_most` bytes."""
+    def read(self, at_most: int = 1 << 62) -> bool:
+        """What the pipe holds, up to `at_most` bytes; whether every writer is gone (nothing more to read)."""
         while at_most > 0:
             try:
                 chunk = os.read(self.read_end, min(65536, at_most))
             except BlockingIOError:
-                return
+                return False
             if not chunk:  # every writer is gone: no more to wait for (an end of file stays readable)
                 asyncio.get_running_loop().remove_reader(self.read_end)
                 if not self.closed.done():
                     self.closed.set_result(None)
-                return
+                return True
             at_most -= len(chunk)
             self.output.feed(chunk)
+        return False
 
     def take_written(self) -> None:
         """At the command's exit: what lies in the pipe now was written before it (FIONREAD counts it);
@@ -188,7 +192,7 @@ class _OutputPipe:
 
 async def _run(
     proc: asyncio.subprocess.Process,
-    pipe: _OutputPipe,
+    pipe: OutputPipe,
     output: CappedOutput,
     timeout: float,
     stdin: bytes | None,

@@ -179,6 +179,12 @@ def _stat(pid: int) -> tuple[str, int, int] | None:
         return None
 
 
+def state(pid: int) -> str | None:
+    """A process's state letter (`Z` for a zombie), or None when it is gone."""
+    found = _stat(pid)
+    return found[0] if found else None
+
+
 def _pids() -> list[int]:
     return [int(name) for name in os.listdir("/proc") if name.isdigit()]
 
