@@ -472,6 +472,48 @@ def test_agent_commands_started_together_share_one_sandbox_and_wait_for_the_one_
     assert isinstance(after, ExecResult) and after.output == "after\n", after
 
 
+# Plants a link to the hidden tests and a FIFO in the workspace, again and again (the escape scan removes them).
+PLANT = "for i in $(seq 150); do ln -sfn /tests/test_hidden.py evil; [ -p fifo ] || mkfifo fifo; sleep 0.01; done"
+
+
+@pytest.mark.parametrize("pending", [True, False])
+def test_an_agent_command_waiting_as_the_verification_begins_never_runs(bwrap, tmp_path, pending):
+    """(review 30) An agent command waiting for the one before (a tool that starts them together) as the verification
+    began found the agent's sandbox gone and the clean room not yet marked: it made a new agent sandbox, which
+    planted a link to /tests and a FIFO after the escape scan and before the tests came (there add_tests ended it),
+    and the verification read the hidden test through the link. It is refused. The honest twin: the same commands
+    one after another before the verification run, and the scan removes what they left."""
+
+    async def body():
+        env = await backend_for(settings("bwrap", tmp_path)).open({})
+        try:
+            await env.exec("true")
+            if pending:
+
+                async def verification():
+                    await asyncio.sleep(0.3)
+                    return await env.enter_clean_room()
+
+                first, planted, note = await asyncio.gather(
+                    env.exec("sleep 1; echo first"), env.exec(f"{PLANT}; echo planted"), verification()
+                )
+            else:
+                first, planted = await env.exec("echo first"), await env.exec(f"{PLANT}; echo planted")
+                note = await env.enter_clean_room()
+            await env.add_tests({"test_hidden.py": b"HIDDEN = 1\n"})
+            return first, planted, note, await env.exec("ls; cat evil 2>&1")
+        finally:
+            await env.close()
+
+    first, planted, note, seen = asyncio.run(body())
+    assert "HIDDEN" not in seen.output and "evil" not in seen.output.split() and "fifo" not in seen.output, seen
+    if pending:
+        assert planted.exit_code == -1 and "verification began" in (planted.error or ""), planted
+    else:
+        assert (first.output, planted.output) == ("first\n", "planted\n"), (first, planted)
+        assert "evil" in note and "fifo" in note, note
+
+
 def _spawners(workspace: str) -> int:
     """Sandboxes of the sample whose workspace is `workspace`: their spawners (bwrap_session.SPAWNER), there."""
     found = 0

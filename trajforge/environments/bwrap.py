@@ -57,6 +57,7 @@ NAMESPACES = ["--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts"
 # of those programs loads the locale's files first, about 0.4 ms of the kernel's per command. bwrap gives
 # the command its own LC_ALL back (or none): what the command sees is unchanged (chain_env, bwrap_argv).
 CHAIN_LOCALE = "C"
+AGENT_OVER = "not run: the agent's commands ended (the verification began while it waited for the one before)"
 
 
 @functools.cache  # the host's system folders stay as they are during a run: looked at once, not per command
@@ -155,6 +156,10 @@ class BwrapEnvironment(LocalEnvironment):
         # One agent command at a time (also those a tool of the run's own starts together): each finds the sandbox
         # the one before left, or makes a new one where that one ended; never two sandboxes for a sample (review 28).
         self.agent_turn = asyncio.Lock()
+        # Set as the verification begins (enter_clean_room), before the agent's sandbox ends: an agent command that
+        # waited for the one before is refused then, in neither a new agent sandbox (which outlived the escape scan
+        # and planted links and FIFOs after it) nor the clean room (the model's text as the verifier): review 30.
+        self.agent_over = False
 
     def _prepare(self) -> None:
         super()._prepare()
@@ -225,11 +230,12 @@ class BwrapEnvironment(LocalEnvironment):
         self.started += 1
         if not self.clean:  # the agent's: in the sample's one sandbox
             async with self.agent_turn:
-                if not self.clean:  # else it waited for the agent's last command, and the clean room began since
-                    session = await self._session()
-                    done = await session.run(argv, self.cwd, timeout, stdin, limit)
-                    reap_exited_orphans()  # a sandbox that ended: its PID-namespace init, as below
-                    return done
+                if self.agent_over:  # it waited for the agent's last command, and the verification began since
+                    return ExecResult("", -1, AGENT_OVER)
+                session = await self._session()
+                done = await session.run(argv, self.cwd, timeout, stdin, limit)
+                reap_exited_orphans()  # a sandbox that ended: its PID-namespace init, as below
+                return done
         joins = self._joins()
         binds = self._binds()
         tests = ((self.tests_host, SANDBOX_TESTS),) if self.tests_host else ()  # read-only: no one edits them
@@ -293,6 +299,10 @@ class BwrapEnvironment(LocalEnvironment):
         if self.session is not None:
             session, self.session = self.session, None
             await session.end()
+
+    async def enter_clean_room(self) -> str:
+        self.agent_over = True  # first: no agent command waiting for its turn starts once the agent's sandbox ends
+        return await super().enter_clean_room()
 
     async def end_agent_processes(self) -> None:
         await self._end_session()
