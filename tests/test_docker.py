@@ -13,6 +13,7 @@ import signal
 import subprocess
 import tarfile
 import time
+from dataclasses import replace
 from pathlib import Path
 from urllib.parse import quote
 
@@ -449,3 +450,64 @@ def test_an_exec_the_runtime_did_not_start_is_started_again_and_one_that_ran_nev
     forged, ran, once, broken, tries = asyncio.run(body())
     assert (forged.exit_code, ran.output, once) == (126, "x\n", 1), (forged, ran, once)
     assert broken.exit_code == 126 and OCI_FAILED in broken.output and tries == 1 + EXEC_AGAIN > 1, (broken, tries)
+
+
+# Run in the container by an agent command: each new process is stopped, looked at and let go, until it is
+# REPORT_PID's shell before it moved its stderr to stdout: then a byte goes there, through /proc/PID/fd/2
+# (a hit is noted in /tmp/hits).
+STEPPER = """import os, signal
+def hit(p):
+    for _ in range(20000):
+        try:
+            os.kill(p, signal.SIGSTOP)
+        except OSError:
+            return
+        try:
+            if b"echo $$ >&2" in open(f"/proc/{p}/cmdline", "rb").read():
+                if os.readlink(f"/proc/{p}/fd/2") != os.readlink(f"/proc/{p}/fd/1"):
+                    fd = os.open(f"/proc/{p}/fd/2", os.O_WRONLY | os.O_NONBLOCK)
+                    os.write(fd, b"x")
+                    os.close(fd)
+                    open("/tmp/hits", "a").write("hit\\n")
+                os.kill(p, signal.SIGCONT)
+                return
+        except OSError:
+            pass
+        os.kill(p, signal.SIGCONT)
+        os.sched_yield()
+seen = set(os.listdir("/proc"))
+while True:
+    for p in set(os.listdir("/proc")) - seen:
+        if p.isdigit() and int(p) != os.getpid():
+            hit(int(p))
+    seen = set(os.listdir("/proc"))
+"""
+
+
+def test_an_exec_whose_stderr_an_agent_process_wrote_on_is_never_started_again(settings):
+    """(review 30) An exec counted as started only where its stderr was its pid alone: a process the agent left
+    running wrote a byte on the stderr of REPORT_PID's shell (/proc/PID/fd/2) before it moved it to stdout, and a
+    command printing the runtime's words with exit status 126 ran two or three times. Anything on that stderr is
+    a start now. The honest twin: the same commands without the process, each run once."""
+
+    async def body(stepped: bool):
+        env = await DockerBackend(replace(settings, default_image=HARBOR_BASE)).open({})
+        try:
+            if stepped:
+                await env.write_file("/tmp/stepper.py", STEPPER)
+                await env.exec("(python3 /tmp/stepper.py > /dev/null 2>&1 &); sleep 0.5")
+            made = 0
+            while made < 30 and (made < 3 or (stepped and not (await env.exec("cat /tmp/hits 2>/dev/null")).output)):
+                await env.exec(f"echo x >> /tmp/ran; echo '{OCI_FAILED}'; exit 126")
+                made += 1
+            hits = (await env.exec("cat /tmp/hits 2>/dev/null")).output.count("hit")
+            return made, (await env.exec("cat /tmp/ran")).output.count("x"), hits
+        finally:
+            await env.close()
+
+    made, ran, hits = asyncio.run(body(True))
+    if not hits:
+        pytest.skip("the stepper never caught REPORT_PID's shell before it moved its stderr (a fast host)")
+    assert ran == made, (made, ran, hits)
+    made, ran, _ = asyncio.run(body(False))
+    assert ran == made == 3, (made, ran)

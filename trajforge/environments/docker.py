@@ -95,8 +95,10 @@ OWN_IDS = [
 KILL_GRACE = 5.0  # seconds to wait for a killed command's output to end
 # An exec the runtime failed to start (runc's init killed as it joined a container whose memory a command past
 # its limit still held: "OCI runtime exec failed: read init-p: connection reset by peer") is started again, up to
-# EXEC_AGAIN times, EXEC_PAUSE seconds apart: nothing of it ran (REPORT_PID, its first step, said no pid), so the
-# command runs once. One that started is never run again, whatever it printed or exited with.
+# EXEC_AGAIN times, EXEC_PAUSE seconds apart: nothing of it ran (REPORT_PID, its first step, wrote nothing on its
+# stderr: the runtime says its failure on stdout), so the command runs once. One that started is never run again,
+# whatever it printed or exited with: also where a process of the agent's wrote on that stderr through
+# /proc/PID/fd/2 before REPORT_PID's shell moved it to stdout (its pid alone was asked for: review 30).
 NOT_STARTED, OCI_FAILED = 126, "OCI runtime exec failed"
 EXEC_AGAIN, EXEC_PAUSE = 2, 0.25
 END_GRACE = 1.0  # seconds a killed server's output gets to end (a process it started outside its group holds it)
@@ -301,7 +303,8 @@ class DockerEnvironment(CommandEnvironment):
     async def _exec_once(
         self, container: str, user: str, command: list[str], timeout: float, limit: int
     ) -> tuple[ExecResult, bool]:
-        """One exec of `command`, and whether it started: REPORT_PID, its first step, said its pid."""
+        """One exec of `command`, and whether it started: REPORT_PID, its first step, wrote on its stderr (its pid; the
+        runtime's own failure comes on stdout). Only a timeout's kill needs the pid alone there."""
         exec_id = (
             await self._call(self.api.exec_create, container, command, environment=self.exec_env or None, user=user)
         )["Id"]
@@ -322,7 +325,7 @@ class DockerEnvironment(CommandEnvironment):
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(asyncio.shield(reading), KILL_GRACE)
             return timeout_result(output.text(), timeout), True
-        return ExecResult(output.text(), await self._exit_code(exec_id)), pid.strip().isdigit()
+        return ExecResult(output.text(), await self._exit_code(exec_id)), bool(pid)
 
     async def spawn(
         self, argv: list[str], variables: dict[str, str], read_only: tuple[str, ...] = (), limit: int = 1 << 16
