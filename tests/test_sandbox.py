@@ -412,6 +412,41 @@ def test_a_spawned_server_that_ended_by_itself_signals_no_group_that_took_its_nu
     assert leader.returncode is None, leader.returncode
 
 
+def test_a_timed_out_command_whose_shell_exited_signals_no_group_that_took_its_number_since(tmp_path):
+    """(review 29) A local command's shell exited at once, leaving a child of its in a session of its own
+    (`setsid`) that kept the output open: asyncio collected the shell, and at the time limit the group's end
+    (SIGTERM, SIGKILL, a wait for its processes) went by the shell's number, free since, which another process's
+    group may lead by then (another sample's command, or any process of the host: the runner is root). The shell's
+    zombie now holds its number until its group is done with: a group leader made with it (ns_last_pid) lives on,
+    or none can be made. The honest twin: a background child in the command's own group goes with the limit."""
+    leader = None
+
+    async def body():
+        nonlocal leader
+        env = await backend_for(settings("local", tmp_path)).open({})
+        try:
+            # Its group's number: the shell's process group (field 5 of its stat; its name `sh` has no space).
+            attack = asyncio.create_task(env.exec("cut -d' ' -f5 /proc/$$/stat > group; setsid sleep 31.5 &", 3))
+            written = Path(env.cwd) / "group"
+            while not written.exists() or not written.read_text().strip():
+                await asyncio.sleep(0.05)
+            number = int(written.read_text())
+            await asyncio.sleep(0.3)  # the shell has exited by now
+            leader = await asyncio.to_thread(_group_leader_at, number)
+            timed_out = await attack
+            twin = await env.exec("sleep 32.5 & echo started", 1)
+            return timed_out, twin, _running("sleep 32.5")
+        finally:
+            await env.close()
+
+    try:
+        timed_out, twin, left = asyncio.run(body())
+    finally:
+        _let_go(leader)
+    assert timed_out.timed_out and twin.timed_out and twin.output.startswith("started") and left == 0
+    assert leader is None or leader.returncode is None, leader.returncode
+
+
 def _let_go(leader: subprocess.Popen | None) -> None:
     """The group leader made at a freed number ended, its returncode left as it was before (None: it lived on)."""
     if leader is not None:

@@ -249,7 +249,7 @@ class BwrapEnvironment(LocalEnvironment):
             limited = self.confined(sandboxed, joins, two_uids)
             fds: tuple[int, ...] = (rules,) if namespace is None else (rules, namespace)
             chain = chain_env(self.env)
-            done = await run_process(limited, self.workspace, chain, timeout, stdin, limit, None, fds, self.clean)
+            done = await run_process(limited, self.workspace, chain, timeout, stdin, limit, fds, self.clean)
         if two_uids:  # its sandbox outlives bwrap (the uid change cleared --die-with-parent): end what is left
             await self.end_leftovers()
         # bwrap's PID-namespace init outlives bwrap and, re-parented to this worker, stays a zombie that counts

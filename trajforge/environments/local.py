@@ -12,6 +12,7 @@ import os
 import secrets
 import signal
 import stat
+import subprocess
 import tempfile
 import termios
 import time
@@ -19,6 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from trajforge.environments import OUTPUT_LIMIT, Backend, EnvironmentSettings, ExecResult, disk, liveness, tmpfs
 from trajforge.environments.contract import Spawned, timeout_result
+from trajforge.environments.leader import Leader, end_group
 from trajforge.environments.limits import MB, RUNNER, SampleCgroup, confined, host_user
 from trajforge.environments.orphans import (
     PROMPT_MARKER,
@@ -57,40 +59,41 @@ async def run_process(
     timeout: float,
     stdin: bytes | None = None,
     limit: int = OUTPUT_LIMIT,
-    groups: list[int] | None = None,
     pass_fds: tuple[int, ...] = (),
     own_output: bool = False,
 ) -> ExecResult:
     """Run argv in its own process group, feeding it `stdin`; on timeout (or cancellation) end the whole
     group: SIGTERM, then SIGKILL for what is still there after TERM_GRACE. No preexec_fn, ever: CPython
     then vfork()s instead of forking the whole worker (what a command's process does first is in its
-    argv: limits.confined). The process group is appended to `groups`, when given; `pass_fds` are
-    descriptors the command inherits (bwrap's filter and namespace). With `own_output` (a verification's
-    command) the result is what was written before argv's own process exited, not what processes it
-    left behind write later (the caller ends those); else output is read until its pipe closes."""
+    argv: limits.confined). `pass_fds` are descriptors the command inherits (bwrap's filter and namespace).
+    With `own_output` (a verification's command) the result is what was written before argv's own process
+    exited, not what processes it left behind write later (the caller ends those); else output is read until
+    its pipe closes. Its first process is collected only once its group is done with (leader.py)."""
     output = CappedOutput(limit)
     pipe = OutputPipe(output)
+    fed = os.pipe2(os.O_CLOEXEC) if stdin is not None else None
     try:
         with starting_command():
-            proc = await asyncio.create_subprocess_exec(
-                *argv,
+            popen = subprocess.Popen(
+                argv,
                 cwd=cwd,
                 env=env,
-                stdin=asyncio.subprocess.DEVNULL if stdin is None else asyncio.subprocess.PIPE,
+                stdin=subprocess.DEVNULL if fed is None else fed[0],
                 stdout=pipe.write_end,
-                stderr=asyncio.subprocess.STDOUT,
+                stderr=subprocess.STDOUT,
                 start_new_session=True,
                 pass_fds=pass_fds,
             )
-            commands_running.add(proc.pid)
+            commands_running.add(popen.pid)
     except BaseException:
-        os.close(pipe.write_end)
-        os.close(pipe.read_end)
+        for fd in (pipe.write_end, pipe.read_end, *(fed or ())):
+            os.close(fd)
         raise
+    leader = Leader(popen)
     pipe.started()
-    if groups is not None:
-        groups.append(proc.pid)
-    return await _run(proc, pipe, output, timeout, stdin, own_output)
+    if fed is not None:
+        os.close(fed[0])  # the command holds it now
+    return await _run(leader, pipe, output, timeout, None if fed is None else (fed[1], stdin or b""), own_output)
 
 
 async def spawn_process(argv: list[str], cwd: str, env: dict, limit: int, pass_fds: tuple[int, ...] = ()) -> Spawned:
@@ -191,29 +194,24 @@ class OutputPipe:
 
 
 async def _run(
-    proc: asyncio.subprocess.Process,
+    leader: Leader,
     pipe: OutputPipe,
     output: CappedOutput,
     timeout: float,
-    stdin: bytes | None,
+    stdin: tuple[int, bytes] | None,
     own_output: bool,
 ) -> ExecResult:
-    into = proc.stdin  # a pipe when there is `stdin` to feed
-
     async def feed() -> None:
-        if stdin is not None and into is not None:
-            into.write(stdin)
-            with contextlib.suppress(BrokenPipeError, ConnectionResetError):  # it may not read it all
-                await into.drain()
-            into.close()
+        if stdin is not None:
+            await write_all(*stdin)
 
     async def finish() -> int:
         if own_output:
-            code = (await asyncio.gather(feed(), proc.wait()))[1]
+            code = (await asyncio.gather(feed(), leader.wait()))[1]
             pipe.take_written()
             return code
         await asyncio.gather(feed(), pipe.closed)
-        return await proc.wait()  # its output may close long before it ends: the limit covers both
+        return await leader.wait()  # its output may close long before it ends: the limit covers both
 
     ended = False  # by itself, within its limit
     try:
@@ -225,48 +223,40 @@ async def _run(
     finally:
         pipe.close()
         if ended:
-            commands_running.discard(proc.pid)
-        else:  # shielded: a prompt cancelled meanwhile still ends the group and forgets the pid once reaped
-            await asyncio.shield(_end_command(proc))
+            leader.collect()
+        else:  # shielded: a prompt cancelled meanwhile still ends the group and collects its leader
+            await asyncio.shield(_end_command(leader))
 
 
-async def _end_command(proc: asyncio.subprocess.Process) -> None:
+async def _end_command(leader: Leader) -> None:
     """Timed out or cancelled: the whole group goes, also a background child that outlived the shell."""
     try:
-        await end_group(proc.pid)
-        await proc.wait()
-        await group_gone(proc.pid)
+        await end_group(leader, TERM_GRACE)
     finally:
-        commands_running.discard(proc.pid)
+        leader.collect()
 
 
-async def end_group(pgid: int) -> None:
-    """SIGTERM to every process of the group; SIGKILL to those still there after TERM_GRACE."""
+async def write_all(fd: int, data: bytes) -> None:
+    """`data` written to the pipe `fd` as the command reads it (all of it, or until it closes its end), then the
+    pipe closed: the command's stdin."""
+    loop = asyncio.get_running_loop()
+    view = memoryview(data)
     try:
-        os.killpg(pgid, signal.SIGTERM)
-        await group_gone(pgid, TERM_GRACE, reap=False)  # its leader is asyncio's to collect
-    except ProcessLookupError:  # the group is empty
+        os.set_blocking(fd, False)
+        while view:
+            try:
+                view = view[os.write(fd, view) :]
+            except BlockingIOError:
+                writable = loop.create_future()
+                loop.add_writer(fd, writable.set_result, None)
+                try:
+                    await writable
+                finally:
+                    loop.remove_writer(fd)
+    except (BrokenPipeError, ConnectionResetError):  # it may not read it all
         pass
-    finally:  # also when the prompt is cancelled during the grace
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(pgid, signal.SIGKILL)
-
-
-async def group_gone(pgid: int, within: float = 1.0, reap: bool = True) -> None:
-    """Wait (at most `within` seconds) until no process of the group is left. SIGKILL takes effect when
-    each process next runs, and those that re-parented to this worker (a subreaper) stay zombies until
-    reaped here (`reap`, once the leader is collected); only then has the command really ended."""
-    deadline = time.monotonic() + within
-    while time.monotonic() < deadline:
-        if reap:
-            with contextlib.suppress(ChildProcessError):  # none of the group is our child (any more)
-                while os.waitpid(-pgid, os.WNOHANG)[0]:
-                    pass
-        try:
-            os.killpg(pgid, 0)
-        except ProcessLookupError:
-            return
-        await asyncio.sleep(0.01)
+    finally:
+        os.close(fd)
 
 
 def workspace_prefix(settings: EnvironmentSettings) -> str:

@@ -32,7 +32,8 @@ PR_SET_CHILD_SUBREAPER = 36
 REAP_EVERY = 1.0  # seconds between two looks for zombies that ended by themselves, shared by the worker's prompts
 EMPTY_SCANS = 3  # scans in a row that found nothing before a prompt counts as ended (or one sure scan)
 KILL_PASSES = 50  # scans of /proc before giving up on a process that forks faster than we kill
-# Direct children that run_process started and still waits for: asyncio reaps them, we must not.
+# Direct children that run_process and spawn_process started and have not collected yet (asyncio, or their
+# Leader): none but they may.
 commands_running: set[int] = set()
 # Commands being started (another prompt's, on the loop thread while end_prompt runs on its own): a
 # zombie may be one of them, exited before its pid reached commands_running. Reaping it then makes
@@ -168,15 +169,21 @@ def end_marked(token: str) -> int:
     return len(killed)
 
 
-def _stat(pid: int) -> tuple[str, int, int] | None:
-    """(state, parent pid, session id) of a process, zombies included; None when it is gone."""
+def _stat(pid: int) -> tuple[str, int, int, int] | None:
+    """(state, parent pid, process group, session id) of a process, zombies included; None when it is gone."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as handle:
             # The command name (field 2) may hold spaces and parentheses: the fields after its last ')'.
             fields = handle.read().rsplit(b")", 1)[1].split()
-        return fields[0].decode(), int(fields[1]), int(fields[3])
+        return fields[0].decode(), int(fields[1]), int(fields[2]), int(fields[3])
     except (OSError, IndexError, ValueError):
         return None
+
+
+def group_of(pid: int) -> tuple[str, int] | None:
+    """(state, process group) of a process, zombies included; None when it is gone."""
+    found = _stat(pid)
+    return (found[0], found[2]) if found else None
 
 
 def state(pid: int) -> str | None:
@@ -192,7 +199,7 @@ def _pids() -> list[int]:
 def reap(pids: set[int]) -> None:
     """Collect the zombies of the killed `pids` that re-parented to us (not asyncio's own children)."""
     me = os.getpid()
-    waiting = {pid for pid in pids if pid not in commands_running and (_stat(pid) or ("", 0, 0))[1] == me}
+    waiting = {pid for pid in pids if pid not in commands_running and (_stat(pid) or ("", 0, 0, 0))[1] == me}
     deadline = time.monotonic() + 2.0
     while waiting and time.monotonic() < deadline:
         for pid in list(waiting):
@@ -227,7 +234,7 @@ def _collect_orphans() -> None:
     me, own_session, later = os.getpid(), os.getsid(0), False
     for pid in children(me):
         stat = _stat(pid)
-        if stat and stat[0] == "Z" and stat[1] == me and stat[2] != own_session and pid not in commands_running:
+        if stat and stat[0] == "Z" and stat[1] == me and stat[3] != own_session and pid not in commands_running:
             # While a command starts, a zombie may be one that exited before its pid reached commands_running:
             # left for a later look, unless it was a PID namespace's init (bwrap's), which no command of ours is.
             if starting and not _namespace_init(pid):
