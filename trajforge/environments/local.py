@@ -512,9 +512,12 @@ class LocalEnvironment(CommandEnvironment):
             self._end_processes()
         self.cgroup.remove()
         folders = [self.verify_tmp] + ([] if self.settings.keep_workspaces else [self.workspace, self.tests_host])
-        # A kept workspace too: what is kept is the sample's files, not a host folder bound among them.
-        every = filter(None, [self.verify_tmp, self.workspace, self.tests_host])
-        if self.host_mounts and not _let_go_below(*every):
+        # A kept workspace too: what is kept is the sample's files, not a host folder bound among them. Else the
+        # folders on the sample's disk go with its unmounting, which is lazy and so takes what lies mounted below
+        # along, without a read of the host's whole mount table at each sample's end (hundreds of lines).
+        on_disk = {self.workspace, self.disk_verify} if self.disk and not self.settings.keep_workspaces else set()
+        every = [folder for folder in (self.verify_tmp, self.workspace, self.tests_host) if folder not in on_disk]
+        if self.host_mounts and any(every) and not _let_go_below(*filter(None, every)):
             folders = []  # still mounted: its folders stay (the run's end unmounts its leftovers first)
         if self.disk is not None:
             self._leave_disk()
