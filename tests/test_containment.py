@@ -10,11 +10,13 @@ import glob
 import json
 import os
 import random
+import resource
 import shlex
 import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -26,7 +28,13 @@ from test_environments import _available, make_settings, sync
 
 from trajforge.environments import EnvironmentSettings, backend_for, liveness, tmpfs
 from trajforge.environments.limits import RUNNER, Limits, confined, unenforced
-from trajforge.environments.local import ROOT_LOCAL_VERIFIED, TERM_GRACE, LocalBackend, workspace_prefix
+from trajforge.environments.local import (
+    ROOT_LOCAL_VERIFIED,
+    TERM_GRACE,
+    LocalBackend,
+    run_process,
+    workspace_prefix,
+)
 from trajforge.tools.transfer import read_bytes
 
 
@@ -624,3 +632,102 @@ def test_a_command_runs_in_its_own_shell_behind_its_limits_with_its_line_numbers
     wrapped = confined(["tar", "-xf", "-"], limits, [])  # not a shell: one runs it, with `exec`
     assert wrapped[2].endswith('exec "$@"') and wrapped[3:] == ["sh", "tar", "-xf", "-"]
     assert confined(["true"], Limits(0, 0, 0), []) == ["true"]
+
+
+COMMAND_ENV = {"PATH": "/usr/bin:/bin"}
+
+
+@pytest.mark.parametrize("own_output", [False, True], ids=["agent", "verification"])
+@pytest.mark.parametrize("leftover", [True, False], ids=["left holding stdin", "reads it all"])
+def test_a_command_s_result_does_not_wait_on_a_leftover_that_holds_its_stdin_unread(own_output, leftover):
+    """(review 31) A command's stdin was fed until every reader was gone: one whose shell exited, a background
+    process of it holding its stdin (and not its output) unread, said nothing until its time limit, then 124,
+    also in the clean room (whose result is what its first process wrote). As asyncio did, the feed ends with
+    the command's first process. The honest twin: a command that reads its stdin gets all of it."""
+    stays = marker()
+    command = f"exec 3<&0; sleep {stays} <&3 >/dev/null 2>&1 & echo done" if leftover else "wc -c"
+    try:
+        started = time.monotonic()
+        done = sync(run_process(["sh", "-c", command], "/", COMMAND_ENV, 5, b"x" * 1_000_000, own_output=own_output))
+        took = time.monotonic() - started
+    finally:
+        for pid in running_with(stays):
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+    assert not done.timed_out and done.exit_code == 0, done
+    assert done.output == ("done\n" if leftover else "1000000\n") and took < 3, (done, took)
+
+
+TRACER = """
+import ctypes, sys, time
+libc = ctypes.CDLL(None, use_errno=True)
+print(libc.ptrace(0x4206, int(sys.argv[1]), 0, 0), flush=True)  # PTRACE_SEIZE, and never a wait for it
+time.sleep(float(sys.argv[2]))
+"""
+
+
+@pytest.mark.parametrize("traced", [True, False])
+def test_a_command_that_exited_under_another_process_s_trace_keeps_the_event_loop_idle(tmp_path, traced):
+    """(review 31) A command's first process that exited while another process traced it is a zombie its tracer
+    takes the report of first: its pidfd was readable from its exit and the worker not yet allowed to collect it,
+    so the event loop looked at it at every turn, its CPU all used till the tracer let go (2 s here). The honest
+    twin: untraced, it is collected at its exit."""
+    number = tmp_path / "pid"
+
+    async def body():
+        command = asyncio.ensure_future(
+            run_process(["sh", "-c", f"echo $$ > {number}; exec sleep 0.5"], "/", COMMAND_ENV, 20)
+        )
+        while not number.exists() or not number.read_text().strip():
+            await asyncio.sleep(0.01)
+        tracer = None
+        if traced:
+            tracer = subprocess.Popen([sys.executable, "-c", TRACER, number.read_text(), "2.5"], stdout=subprocess.PIPE)
+            assert tracer.stdout is not None and tracer.stdout.readline() == b"0\n", "no ptrace here"
+        before, started = resource.getrusage(resource.RUSAGE_THREAD), time.monotonic()
+        done = await command
+        after = resource.getrusage(resource.RUSAGE_THREAD)
+        if tracer is not None:
+            tracer.wait()
+        return done, after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime, time.monotonic() - started
+
+    done, cpu, took = sync(body())
+    assert done.exit_code == 0 and not done.timed_out, done
+    assert took > 1.5 if traced else took < 1.5, took
+    assert cpu < 0.2, f"the event loop's thread used {cpu:.2f} s of CPU waiting {took:.2f} s for a command"
+
+
+def test_a_command_whose_stdin_pipe_could_not_be_made_leaves_no_descriptor_open():
+    """(review 31) The output pipe was made, then the stdin pipe outside the cleanup: out of descriptors (EMFILE)
+    between the two, the output pipe's two stayed open for the worker's life, one more pair each time. The honest
+    twin: with room, the command runs and leaves none."""
+
+    def open_descriptors() -> int:
+        return len(os.listdir("/proc/self/fd"))
+
+    async def body():
+        fine = await run_process(["cat"], "/", COMMAND_ENV, 5, b"fed")
+        assert fine.output == "fed" and fine.exit_code == 0, fine
+        before = open_descriptors()
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        filler: list[int] = []
+        resource.setrlimit(resource.RLIMIT_NOFILE, (min(soft, before + 4096), hard))
+        try:
+            with contextlib.suppress(OSError):
+                while True:
+                    filler.append(os.open("/dev/null", os.O_RDONLY | os.O_CLOEXEC))
+            for _ in range(3):  # room for the output pipe, not for the stdin's
+                os.close(filler.pop())
+            for _ in range(3):
+                with pytest.raises(OSError, match="Too many open files"):
+                    await run_process(["cat"], "/", COMMAND_ENV, 5, b"fed")
+        finally:
+            for fd in filler:
+                os.close(fd)
+            resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+        again = await run_process(["cat"], "/", COMMAND_ENV, 5, b"fed")
+        return before, open_descriptors(), again
+
+    before, after, again = sync(body())
+    assert again.output == "fed" and again.exit_code == 0, again
+    assert after == before, f"{after - before} descriptors left open"

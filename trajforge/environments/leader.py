@@ -32,11 +32,12 @@ class Leader:
         self.pid = popen.pid
         self.loop = asyncio.get_running_loop()
         self.exited: asyncio.Future[int] = self.loop.create_future()
+        self.later: asyncio.TimerHandle | None = None  # the next look, where it is looked at on a timer
         try:
             self.fd = os.pidfd_open(self.pid)
         except OSError:  # an old kernel: looked at every LOOK_EVERY seconds instead
             self.fd = -1
-            self.loop.call_later(LOOK_EVERY, self._look)
+            self.later = self.loop.call_later(LOOK_EVERY, self._look)
         else:
             self.loop.add_reader(self.fd, self._look)
 
@@ -45,14 +46,17 @@ class Leader:
         return await asyncio.shield(self.exited)
 
     def _look(self) -> None:
+        self.later = None
         try:
             info = os.waitid(os.P_PID, self.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
         except ChildProcessError:  # collected by someone else (nothing here does): its status is lost
             info, code = None, 255
         else:
-            if info is None:  # still running (a pidfd is readable only once it exits)
-                if self.fd < 0:
-                    self.loop.call_later(LOOK_EVERY, self._look)
+            if info is None:  # still running, or exited but traced: its tracer must take its report first, and
+                # its pidfd, readable since its exit, would call this again at every turn of the loop (review 31)
+                if self.fd >= 0:
+                    self.loop.remove_reader(self.fd)
+                self.later = self.loop.call_later(LOOK_EVERY, self._look)
                 return
             code = info.si_status if info.si_code == os.CLD_EXITED else -info.si_status
         if self.fd >= 0:
@@ -74,6 +78,9 @@ class Leader:
                 self.popen.returncode = 255
         finally:
             commands_running.discard(self.pid)
+            if self.later is not None:  # no look at a number that may be another process's from now on
+                self.later.cancel()
+                self.later = None
             if self.fd >= 0:
                 self.loop.remove_reader(self.fd)
                 os.close(self.fd)

@@ -71,8 +71,10 @@ async def run_process(
     its pipe closes. Its first process is collected only once its group is done with (leader.py)."""
     output = CappedOutput(limit)
     pipe = OutputPipe(output)
-    fed = os.pipe2(os.O_CLOEXEC) if stdin is not None else None
-    try:
+    fed = None
+    try:  # the stdin pipe too: one that could not be made (EMFILE) left the output pipe open (review 31)
+        if stdin is not None:
+            fed = os.pipe2(os.O_CLOEXEC)
         with starting_command():
             popen = subprocess.Popen(
                 argv,
@@ -202,8 +204,8 @@ async def _run(
     own_output: bool,
 ) -> ExecResult:
     async def feed() -> None:
-        if stdin is not None:
-            await write_all(*stdin)
+        if stdin is not None:  # until its first process exits, as asyncio did: a leftover need not read it all
+            await write_all(*stdin, until=leader.exited)
 
     async def finish() -> int:
         if own_output:
@@ -236,21 +238,23 @@ async def _end_command(leader: Leader) -> None:
         leader.collect()
 
 
-async def write_all(fd: int, data: bytes) -> None:
-    """`data` written to the pipe `fd` as the command reads it (all of it, or until it closes its end), then the
-    pipe closed: the command's stdin."""
+async def write_all(fd: int, data: bytes, until: asyncio.Future | None = None) -> None:
+    """`data` written to the pipe `fd` as the command reads it (all of it, or until it closes its end, or until
+    `until` is done: its first process exited), then the pipe closed: the command's stdin. A process it left
+    behind holding its stdin, unread, kept its result waiting to the time limit (review 31)."""
     loop = asyncio.get_running_loop()
     view = memoryview(data)
     try:
         os.set_blocking(fd, False)
-        while view:
+        while view and not (until is not None and until.done()):
             try:
                 view = view[os.write(fd, view) :]
             except BlockingIOError:
                 writable = loop.create_future()
                 loop.add_writer(fd, writable.set_result, None)
                 try:
-                    await writable
+                    waits = {writable} if until is None else {writable, until}
+                    await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
                 finally:
                     loop.remove_writer(fd)
     except (BrokenPipeError, ConnectionResetError):  # it may not read it all
