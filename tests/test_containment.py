@@ -650,7 +650,10 @@ def test_a_command_s_result_does_not_wait_on_a_leftover_that_holds_its_stdin_unr
         started = time.monotonic()
         done = sync(run_process(["sh", "-c", command], "/", COMMAND_ENV, 5, b"x" * 1_000_000, own_output=own_output))
         took = time.monotonic() - started
-    finally:
+    finally:  # the leftover, once its shell's child has become it (it may still be a shell when the result comes)
+        deadline = time.monotonic() + 5 * leftover
+        while not running_with(stays) and time.monotonic() < deadline:
+            time.sleep(0.05)
         for pid in running_with(stays):
             with contextlib.suppress(OSError):
                 os.kill(pid, signal.SIGKILL)

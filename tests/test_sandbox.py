@@ -23,6 +23,7 @@ from trajforge.environments import AUTO, EnvironmentSettings, ExecResult, backen
 from trajforge.environments.bwrap import BwrapBackend
 from trajforge.environments.bwrap_session import CONTROL
 from trajforge.environments.local import SYSTEM_PATH
+from trajforge.environments.orphans import state
 from trajforge.errors import SetupError
 
 HIDDEN = ("/home", "/root", "/run", "/var/run", "/mnt", "/media", "/srv", "/var")
@@ -431,19 +432,22 @@ def test_a_timed_out_command_whose_shell_exited_signals_no_group_that_took_its_n
             while not written.exists() or not written.read_text().strip():
                 await asyncio.sleep(0.05)
             number = int(written.read_text())
-            await asyncio.sleep(0.3)  # the shell has exited by now
+            while state(number) not in ("Z", None):  # the shell exits at once
+                await asyncio.sleep(0.05)
+            held = state(number)
             leader = await asyncio.to_thread(_group_leader_at, number)
             timed_out = await attack
             twin = await env.exec("sleep 32.5 & echo started", 1)
-            return timed_out, twin, _running("sleep 32.5")
+            return held, timed_out, twin, _running("sleep 32.5")
         finally:
             await env.close()
 
     try:
-        timed_out, twin, left = asyncio.run(body())
+        held, timed_out, twin, left = asyncio.run(body())
     finally:
         _let_go(leader)
     assert timed_out.timed_out and twin.timed_out and twin.output.startswith("started") and left == 0
+    assert held == "Z", held  # the shell's zombie, uncollected while its group may be signalled
     assert leader is None or leader.returncode is None, leader.returncode
 
 
