@@ -26,7 +26,7 @@ import pytest
 from conftest import Runner, released, source, tool_results, wait_for
 from test_environments import _available, make_settings, sync
 
-from trajforge.environments import EnvironmentSettings, backend_for, liveness, tmpfs
+from trajforge.environments import EnvironmentSettings, backend_for, disk, liveness, tmpfs
 from trajforge.environments.limits import RUNNER, Limits, confined, unenforced
 from trajforge.environments.local import (
     ROOT_LOCAL_VERIFIED,
@@ -35,6 +35,7 @@ from trajforge.environments.local import (
     run_process,
     workspace_prefix,
 )
+from trajforge.environments.trees import remove_tree
 from trajforge.tools.transfer import read_bytes
 
 
@@ -376,6 +377,74 @@ def test_a_root_command_s_mount_is_let_go_of_whatever_its_point_is_named(tmp_pat
     assert made.output.split() == ["precious"], made
     assert (host / "precious").read_text() == "the host's"
     assert not os.path.exists(workspace) and not tmpfs.mounted_below(workspace)
+
+
+# Where a root command leaves a host folder ({host}) mounted so that the sample's disk, going (its workspace's
+# bind and its root unmounted lazily), does not take it along (review 32); nothing, the honest twin.
+AROUND_THE_DISK = {
+    "nothing": "true",
+    "below the workspace's path, the disk bound over it again": (
+        "cd / && umount -l {workspace} && mkdir {workspace}/q && mount --bind {host} {workspace}/q && "
+        "mount --bind {disk_workspace} {workspace}"
+    ),
+    "on the workspace's path, more times than are unmounted": (
+        "for i in $(seq 65); do mount --bind {host} {workspace} || exit 1; done"
+    ),
+    "in the clean room's /tmp, under more mounts on the disk's root": (
+        "mkdir -p {decoy}/$(basename {verify})/q && mount --bind {decoy} {root} && mount --bind {host} {verify}/q && "
+        "for i in $(seq 64); do mount --bind {decoy} {root} || exit 1; done"
+    ),
+    "in the disk's folder": "mkdir {folder}/q && mount --bind {host} {folder}/q",
+    "on the disk's tests folder": "mount --bind {host} {folder}/tests",
+    "over the disk's folder": "mount --bind {host} {folder}",
+}
+
+
+@pytest.mark.parametrize("where", AROUND_THE_DISK)
+def test_what_a_root_command_mounted_around_the_sample_s_disk_is_not_emptied(tmp_path, where):
+    """Review 32: a sample with a disk reads no mount table at its end for its folders on the disk, whose lazy
+    unmounting takes what lies mounted below them along; but what a root command mounted where that unmounting
+    does not reach was emptied by the folders' removal (rmtree goes into a mount): below the workspace's host
+    path with the disk bound over it again, on that path more times than unmount lets go of, in the clean
+    room's /tmp under more mounts on the disk's root, in the disk's folder, on its tests folder or over it
+    whole. The host's folder keeps its files, whatever stays mounted is left for the run's end; the honest
+    twin's workspace and disk go, nothing of them left mounted."""
+    if not disk.possible():
+        pytest.skip("only the host's root makes a disk")
+    host, decoy = tmp_path / "host", tmp_path / "decoy"
+    host.mkdir()
+    decoy.mkdir()
+    (host / "precious").write_text("the host's")
+
+    async def body() -> tuple:
+        settings = make_settings("local", tmp_path, limits=Limits(max_disk_mb=64))
+        env = await backend_for(settings).open({})
+        assert env.disk is not None
+        await env.clean_variables()
+        paths = {"host": host, "decoy": decoy, "workspace": env.workspace, "disk_workspace": env.disk_workspace}
+        paths |= {"verify": env.disk_verify, "root": env.disk.root, "folder": env.disk.folder}
+        quoted = {name: shlex.quote(str(path)) for name, path in paths.items()}
+        made = await env.exec(AROUND_THE_DISK[where].format(**quoted))
+        await env.close()
+        return made, env.workspace, paths["folder"]
+
+    made, workspace, folder = sync(body())
+    try:
+        assert made.exit_code == 0, made
+        assert (host / "precious").read_text() == "the host's"
+        if where == "nothing":
+            assert not os.path.exists(workspace) and not os.path.exists(folder)
+            assert not tmpfs.mounted_below(workspace) and not tmpfs.mounted_below(folder)
+    finally:
+        for _ in range(200):  # what the command stacked, let go of as the run's end does (remove_leftovers)
+            points = [point for path in (workspace, folder) for point, _ in tmpfs.mounted_below(path)]
+            if not points:
+                break
+            for point in sorted(set(points), key=len):
+                tmpfs.unmount(point)
+        for path in (workspace, folder):
+            remove_tree(path)
+    assert (host / "precious").read_text() == "the host's"
 
 
 @pytest.mark.parametrize("through", ["the folder", "a symlink"])

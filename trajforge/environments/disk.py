@@ -83,6 +83,7 @@ class Disk:
     root: str
     namespace: mountns.SlotMounts | None = None  # where bwrap's commands start (mountns.py), made on first use
     new: tuple[int, int] = (0, 0)  # blocks and inodes in use on the disk as made (its folders, no reserve)
+    made: tuple[int, int] = (0, 0)  # (device, inode) of `folder` as made: another folder mounted over it is not it
 
     @property
     def tests(self) -> str:
@@ -152,7 +153,32 @@ class Disk:
             self.namespace.close()
             self.namespace = None
         if tmpfs.unmount(self.root):  # else removing its folder would empty what is still mounted there
-            remove_tree(self.folder)
+            _remove_folder(self.folder, self.made)
+
+
+FOLDER_FILES = (("image", False), ("fs", True), ("tests", True))  # what `take` makes in a disk's folder, is it one
+
+
+def _remove_folder(folder: str, made: tuple[int, int]) -> None:
+    """A disk's folder removed with what `take` made in it, each entry by name (rmdir, unlink), never walked
+    into: a local command (root) reaches the folder too and may have mounted a host folder in it, on its tests'
+    folder or over it whole, which rmtree would have emptied. Whatever else is there, or stays mounted, is left
+    for the run's end, which unmounts before it removes (remove_leftovers)."""
+    try:
+        fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return
+    try:
+        info = os.fstat(fd)
+        if (info.st_dev, info.st_ino) != made:
+            return
+        for name, is_folder in FOLDER_FILES:
+            with contextlib.suppress(OSError):
+                (os.rmdir if is_folder else os.unlink)(name, dir_fd=fd)
+    finally:
+        os.close(fd)
+    with contextlib.suppress(OSError):
+        os.rmdir(folder)
 
 
 _free: dict[tuple[str, int], list[Disk]] = {}  # this worker's images not in use, by (run, size in MB)
@@ -269,7 +295,8 @@ def take(settings: EnvironmentSettings, prefix: str) -> Disk:
             return disk
         disk.drop()
     folder = tempfile.mkdtemp(prefix=prefix + "disk-")
-    disk = Disk(folder, os.path.join(folder, "fs"))
+    made = os.lstat(folder)
+    disk = Disk(folder, os.path.join(folder, "fs"), made=(made.st_dev, made.st_ino))
     image = os.path.join(folder, "image")
     try:
         os.mkdir(disk.root)

@@ -524,17 +524,28 @@ class LocalEnvironment(CommandEnvironment):
         if self.host_mounts and any(every) and not _let_go_below(*filter(None, every)):
             folders = []  # still mounted: its folders stay (the run's end unmounts its leftovers first)
         if self.disk is not None:
-            self._leave_disk()
+            unbound = self._leave_disk()
+            if on_disk:
+                # What lay on the disk went with it (dropped, or emptied by give_back), never walked again here;
+                # the workspace's path is the empty host folder it was bound on, removed only so: a root command
+                # can unbind the disk, mount a host folder below that path and bind the disk over it again (or
+                # stack more mounts there than unmount lets go of), and rmtree would empty that folder.
+                folders = [folder for folder in folders if folder not in on_disk]
+                if unbound:
+                    with contextlib.suppress(OSError):  # not empty: it stays for the run's end (remove_leftovers)
+                        os.rmdir(self.workspace)
         for folder in filter(None, folders):
             remove_tree(folder)
 
-    def _leave_disk(self) -> None:
+    def _leave_disk(self) -> bool:
         """The workspace's path unbound (with --keep_workspaces, the files copied there), the disk given back
-        for the next sample of the slot, or dropped."""
+        for the next sample of the slot, or dropped; whether nothing is mounted on the workspace's path any more
+        (else what a command stacked there is not written into)."""
         assert self.disk is not None
-        tmpfs.unmount(self.workspace)
+        unbound = tmpfs.unmount(self.workspace)
         try:
-            if self.settings.keep_workspaces and os.path.isdir(self.disk_workspace):  # not after remove_leftovers
+            # Not after remove_leftovers (its folder gone), nor into what a command stacked on the path.
+            if unbound and self.settings.keep_workspaces and os.path.isdir(self.disk_workspace):
                 disk.copy_files(self.disk_workspace, self.workspace)
         finally:
             if self.reuses_disk:
@@ -542,6 +553,7 @@ class LocalEnvironment(CommandEnvironment):
             else:
                 self.disk.drop()
             self.disk = None
+        return unbound
 
 
 LOOKED_AT = 20_000  # entries looked at for a pack folder at most: past them, there may be one
