@@ -400,15 +400,18 @@ AROUND_THE_DISK = {
 }
 
 
+@pytest.mark.parametrize("keep", [False, True], ids=["", "kept"])
 @pytest.mark.parametrize("where", AROUND_THE_DISK)
-def test_what_a_root_command_mounted_around_the_sample_s_disk_is_not_emptied(tmp_path, where):
+def test_what_a_root_command_mounted_around_the_sample_s_disk_is_not_emptied(tmp_path, where, keep):
     """Review 32: a sample with a disk reads no mount table at its end for its folders on the disk, whose lazy
     unmounting takes what lies mounted below them along; but what a root command mounted where that unmounting
     does not reach was emptied by the folders' removal (rmtree goes into a mount): below the workspace's host
     path with the disk bound over it again, on that path more times than unmount lets go of, in the clean
     room's /tmp under more mounts on the disk's root, in the disk's folder, on its tests folder or over it
     whole. The host's folder keeps its files, whatever stays mounted is left for the run's end; the honest
-    twin's workspace and disk go, nothing of them left mounted."""
+    twin's workspace and disk go, nothing of them left mounted. Review 33: with --keep_workspaces too, where the
+    clean room's /tmp was still walked after the disk's unmounting let go of the mounts stacked on its root and
+    found the host's folder bound in it; the honest twin's workspace kept, its files copied there, unmounted."""
     if not disk.possible():
         pytest.skip("only the host's root makes a disk")
     host, decoy = tmp_path / "host", tmp_path / "decoy"
@@ -417,9 +420,10 @@ def test_what_a_root_command_mounted_around_the_sample_s_disk_is_not_emptied(tmp
     (host / "precious").write_text("the host's")
 
     async def body() -> tuple:
-        settings = make_settings("local", tmp_path, limits=Limits(max_disk_mb=64))
+        settings = make_settings("local", tmp_path, limits=Limits(max_disk_mb=64), keep_workspaces=keep)
         env = await backend_for(settings).open({})
         assert env.disk is not None
+        assert (await env.exec("echo mine > kept")).exit_code == 0
         await env.clean_variables()
         paths = {"host": host, "decoy": decoy, "workspace": env.workspace, "disk_workspace": env.disk_workspace}
         paths |= {"verify": env.disk_verify, "root": env.disk.root, "folder": env.disk.folder}
@@ -433,8 +437,9 @@ def test_what_a_root_command_mounted_around_the_sample_s_disk_is_not_emptied(tmp
         assert made.exit_code == 0, made
         assert (host / "precious").read_text() == "the host's"
         if where == "nothing":
-            assert not os.path.exists(workspace) and not os.path.exists(folder)
+            assert os.path.exists(workspace) == keep and not os.path.exists(folder)
             assert not tmpfs.mounted_below(workspace) and not tmpfs.mounted_below(folder)
+            assert not keep or (Path(workspace) / "kept").read_text() == "mine\n"
     finally:
         for _ in range(200):  # what the command stacked, let go of as the run's end does (remove_leftovers)
             points = [point for path in (workspace, folder) for point, _ in tmpfs.mounted_below(path)]
@@ -444,6 +449,58 @@ def test_what_a_root_command_mounted_around_the_sample_s_disk_is_not_emptied(tmp
                 tmpfs.unmount(point)
         for path in (workspace, folder):
             remove_tree(path)
+    assert (host / "precious").read_text() == "the host's"
+
+
+# What a root command leaves over its disk's folder ({decoy} bound there), with a host folder ({host}) bound on
+# the disk below it or not; nothing, the honest twin.
+UNDER_A_COVER = {
+    "nothing": "true",
+    "nothing below": "mount --bind {decoy} {folder}",
+    "a host folder on the disk": "mkdir {root}/q && mount --bind {host} {root}/q && mount --bind {decoy} {folder}",
+}
+
+
+@pytest.mark.parametrize("below", UNDER_A_COVER)
+def test_the_run_s_end_lets_go_of_what_lies_under_a_mount_over_a_disk_s_folder(tmp_path, below):
+    """Review 33: a root command's mount over its disk's folder keeps the disk mounted past the sample's end
+    (its root's path goes through that mount, the folder is not the one made: left for the run's end). There
+    remove_leftovers unmounted each listed point by its path once: the disk and a host folder bound on it read
+    as unmounted through the cover, were there again once it went, and the folder's removal emptied the host's
+    folder. Now in rounds, the mount table read again: the host's folder keeps its files, nothing of the run
+    stays mounted, its disk's folder goes; the honest twin's is gone at the sample's end already."""
+    if not disk.possible():
+        pytest.skip("only the host's root makes a disk")
+    host, decoy = tmp_path / "host", tmp_path / "decoy"
+    host.mkdir()
+    decoy.mkdir()
+    (host / "precious").write_text("the host's")
+    settings = make_settings("local", tmp_path, limits=Limits(max_disk_mb=64))
+
+    async def body() -> tuple:
+        env = await backend_for(settings).open({})
+        assert env.disk is not None
+        paths = {"host": host, "decoy": decoy, "root": env.disk.root, "folder": env.disk.folder}
+        made = await env.exec(UNDER_A_COVER[below].format(**{k: shlex.quote(str(v)) for k, v in paths.items()}))
+        await env.close()
+        return made, paths["folder"]
+
+    made, folder = sync(body())
+    try:
+        assert made.exit_code == 0, made
+        assert (host / "precious").read_text() == "the host's"
+        assert bool(tmpfs.mounted_below(folder)) == (below != "nothing")
+        LocalBackend.remove_leftovers(settings)
+        assert (host / "precious").read_text() == "the host's"
+        assert not tmpfs.mounted_below(folder) and not os.path.exists(folder)
+    finally:
+        for _ in range(200):
+            points = [point for point, _ in tmpfs.mounted_below(folder)]
+            if not points:
+                break
+            for point in sorted(set(points), key=len):
+                tmpfs.unmount(point)
+        remove_tree(folder)
     assert (host / "precious").read_text() == "the host's"
 
 

@@ -50,6 +50,7 @@ TERM_GRACE = 2.0  # seconds a timed-out command's processes get to end after SIG
 # Threads that remove a run's leftovers: a worker slot's disk (unmounted, its image deleted) is mostly
 # waiting on the kernel, and a run's end leaves one per slot, hundreds.
 REMOVERS = 64
+UNMOUNT_ROUNDS = 64  # mount table reads at a run's end, each after letting go of what the one before listed
 
 
 async def run_process(
@@ -518,22 +519,24 @@ class LocalEnvironment(CommandEnvironment):
         folders = [self.verify_tmp] + ([] if self.settings.keep_workspaces else [self.workspace, self.tests_host])
         # A kept workspace too: what is kept is the sample's files, not a host folder bound among them. Else the
         # folders on the sample's disk go with its unmounting, which is lazy and so takes what lies mounted below
-        # along, without a read of the host's whole mount table at each sample's end (hundreds of lines).
-        on_disk = {self.workspace, self.disk_verify} if self.disk and not self.settings.keep_workspaces else set()
+        # along, without a read of the host's whole mount table at each sample's end (hundreds of lines). The
+        # clean room's /tmp on it so too with --keep_workspaces (review 33: walked after the disk's unmounting
+        # let go of what a root command stacked on its root, it was the host folder bound below it).
+        on_disk = {self.disk_verify} | ({self.workspace} if not self.settings.keep_workspaces else set())
+        on_disk = on_disk if self.disk else set()
         every = [folder for folder in (self.verify_tmp, self.workspace, self.tests_host) if folder not in on_disk]
         if self.host_mounts and any(every) and not _let_go_below(*filter(None, every)):
             folders = []  # still mounted: its folders stay (the run's end unmounts its leftovers first)
         if self.disk is not None:
             unbound = self._leave_disk()
-            if on_disk:
-                # What lay on the disk went with it (dropped, or emptied by give_back), never walked again here;
-                # the workspace's path is the empty host folder it was bound on, removed only so: a root command
-                # can unbind the disk, mount a host folder below that path and bind the disk over it again (or
-                # stack more mounts there than unmount lets go of), and rmtree would empty that folder.
-                folders = [folder for folder in folders if folder not in on_disk]
-                if unbound:
-                    with contextlib.suppress(OSError):  # not empty: it stays for the run's end (remove_leftovers)
-                        os.rmdir(self.workspace)
+            # What lay on the disk went with it (dropped, or emptied by give_back), never walked again here;
+            # the workspace's path is the empty host folder it was bound on, removed only so: a root command
+            # can unbind the disk, mount a host folder below that path and bind the disk over it again (or
+            # stack more mounts there than unmount lets go of), and rmtree would empty that folder.
+            folders = [folder for folder in folders if folder not in on_disk]
+            if unbound and self.workspace in on_disk:
+                with contextlib.suppress(OSError):  # not empty: it stays for the run's end (remove_leftovers)
+                    os.rmdir(self.workspace)
         for folder in filter(None, folders):
             remove_tree(folder)
 
@@ -623,9 +626,20 @@ class LocalBackend(Backend):
         if settings.keep_workspaces:
             disk.keep_workspaces_below(mounted)
         with ThreadPoolExecutor(REMOVERS) as pool:
-            # Unmounted first (bwrap's /tmp, the samples' disks), then their folders removed.
-            points = [point for point, _ in tmpfs.mounted_below(mounted)]
-            stay = [point for point, gone in zip(points, pool.map(tmpfs.unmount, points), strict=True) if not gone]
+            # Unmounted first (bwrap's /tmp, the samples' disks), then their folders removed: in rounds, each
+            # mount table read again, until none is left below or a round lets go of none. A point is unmounted
+            # through its path, which a root command's mount over a folder above it (a disk's folder) answers:
+            # the disk below read as gone, and so did a host folder bound on it, both there again once the
+            # cover went, and emptied with the folder (review 33). What is still listed stays.
+            stay = [point for point, _ in tmpfs.mounted_below(mounted)]
+            for _ in range(UNMOUNT_ROUNDS):
+                if not stay:
+                    break
+                list(pool.map(tmpfs.unmount, sorted(set(stay), key=len)))
+                left = [point for point, _ in tmpfs.mounted_below(mounted)]
+                stay, went = left, len(left) < len(stay)
+                if not went:
+                    break
             # The disks' images go in any case (kept workspaces were copied off theirs first); never a folder
             # with something still mounted below it (rmtree would empty that too).
             kept = "disk-*" if settings.keep_workspaces else "*"
