@@ -441,15 +441,21 @@ def test_what_a_root_command_mounted_around_the_sample_s_disk_is_not_emptied(tmp
             assert not tmpfs.mounted_below(workspace) and not tmpfs.mounted_below(folder)
             assert not keep or (Path(workspace) / "kept").read_text() == "mine\n"
     finally:
-        for _ in range(200):  # what the command stacked, let go of as the run's end does (remove_leftovers)
-            points = [point for path in (workspace, folder) for point, _ in tmpfs.mounted_below(path)]
-            if not points:
-                break
-            for point in sorted(set(points), key=len):
-                tmpfs.unmount(point)
-        for path in (workspace, folder):
-            remove_tree(path)
+        _let_go_of(workspace, folder)
     assert (host / "precious").read_text() == "the host's"
+
+
+def _let_go_of(*paths: str) -> None:
+    """What a command stacked on or below `paths` unmounted, as the run's end does (remove_leftovers), then the
+    paths removed."""
+    for _ in range(200):
+        points = [point for path in paths for point, _ in tmpfs.mounted_below(path)]
+        if not points:
+            break
+        for point in sorted(set(points), key=len):
+            tmpfs.unmount(point)
+    for path in paths:
+        remove_tree(path)
 
 
 # What a root command leaves over its disk's folder ({decoy} bound there), with a host folder ({host}) bound on
@@ -494,13 +500,7 @@ def test_the_run_s_end_lets_go_of_what_lies_under_a_mount_over_a_disk_s_folder(t
         assert (host / "precious").read_text() == "the host's"
         assert not tmpfs.mounted_below(folder) and not os.path.exists(folder)
     finally:
-        for _ in range(200):
-            points = [point for point, _ in tmpfs.mounted_below(folder)]
-            if not points:
-                break
-            for point in sorted(set(points), key=len):
-                tmpfs.unmount(point)
-        remove_tree(folder)
+        _let_go_of(folder)
     assert (host / "precious").read_text() == "the host's"
 
 
