@@ -400,6 +400,18 @@ AROUND_THE_DISK = {
 }
 
 
+def _host_and_decoy(tmp_path: Path) -> tuple[Path, Path]:
+    """A folder standing for the host's (one file in it) and an empty one to mount over others; skipped where
+    the runner cannot make a disk."""
+    if not disk.possible():
+        pytest.skip("only the host's root makes a disk")
+    host, decoy = tmp_path / "host", tmp_path / "decoy"
+    host.mkdir()
+    decoy.mkdir()
+    (host / "precious").write_text("the host's")
+    return host, decoy
+
+
 @pytest.mark.parametrize("keep", [False, True], ids=["", "kept"])
 @pytest.mark.parametrize("where", AROUND_THE_DISK)
 def test_what_a_root_command_mounted_around_the_sample_s_disk_is_not_emptied(tmp_path, where, keep):
@@ -412,12 +424,7 @@ def test_what_a_root_command_mounted_around_the_sample_s_disk_is_not_emptied(tmp
     twin's workspace and disk go, nothing of them left mounted. Review 33: with --keep_workspaces too, where the
     clean room's /tmp was still walked after the disk's unmounting let go of the mounts stacked on its root and
     found the host's folder bound in it; the honest twin's workspace kept, its files copied there, unmounted."""
-    if not disk.possible():
-        pytest.skip("only the host's root makes a disk")
-    host, decoy = tmp_path / "host", tmp_path / "decoy"
-    host.mkdir()
-    decoy.mkdir()
-    (host / "precious").write_text("the host's")
+    host, decoy = _host_and_decoy(tmp_path)
 
     async def body() -> tuple:
         settings = make_settings("local", tmp_path, limits=Limits(max_disk_mb=64), keep_workspaces=keep)
@@ -475,12 +482,7 @@ def test_the_run_s_end_lets_go_of_what_lies_under_a_mount_over_a_disk_s_folder(t
     as unmounted through the cover, were there again once it went, and the folder's removal emptied the host's
     folder. Now in rounds, the mount table read again: the host's folder keeps its files, nothing of the run
     stays mounted, its disk's folder goes; the honest twin's is gone at the sample's end already."""
-    if not disk.possible():
-        pytest.skip("only the host's root makes a disk")
-    host, decoy = tmp_path / "host", tmp_path / "decoy"
-    host.mkdir()
-    decoy.mkdir()
-    (host / "precious").write_text("the host's")
+    host, decoy = _host_and_decoy(tmp_path)
     settings = make_settings("local", tmp_path, limits=Limits(max_disk_mb=64))
 
     async def body() -> tuple:
