@@ -47,6 +47,8 @@ class Leader:
 
     def _look(self) -> None:
         self.later = None
+        if self.fd >= 0:  # readable once it exited, or looked at on a timer from now on (the traced case below)
+            self.loop.remove_reader(self.fd)
         try:
             info = os.waitid(os.P_PID, self.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
         except ChildProcessError:  # collected by someone else (nothing here does): its status is lost
@@ -54,13 +56,9 @@ class Leader:
         else:
             if info is None:  # still running, or exited but traced: its tracer must take its report first, and
                 # its pidfd, readable since its exit, would call this again at every turn of the loop (review 31)
-                if self.fd >= 0:
-                    self.loop.remove_reader(self.fd)
                 self.later = self.loop.call_later(LOOK_EVERY, self._look)
                 return
             code = info.si_status if info.si_code == os.CLD_EXITED else -info.si_status
-        if self.fd >= 0:
-            self.loop.remove_reader(self.fd)
         if not self.exited.done():
             self.exited.set_result(code)
 
