@@ -400,16 +400,20 @@ AROUND_THE_DISK = {
 }
 
 
+def _host_and(tmp_path: Path, other: str) -> tuple[Path, Path]:
+    """A folder standing for the host's (one file in it) and an empty one named `other` beside it."""
+    host, beside = tmp_path / "host", tmp_path / other
+    host.mkdir()
+    beside.mkdir()
+    (host / "precious").write_text("the host's")
+    return host, beside
+
+
 def _host_and_decoy(tmp_path: Path) -> tuple[Path, Path]:
-    """A folder standing for the host's (one file in it) and an empty one to mount over others; skipped where
-    the runner cannot make a disk."""
+    """_host_and with an empty folder to mount over others; skipped where the runner cannot make a disk."""
     if not disk.possible():
         pytest.skip("only the host's root makes a disk")
-    host, decoy = tmp_path / "host", tmp_path / "decoy"
-    host.mkdir()
-    decoy.mkdir()
-    (host / "precious").write_text("the host's")
-    return host, decoy
+    return _host_and(tmp_path, "decoy")
 
 
 @pytest.mark.parametrize("keep", [False, True], ids=["", "kept"])
@@ -513,10 +517,7 @@ def test_a_root_command_s_mount_is_let_go_of_where_tmpdir_is_a_symlink(tmp_path,
     the sample's close, and a killed attempt's at the run's end (remove_leftovers). Both let go of now."""
     if not tmpfs.possible():
         pytest.skip("only the host's root mounts")
-    host, temporary = tmp_path / "host", tmp_path / "temporary"
-    host.mkdir()
-    temporary.mkdir()
-    (host / "precious").write_text("the host's")
+    host, temporary = _host_and(tmp_path, "temporary")
     if through == "a symlink":
         (tmp_path / "link").symlink_to(temporary)
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / ("link" if through == "a symlink" else "temporary")))
