@@ -26,7 +26,7 @@ import pytest
 from conftest import Runner, released, source, tool_results, wait_for
 from test_environments import _available, make_settings, sync
 
-from trajforge.environments import EnvironmentSettings, backend_for, disk, liveness, tmpfs
+from trajforge.environments import EnvironmentSettings, ExecResult, backend_for, disk, liveness, tmpfs
 from trajforge.environments.limits import RUNNER, Limits, confined, unenforced
 from trajforge.environments.local import (
     ROOT_LOCAL_VERIFIED,
@@ -716,6 +716,33 @@ def test_without_a_cgroup_a_daemon_is_found_among_the_workers_descendants(tmp_pa
 
     sync(body())
     wait_for(lambda: not running_with(daemon), 5, "the prompt's daemon to be gone")
+
+
+def test_without_a_cgroup_a_prompt_s_end_ends_its_own_processes_and_no_other_prompt_s(tmp_path):
+    """A prompt's end walks this worker's descendants but what runs of other prompts' commands (a prompt's
+    processes descend from its own commands, or from the worker once their parent ended): its own daemon and
+    what its still running server started go; another prompt's command running meanwhile, its child
+    included, runs on to its own end and says so."""
+    daemon, served, other = marker(), marker(), f"3.{random.randrange(10**8)}"
+    settings = make_settings("local", tmp_path, limits=Limits(max_processes=0, max_memory_mb=0))
+
+    async def body():
+        backend = backend_for(settings)
+        first, second = await backend.open({}), await backend.open({})
+        try:
+            await first.exec(f"setsid sh -c 'trap \"\" TERM; sleep {daemon}' > /dev/null 2>&1 & echo launched")
+            server = await first.spawn(["sh", "-c", f"setsid sleep {served} & read line"], {})
+            running = asyncio.create_task(second.exec(f"sleep {other} & wait; echo done"))
+            await asyncio.to_thread(wait_for, lambda: all(map(running_with, (daemon, served, other))), 10, "them")
+            await first.close()
+            await server.end()
+            assert not still_running(daemon, 5) and not still_running(served, 5)
+            assert running_with(other)
+            assert await running == ExecResult("done\n", 0)
+        finally:
+            await second.close()
+
+    sync(body())
 
 
 # Each generation starts its successor (a new process, or itself again by exec) and is gone a moment later.

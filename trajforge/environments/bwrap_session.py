@@ -199,7 +199,7 @@ class Session:
                 await process.wait()
                 await _exited(init)
         finally:
-            commands_running.discard(process.pid)
+            commands_running.pop(process.pid, None)
             await asyncio.to_thread(remove_tree, self.control)
 
 

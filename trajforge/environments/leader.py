@@ -75,7 +75,7 @@ class Leader:
             except ChildProcessError:
                 self.popen.returncode = 255
         finally:
-            commands_running.discard(self.pid)
+            commands_running.pop(self.pid, None)
             if self.later is not None:  # no look at a number that may be another process's from now on
                 self.later.cancel()
                 self.later = None

@@ -87,7 +87,7 @@ async def run_process(
                 start_new_session=True,
                 pass_fds=pass_fds,
             )
-            commands_running.add(popen.pid)
+            commands_running[popen.pid] = env.get(PROMPT_MARKER, "")
     except BaseException:
         for fd in (pipe.write_end, pipe.read_end, *(fed or ())):
             os.close(fd)
@@ -115,7 +115,7 @@ async def spawn_process(argv: list[str], cwd: str, env: dict, limit: int, pass_f
             pass_fds=pass_fds,
             limit=limit,
         )
-        commands_running.add(proc.pid)
+        commands_running[proc.pid] = env.get(PROMPT_MARKER, "")
     return Spawned(proc, lambda: asyncio.shield(_end_spawned(proc)))
 
 
@@ -136,7 +136,7 @@ async def _end_spawned(proc: asyncio.subprocess.Process) -> None:
                 os.killpg(proc.pid, signal.SIGKILL)
             await proc.wait()
     finally:
-        commands_running.discard(proc.pid)
+        commands_running.pop(proc.pid, None)
 
 
 def leads_its_group(proc: asyncio.subprocess.Process) -> bool:

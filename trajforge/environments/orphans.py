@@ -33,8 +33,8 @@ REAP_EVERY = 1.0  # seconds between two looks for zombies that ended by themselv
 EMPTY_SCANS = 3  # scans in a row that found nothing before a prompt counts as ended (or one sure scan)
 KILL_PASSES = 50  # scans of /proc before giving up on a process that forks faster than we kill
 # Direct children that run_process and spawn_process started and have not collected yet (asyncio, or their
-# Leader): none but they may.
-commands_running: set[int] = set()
+# Leader): none but they may. Each with the prompt's marker its command carries ("" for none).
+commands_running: dict[int, str] = {}
 # Commands being started (another prompt's, on the loop thread while end_prompt runs on its own): a
 # zombie may be one of them, exited before its pid reached commands_running. Reaping it then makes
 # asyncio report exit 255 ("Unknown child process pid") for a command that succeeded.
@@ -95,17 +95,24 @@ def _children(pid: int) -> tuple[list[int], bool]:
     return found, whole
 
 
-def descendants() -> tuple[list[int], bool]:
-    """Every process below this one: where the marked processes are once we are a subreaper; and whether
-    the walk read every list it met. Without a subreaper (an old kernel), every process of the host,
-    never a whole walk."""
-    if _State.subreaper != os.getpid():
+def descendants(token: str) -> tuple[list[int], bool]:
+    """Every process below this one where the processes marked with `token` may be, once we are a
+    subreaper; and whether the walk read every list it met. Without a subreaper (an old kernel), every
+    process of the host, never a whole walk. What runs of another prompt's commands is left out: a
+    prompt's processes descend from its own commands, or, once their parent ended, from this process
+    itself. Every prompt closing walked every other prompt's commands too, and found one of them amid exec
+    (or a zombie) often enough to walk three times: O(prompts in flight) reads of /proc a prompt."""
+    me = os.getpid()
+    if _State.subreaper != me:
         return _pids(), False
-    found, below, whole = [], [os.getpid()], True
+    found, below, whole = [], [me], True
     while below:
-        listed, read = _children(below.pop())
+        parent = below.pop()
+        listed, read = _children(parent)
         whole = whole and read
         for child in listed:
+            if parent == me and commands_running.get(child, token) != token:
+                continue
             found.append(child)
             below.append(child)
     return found, whole
@@ -119,7 +126,7 @@ def marked(token: str) -> tuple[list[int], bool]:
     have left children that re-parented to this process after its own children were listed, which the
     walk missed."""
     needle = f"{PROMPT_MARKER}={token}".encode()
-    below, sure = descendants()
+    below, sure = descendants(token)
     found = []
     for pid in below:
         try:
