@@ -745,6 +745,87 @@ def test_without_a_cgroup_a_prompt_s_end_ends_its_own_processes_and_no_other_pro
     sync(body())
 
 
+# Forks until its child has the number argv[1] (ns_last_pid: root), which runs `sleep argv[2]` in a session of its own
+# and, once this script exits, is a child of the worker (its subreaper).
+TAKE_NUMBER = """
+import os, sys
+target, mark = int(sys.argv[1]), sys.argv[2]
+for _ in range(500):
+    with open("/proc/sys/kernel/ns_last_pid", "w") as handle:
+        handle.write(str(target - 1))
+    pid = os.fork()
+    if pid == 0:
+        if os.getpid() == target:
+            os.setsid()
+            null = os.open(os.devnull, os.O_RDWR)
+            for fd in (0, 1, 2):
+                os.dup2(null, fd)
+            os.execvp("sleep", ["sleep", mark])
+        os._exit(0)
+    if pid == target:
+        print("took it")
+        break
+    os.waitpid(pid, 0)
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="choosing a process's number (ns_last_pid) takes root")
+def test_without_a_cgroup_a_daemon_on_the_number_of_another_prompt_s_ended_server_is_ended(tmp_path):
+    """Another prompt's server exited by itself (asyncio collected it) and its end is not asked for yet: its number
+    is free, and this prompt's daemon that took it, re-parented to the worker, is still this prompt's, ended before
+    its verification. It was left out as that prompt's running command, with everything below it (review 34)."""
+    daemon = marker()
+    settings = make_settings("local", tmp_path, limits=Limits(max_processes=0, max_memory_mb=0))
+
+    async def body():
+        backend = backend_for(settings)
+        first, second = await backend.open({}), await backend.open({})
+        server = await second.spawn(["sh", "-c", "exit 0"], {})
+        try:
+            await server.process.wait()
+            number = server.process.pid
+            took = await first.exec(f"{sys.executable} -c {shlex.quote(TAKE_NUMBER)} {number} {daemon}")
+            assert took == ExecResult("took it\n", 0)
+            assert running_with(daemon) == [number]
+            await first.end_agent_processes()
+            assert not still_running(daemon, 5)
+        finally:
+            await first.close()
+            await server.end()
+            await second.close()
+
+    try:
+        sync(body())
+    finally:
+        for pid in running_with(daemon):
+            os.kill(pid, signal.SIGKILL)
+
+
+def test_without_a_cgroup_another_prompt_s_running_server_outlives_a_prompt_s_end(tmp_path):
+    """The honest twin: another prompt's server that still runs, and what it started, are left to their own end
+    (its `end`) by this prompt's, which ends this prompt's daemon."""
+    daemon, served = marker(), marker()
+    settings = make_settings("local", tmp_path, limits=Limits(max_processes=0, max_memory_mb=0))
+
+    async def body():
+        backend = backend_for(settings)
+        first, second = await backend.open({}), await backend.open({})
+        server = await second.spawn(["sh", "-c", f"sleep {served} & read line"], {})
+        try:
+            await first.exec(f"setsid sleep {daemon} > /dev/null 2>&1 &")
+            await asyncio.to_thread(wait_for, lambda: running_with(daemon) and running_with(served), 10, "both")
+            await first.end_agent_processes()
+            assert not still_running(daemon, 5)
+            assert running_with(served) and server.process.returncode is None
+        finally:
+            await first.close()
+            await server.end()
+            await second.close()
+        assert not still_running(served, 5)
+
+    sync(body())
+
+
 # Each generation starts its successor (a new process, or itself again by exec) and is gone a moment later.
 MOVING_ON = 'sleep 0.05; setsid sh -c "$WALK" sh "$1" & exit 0'
 RE_EXEC = 'sleep 0.05; exec sh -c "$AGAIN" sh "$1"'

@@ -40,7 +40,7 @@ from typing import NoReturn, cast
 from trajforge.environments import ExecResult
 from trajforge.environments.contract import Spawned, timeout_result
 from trajforge.environments.local import OutputPipe, leads_its_group
-from trajforge.environments.orphans import children, commands_running, state
+from trajforge.environments.orphans import children, state
 from trajforge.environments.trees import remove_tree
 from trajforge.tail import CappedOutput
 
@@ -199,7 +199,6 @@ class Session:
                 await process.wait()
                 await _exited(init)
         finally:
-            commands_running.pop(process.pid, None)
             await asyncio.to_thread(remove_tree, self.control)
 
 

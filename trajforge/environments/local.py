@@ -17,6 +17,7 @@ import tempfile
 import termios
 import time
 from concurrent.futures import ThreadPoolExecutor
+from typing import cast
 
 from trajforge.environments import OUTPUT_LIMIT, Backend, EnvironmentSettings, ExecResult, disk, liveness, tmpfs
 from trajforge.environments.contract import Spawned, timeout_result
@@ -103,8 +104,10 @@ async def spawn_process(argv: list[str], cwd: str, env: dict, limit: int, pass_f
     """Start argv in its own process group with stdin, stdout and stderr as pipes, and leave it running;
     its `end` ends the group as a timed-out command's is ended."""
     pipe = asyncio.subprocess.PIPE
+    loop = asyncio.get_running_loop()
     with starting_command():
-        proc = await asyncio.create_subprocess_exec(
+        transport, protocol = await loop.subprocess_exec(
+            lambda: _Collected(env.get(PROMPT_MARKER, ""), limit, loop),
             *argv,
             cwd=cwd,
             env=env,
@@ -113,10 +116,32 @@ async def spawn_process(argv: list[str], cwd: str, env: dict, limit: int, pass_f
             stderr=pipe,
             start_new_session=True,
             pass_fds=pass_fds,
-            limit=limit,
         )
-        commands_running[proc.pid] = env.get(PROMPT_MARKER, "")
+    proc = asyncio.subprocess.Process(transport, protocol, loop)
     return Spawned(proc, lambda: asyncio.shield(_end_spawned(proc)))
+
+
+class _Collected(asyncio.subprocess.SubprocessStreamProtocol):
+    """asyncio's protocol of a spawned process, which holds its number in orphans.commands_running from its start
+    until asyncio collected it, not until its `end`: from then on the number may be another process's, and a prompt
+    whose daemon took it (re-parented to the worker) walked past it at its end as another prompt's running command,
+    everything below it too (review 34); and a late removal could forget another command that got the number."""
+
+    def __init__(self, marker: str, limit: int, loop: asyncio.AbstractEventLoop):
+        super().__init__(limit, loop)
+        self.marker = marker
+        self.pid = 0
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        """Before the start returns, and before process_exited (asyncio holds that back until now)."""
+        super().connection_made(transport)
+        self.pid = cast(asyncio.SubprocessTransport, transport).get_pid()
+        commands_running[self.pid] = self.marker
+
+    def process_exited(self) -> None:
+        """Collected by asyncio's watcher a moment ago (on its thread, which then calls this on the loop's)."""
+        commands_running.pop(self.pid, None)
+        super().process_exited()
 
 
 async def _end_spawned(proc: asyncio.subprocess.Process) -> None:
@@ -124,19 +149,17 @@ async def _end_spawned(proc: asyncio.subprocess.Process) -> None:
     it (a server that ended by itself, also on its stdin's end), its number is free and may lead another
     process's group by then (another sample's command, a host process), which a signal or a wait for that group
     would end or reap (review 29, as review 28's sandbox). What the group left, or started outside it, the
-    sample's cgroup or marker ends (local), or its PID namespace did (bwrap)."""
-    try:
-        if leads_its_group(proc):
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGTERM)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(asyncio.shield(proc.wait()), TERM_GRACE)
-        if leads_its_group(proc):
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            await proc.wait()
-    finally:
-        commands_running.pop(proc.pid, None)
+    sample's cgroup or marker ends (local), or its PID namespace did (bwrap). Its number left
+    orphans.commands_running as asyncio collected it (_Collected)."""
+    if leads_its_group(proc):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.shield(proc.wait()), TERM_GRACE)
+    if leads_its_group(proc):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        await proc.wait()
 
 
 def leads_its_group(proc: asyncio.subprocess.Process) -> bool:

@@ -33,7 +33,8 @@ REAP_EVERY = 1.0  # seconds between two looks for zombies that ended by themselv
 EMPTY_SCANS = 3  # scans in a row that found nothing before a prompt counts as ended (or one sure scan)
 KILL_PASSES = 50  # scans of /proc before giving up on a process that forks faster than we kill
 # Direct children that run_process and spawn_process started and have not collected yet (asyncio, or their
-# Leader): none but they may. Each with the prompt's marker its command carries ("" for none).
+# Leader): none but they may. Each with the prompt's marker its command carries ("" for none). Never a number
+# collected since: another process may have it, which descendants() would leave out (local._Collected).
 commands_running: dict[int, str] = {}
 # Commands being started (another prompt's, on the loop thread while end_prompt runs on its own): a
 # zombie may be one of them, exited before its pid reached commands_running. Reaping it then makes
