@@ -540,6 +540,45 @@ def test_a_root_command_s_mount_is_let_go_of_where_tmpdir_is_a_symlink(tmp_path,
     assert not left.exists() and not tmpfs.mounted_below(str(left))
 
 
+@pytest.mark.parametrize("disk_mb", [0, 64], ids=["no disk", "disk, kept"])
+@pytest.mark.parametrize("swapped", [False, True], ids=["its folder", "a symlink in its place"])
+def test_the_sample_s_end_unmounts_nothing_where_a_symlink_in_its_workspace_s_place_points(tmp_path, swapped, disk_mb):
+    """A root command can move its workspace aside and put a symlink to a host folder in its place: the sample's
+    end took the workspace through that symlink and unmounted whatever lay mounted below where it pointed, the
+    host's own mounts (a symlink to /: every mount of the host). Only what lies on or below the workspace's own
+    path is let go of now: the host's mount stays, and what the command moved aside goes at the run's end (with
+    a disk and --keep_workspaces, where its close also raised, copying into the symlink). The twin leaves its
+    workspace in place, and the host's mount stays too."""
+    if not tmpfs.possible():
+        pytest.skip("only the host's root mounts")
+    host, mounted = _host_and(tmp_path, "mounted")
+    assert tmpfs.mount(str(mounted), 1, None)  # a mount of the host's, below the folder the symlink names
+    settings = make_settings("local", tmp_path, limits=Limits(max_disk_mb=disk_mb), keep_workspaces=bool(disk_mb))
+    swap = "cd / && {{ umount {w} 2>/dev/null; mv {w} {w}.aside && ln -s {target} {w}; }}"
+
+    async def body() -> tuple:
+        env = await backend_for(settings).open({})
+        quoted = {"w": shlex.quote(env.workspace), "target": shlex.quote(str(tmp_path))}
+        made = await env.exec(swap.format(**quoted) if swapped else "true")
+        await env.close()
+        return made, env.workspace
+
+    made, workspace = sync(body())
+    try:
+        assert made.exit_code == 0, made
+        assert os.path.ismount(mounted)
+        LocalBackend.remove_leftovers(settings)
+        assert os.path.ismount(mounted)
+        kept = bool(disk_mb)  # the workspace (or the symlink in its place) and what was moved aside
+        assert os.path.lexists(workspace) == kept and os.path.lexists(workspace + ".aside") == (kept and swapped)
+        refused = f"--keep_workspaces: the workspace could not be kept in {workspace}: Not a directory"
+        assert disk.take_notes() == ([refused] if kept and swapped else [])  # said, not raised; none left for others
+    finally:
+        _let_go_of(workspace, workspace + ".aside")
+        tmpfs.unmount(str(mounted))
+    assert (host / "precious").read_text() == "the host's"
+
+
 @pytest.mark.parametrize("temporary", ["missing", "there"])
 def test_a_sample_whose_workspace_could_not_be_made_fails_with_its_own_error(tmp_path, monkeypatch, temporary):
     """(review 23) A local sample whose start failed before its workspace was made (a full or missing

@@ -455,16 +455,24 @@ def copy_files(source: str, target: str) -> None:
     is followed and every entry is opened below its folder's descriptor: a name swapped meanwhile is
     copied as what it is or left out, never written through. A FIFO, socket or device is left out:
     copying one blocks, fails or reads a device, and none is a file of the work. What is left out beyond
-    the disk's size or could not be copied is said in disk.notes (`take_notes`), the rest kept."""
+    the disk's size or could not be copied is said in disk.notes (`take_notes`), the rest kept. Nothing is
+    written when `target` is no folder (a root command put a symlink in its place)."""
     disk = os.statvfs(source)
     size = disk.f_blocks * disk.f_frsize
     copy = _Copy(size)
-    src, dst = (os.open(path, DIRECTORY) for path in (source, target))
+    try:
+        dst = os.open(target, DIRECTORY)
+    except OSError as exc:
+        notes.append(f"--keep_workspaces: the workspace could not be kept in {target}: {exc.strerror}")
+        return
     copy.root = dst
     try:
-        copy.folder(src, dst, ())
+        src = os.open(source, DIRECTORY)
+        try:
+            copy.folder(src, dst, ())
+        finally:
+            os.close(src)
     finally:
-        os.close(src)
         os.close(dst)
     if copy.left_out:
         why = "their data passed the size of the sample's disk (--max_disk_mb)" if copy.room < 0 else "not copied"

@@ -85,10 +85,12 @@ def detach_below(folders: list[str]) -> None:
     """What is mounted on or below any of `folders` unmounted lazily, outermost first (which takes what lies
     below it along): a root runner's local command mounts in the host's namespace, and shutil.rmtree goes into
     a mount, so emptying a folder where a chroot left `mount --bind /dev jail/dev` (or `mount --bind DIR .`)
-    emptied the host's /dev. The folders are matched as the kernel names mount points, through no symlink
-    (a TMPDIR that is one missed every mount). No folders: nothing to do (a sample whose start failed before
-    its workspace was made). OSError when one stays mounted."""
-    paths = [os.path.realpath(folder) for folder in folders]
+    emptied the host's /dev. The folders are matched as the kernel names mount points, their temporary folder
+    through no symlink (a TMPDIR that is one missed every mount), never a symlink in a folder's own place (a root
+    command moved its workspace aside and put one there: every mount below where it pointed was unmounted, the
+    host's own). No folders: nothing to do (a sample whose start failed before its workspace was made). OSError
+    when one stays mounted."""
+    paths = [real(folder) for folder in folders]
     inside = tuple(path.rstrip("/") + "/" for path in paths)
     listed = mounts(*paths)
     found = sorted({point for point, _ in listed if point in paths or point.startswith(inside)}, key=len)
