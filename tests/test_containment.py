@@ -35,7 +35,7 @@ from trajforge.environments.local import (
     run_process,
     workspace_prefix,
 )
-from trajforge.environments.trees import remove_tree
+from trajforge.environments.trees import below, remove_tree
 from trajforge.tools.transfer import read_bytes
 
 
@@ -394,6 +394,7 @@ AROUND_THE_DISK = {
         "mkdir -p {decoy}/$(basename {verify})/q && mount --bind {decoy} {root} && mount --bind {host} {verify}/q && "
         "for i in $(seq 64); do mount --bind {decoy} {root} || exit 1; done"
     ),
+    "in the workspace's folder on the disk": "mkdir {disk_workspace}/q && mount --bind {host} {disk_workspace}/q",
     "in the disk's folder": "mkdir {folder}/q && mount --bind {host} {folder}/q",
     "on the disk's tests folder": "mount --bind {host} {folder}/tests",
     "over the disk's folder": "mount --bind {host} {folder}",
@@ -427,7 +428,9 @@ def test_what_a_root_command_mounted_around_the_sample_s_disk_is_not_emptied(tmp
     whole. The host's folder keeps its files, whatever stays mounted is left for the run's end; the honest
     twin's workspace and disk go, nothing of them left mounted. Review 33: with --keep_workspaces too, where the
     clean room's /tmp was still walked after the disk's unmounting let go of the mounts stacked on its root and
-    found the host's folder bound in it; the honest twin's workspace kept, its files copied there, unmounted."""
+    found the host's folder bound in it; the honest twin's workspace kept, its files copied there, unmounted. And
+    a host folder bound in the workspace's folder through the disk's root was copied into the kept workspace with
+    the sample's files: left out now (copy_files takes what lies on the disk alone)."""
     host, decoy = _host_and_decoy(tmp_path)
 
     async def body() -> tuple:
@@ -447,10 +450,14 @@ def test_what_a_root_command_mounted_around_the_sample_s_disk_is_not_emptied(tmp
     try:
         assert made.exit_code == 0, made
         assert (host / "precious").read_text() == "the host's"
-        if where == "nothing":
+        if where in ("nothing", "in the workspace's folder on the disk"):
             assert os.path.exists(workspace) == keep and not os.path.exists(folder)
             assert not tmpfs.mounted_below(workspace) and not tmpfs.mounted_below(folder)
             assert not keep or (Path(workspace) / "kept").read_text() == "mine\n"
+            assert not keep or "precious" not in {entry.name for entry in below(workspace)}  # the host's not copied
+        left_out = f"--keep_workspaces: 1 entries of the workspace kept in {workspace} left out: not copied"
+        notes = disk.take_notes()  # none left for another test of this process to read
+        assert where != "in the workspace's folder on the disk" or notes == ([left_out] if keep else [])
     finally:
         _let_go_of(workspace, folder)
     assert (host / "precious").read_text() == "the host's"
@@ -538,6 +545,60 @@ def test_a_root_command_s_mount_is_let_go_of_where_tmpdir_is_a_symlink(tmp_path,
     LocalBackend.remove_leftovers(settings)
     assert (host / "precious").read_text() == "the host's"
     assert not left.exists() and not tmpfs.mounted_below(str(left))
+
+
+# What a killed sample's root command left around its workspace on its disk, for the run's end to keep
+# (--keep_workspaces): a host folder ({host}) bound in it (a chroot's), over it, over it more times than are
+# unmounted at once, or over the disk's folder with a folder of the disk bound in that; nothing, the honest twin.
+KEPT_AROUND = {
+    "nothing": "true",
+    "in the workspace": "mkdir jail && mount --bind {host} jail",
+    "over the workspace": "mount --bind {host} {workspace}",
+    "over the workspace, more times than are unmounted": (
+        "for i in $(seq 65); do mount --bind {host} {workspace} || exit 1; done"
+    ),
+    "over the disk's folder, a mount in it": (
+        "mkdir {folder}/q {root}/q && mount --bind {root}/q {folder}/q && mount --bind {host} {folder}"
+    ),
+}
+
+
+@pytest.mark.parametrize("where", KEPT_AROUND)
+def test_a_killed_run_s_kept_workspace_holds_its_files_and_no_host_folder_s(tmp_path, where):
+    """The run's end with --keep_workspaces copies a killed sample's workspace off its disk (keep_workspaces_below)
+    before the disks go: it copied whatever the workspace's path reached, a host folder bound in it (a chroot's
+    /etc: its files copied out, up to the disk's size) or over it; moved the copy into whatever stayed on top of
+    that path (the host's file replaced by its copy); took a mount below the disk's folder for a workspace and
+    made its copy's folder where a host folder over the disk's folder put it, whose missing entry then raised out
+    of the run's end: nothing of the run was unmounted. Now only a workspace of the temporary folder lying on a
+    disk of the run is copied, no host folder mounted among its files, and nothing is moved onto what is still
+    mounted: the host's folder is untouched, nothing of the run stays mounted, the disk's folder goes. The honest
+    twin's kept workspace holds its files, as does the chroot's (without the host's)."""
+    host, _ = _host_and_decoy(tmp_path)
+    precious = (host / "precious").stat().st_ino
+    settings = make_settings("local", tmp_path, limits=Limits(max_disk_mb=64), keep_workspaces=True)
+
+    async def body() -> tuple:
+        env = await backend_for(settings).open({})  # never closed, as when its worker is killed
+        assert env.disk is not None
+        paths = {"host": host, "workspace": env.workspace, "root": env.disk.root, "folder": env.disk.folder}
+        quoted = {name: shlex.quote(str(path)) for name, path in paths.items()}
+        made = await env.exec("echo mine > kept && " + KEPT_AROUND[where].format(**quoted))
+        return made, env.workspace, env.disk.folder
+
+    made, workspace, folder = sync(body())
+    try:
+        assert made.exit_code == 0, made
+        LocalBackend.remove_leftovers(settings)
+        assert os.listdir(host) == ["precious"] and (host / "precious").stat().st_ino == precious
+        assert not tmpfs.mounted_below(workspace) and not tmpfs.mounted_below(folder) and not os.path.exists(folder)
+        assert "precious" not in {entry.name for entry in below(workspace)}
+        assert where not in ("nothing", "in the workspace") or (Path(workspace) / "kept").read_text() == "mine\n"
+        left_out = f"--keep_workspaces: 1 entries of the workspace kept in {workspace} left out: not copied"
+        assert disk.take_notes() == ([left_out] if where == "in the workspace" else [])  # the chroot's bind said
+    finally:
+        _let_go_of(workspace, folder)
+    assert (host / "precious").read_text() == "the host's"
 
 
 @pytest.mark.parametrize("disk_mb", [0, 64], ids=["no disk", "disk, kept"])

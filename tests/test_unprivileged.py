@@ -1162,41 +1162,48 @@ def test_a_kept_workspace_gives_the_host_no_more_than_its_disk_held(disk_kind, r
             shutil.rmtree(folder, ignore_errors=True)
 
 
-def test_a_kept_copy_stops_at_its_disk_s_size_and_says_so(tmp_path):
-    """The data a copy off a disk writes stops at the disk's size, whatever its folders reach (here a
-    bind mount below a disk of 1 MB holds 3 MB): the rest is left out and said in the notes the run
-    prints, what was copied kept. Its twin: the same disk without the mount, copied whole, no note."""
+def test_a_kept_copy_stops_at_its_disk_s_size_and_leaves_out_another_file_system_and_says_so(tmp_path):
+    """The data a copy off a disk writes stops at the disk's size, whatever its folders reach (here the disk of
+    1 MB bound again below itself, which holds 700 KB: 1.4 MB): the rest is left out and said in the notes the run
+    prints, what was copied kept. What lies on another file system (a host folder bound there) is left out, and
+    said so too: it is none of the sample's files. Their twin: the same disk without the mount, copied whole, no
+    note."""
     if not tmpfs.possible():
         pytest.skip("mounting needs the host's root")
-    outside = tmp_path / "outside"
-    outside.mkdir()
-    (outside / "big").write_bytes(b"x" * 3 * 2**20)
+    host = tmp_path / "host"
+    host.mkdir()
+    (host / "big").write_bytes(b"x" * 3 * 2**20)
     copies = {}
-    for case in ("attack", "twin"):
+    for case in ("itself", "outside", "twin"):
         source, target = tmp_path / case, tmp_path / f"{case}-kept"
         source.mkdir()
         target.mkdir(mode=0o700)
         assert tmpfs.mount(str(source), 1, None)
         try:
             (source / "a").write_bytes(b"a" * 1000)
+            (source / "big").write_bytes(b"b" * 700 * 2**10)
             (source / "m").mkdir()
             (source / "z").write_text("z")
-            if case == "attack":
-                subprocess.run(["mount", "--bind", str(outside), str(source / "m")], check=True)
+            if case != "twin":
+                subprocess.run(["mount", "--bind", str(source if case == "itself" else host), str(source / "m")])
             try:
-                disk.copy_files(str(source), str(target))
+                disk.copy_files(str(source), str(target), os.stat(source).st_dev)
             finally:
                 tmpfs.unmount(str(source / "m"))
         finally:
             tmpfs.unmount(str(source))
         copies[case] = (sorted(str(path.relative_to(target)) for path in target.rglob("*")), disk.take_notes())
-    files, notes = copies["attack"]
-    assert files == ["a", "m"] and (tmp_path / "attack-kept" / "a").read_bytes() == b"a" * 1000, files
+    files, notes = copies["itself"]
+    assert files == ["a", "big", "m", "m/a"] and (tmp_path / "itself-kept" / "big").stat().st_size == 700 * 2**10
     assert notes == [
-        f"--keep_workspaces: 2 entries of the workspace kept in {tmp_path / 'attack-kept'} left out: "
+        f"--keep_workspaces: 4 entries of the workspace kept in {tmp_path / 'itself-kept'} left out: "
         "their data passed the size of the sample's disk (--max_disk_mb)"
     ], notes
-    assert copies["twin"] == (["a", "m", "z"], [])
+    assert copies["outside"] == (
+        ["a", "big", "z"],
+        [f"--keep_workspaces: 1 entries of the workspace kept in {tmp_path / 'outside-kept'} left out: not copied"],
+    )
+    assert copies["twin"] == (["a", "big", "m", "z"], [])
 
 
 async def _tmp_on_disk(env_settings) -> list:

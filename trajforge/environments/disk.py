@@ -34,7 +34,7 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from trajforge.environments import mountns, programs, tmpfs
+from trajforge.environments import loops, mountns, programs, tmpfs
 from trajforge.environments.libc import libc
 from trajforge.environments.limits import MB, RUNNER
 from trajforge.environments.settings import EnvironmentSettings
@@ -84,6 +84,7 @@ class Disk:
     namespace: mountns.SlotMounts | None = None  # where bwrap's commands start (mountns.py), made on first use
     new: tuple[int, int] = (0, 0)  # blocks and inodes in use on the disk as made (its folders, no reserve)
     made: tuple[int, int] = (0, 0)  # (device, inode) of `folder` as made: another folder mounted over it is not it
+    device: int = 0  # its file system's, as mounted: a copy of its files takes none of another (copy_files)
 
     @property
     def tests(self) -> str:
@@ -306,6 +307,7 @@ def take(settings: EnvironmentSettings, prefix: str) -> Disk:
         for path in (folder, disk.root, disk.tests):  # passed through, not listed, by the sandbox's uid to its folders
             os.chmod(path, 0o711)
         disk.new = _in_use(os.statvfs(disk.root))
+        disk.device = os.stat(disk.root).st_dev
     except (OSError, subprocess.TimeoutExpired) as exc:
         disk.drop()
         raise SetupError(f"--max_disk_mb: cannot make the sample's disk of {size} MB: {exc}") from None
@@ -446,20 +448,23 @@ def _opened(path: str):
         os.close(fd)
 
 
-def copy_files(source: str, target: str) -> None:
-    """The files, folders and symlinks below `source` (a sample's disk) copied into `target`, a folder of
-    the runner's that no other user can enter (--keep_workspaces). The runner is root and its copies land
-    on the host's disk, so a copy gives the host no more than the disk held: each entry is its source's
-    uid and gid with its permission bits alone (no setuid, setgid or sticky bit, no extended attribute),
-    holes stay holes, hard links stay one file, and the data written stops at the disk's size. No symlink
-    is followed and every entry is opened below its folder's descriptor: a name swapped meanwhile is
-    copied as what it is or left out, never written through. A FIFO, socket or device is left out:
-    copying one blocks, fails or reads a device, and none is a file of the work. What is left out beyond
-    the disk's size or could not be copied is said in disk.notes (`take_notes`), the rest kept. Nothing is
-    written when `target` is no folder (a root command put a symlink in its place)."""
+def copy_files(source: str, target: str, device: int, workspace: str = "") -> None:
+    """The files, folders and symlinks below `source` on `device` (a sample's disk) copied into `target`, a folder
+    of the runner's that no other user can enter (--keep_workspaces). What lies on another file system is left
+    out: a host folder or file a root command mounted among the sample's files (a chroot's /etc), or over
+    `source` itself. The runner is root and its copies land on the host's disk, so a copy gives the host no
+    more than the disk held: each entry is its source's uid and gid with its permission bits alone (no setuid,
+    setgid or sticky bit, no extended attribute), holes stay holes, hard links stay one file, and the data
+    written stops at the disk's size (a folder of the disk bound again below another is copied twice). No
+    symlink is followed and every entry is opened below its folder's descriptor: a name swapped meanwhile is
+    copied as what it is or left out, never written through. A FIFO, socket or device is left out: copying
+    one blocks, fails or reads a device, and none is a file of the work. What is left out beyond the disk's
+    size or could not be copied is said in disk.notes (`take_notes`), naming `workspace` (else `target`: the
+    folder the files are kept in), the rest kept. Nothing is written when `target` is no folder (a root command
+    put a symlink in its place)."""
     disk = os.statvfs(source)
     size = disk.f_blocks * disk.f_frsize
-    copy = _Copy(size)
+    copy = _Copy(size, device)
     try:
         dst = os.open(target, DIRECTORY)
     except OSError as exc:
@@ -469,14 +474,18 @@ def copy_files(source: str, target: str) -> None:
     try:
         src = os.open(source, DIRECTORY)
         try:
-            copy.folder(src, dst, ())
+            if os.fstat(src).st_dev == device:
+                copy.folder(src, dst, ())
+            else:
+                copy.left_out += 1
         finally:
             os.close(src)
     finally:
         os.close(dst)
     if copy.left_out:
         why = "their data passed the size of the sample's disk (--max_disk_mb)" if copy.room < 0 else "not copied"
-        notes.append(f"--keep_workspaces: {copy.left_out} entries of the workspace kept in {target} left out: {why}")
+        kept = workspace or target
+        notes.append(f"--keep_workspaces: {copy.left_out} entries of the workspace kept in {kept} left out: {why}")
 
 
 DIRECTORY = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -497,8 +506,9 @@ class _Full(Exception):
 
 
 class _Copy:
-    def __init__(self, room: int):
+    def __init__(self, room: int, device: int):
         self.room = room  # bytes still to write; negative once the copy stopped there
+        self.device = device  # the disk's: what lies on another file system is left out
         self.root = -1  # the target's descriptor: hard links are made relative to it
         self.links: dict[tuple[int, int], str] = {}  # (dev, ino) of a linked source: its first copy's path
         self.left_out = 0
@@ -519,6 +529,8 @@ class _Copy:
 
     def entry(self, src: int, dst: int, name: str, path: tuple[str, ...]) -> None:
         info = os.stat(name, dir_fd=src, follow_symlinks=False)
+        if info.st_dev != self.device:  # mounted there, by a root command
+            raise OSError(errno.EXDEV, "not on the sample's disk")
         if stat.S_ISREG(info.st_mode):
             self.file(src, dst, name, path)
         elif stat.S_ISDIR(info.st_mode):
@@ -591,15 +603,27 @@ def _settle(fd: int, info: os.stat_result) -> None:
 
 def keep_workspaces_below(prefix: str) -> None:
     """Before a killed run's disks are unmounted (--keep_workspaces): each workspace bound on one becomes
-    a plain folder holding its files."""
-    for point, kind in tmpfs.mounted_below(prefix):
-        if kind == "ext4" and os.path.basename(point) != "fs":  # a workspace, not a disk itself
-            copy = tempfile.mkdtemp(prefix=point + "-kept-")
-            copy_files(point, copy)
-            tmpfs.unmount(point)
+    a plain folder holding its files. A workspace lies in the temporary folder itself and its path reaches a
+    disk of the run: not a mount listed in a disk's folder, nor one below a host folder a root command mounted
+    over it (its path reaches that folder, which is neither copied nor written into). Its copy, the disk's files
+    alone, is moved into its path once nothing is mounted on or below that any more; else it stays beside it."""
+    temporary = os.path.dirname(prefix)
+    for point in sorted({point for point, _ in tmpfs.mounted_below(prefix) if os.path.dirname(point) == temporary}):
+        try:
+            device = os.lstat(point).st_dev
+        except OSError:  # gone meanwhile, or below a mount over the temporary folder where it is not
+            continue
+        if not loops.of_run(device, prefix):
+            continue
+        copy = tempfile.mkdtemp(prefix=point + "-kept-")
+        try:
+            copy_files(point, copy, device, point)
+            tmpfs.detach_below([point])
             for entry in os.listdir(copy):
                 os.rename(os.path.join(copy, entry), os.path.join(point, entry))
             os.rmdir(copy)
+        except OSError as exc:
+            notes.append(f"--keep_workspaces: a killed sample's workspace {point} kept in {copy}: {exc}")
 
 
 def give_back(disk: Disk, settings: EnvironmentSettings) -> None:

@@ -572,7 +572,7 @@ class LocalEnvironment(CommandEnvironment):
         try:
             # Not after remove_leftovers (its folder gone), nor into what a command stacked on the path.
             if unbound and self.settings.keep_workspaces and os.path.isdir(self.disk_workspace):
-                disk.copy_files(self.disk_workspace, self.workspace)
+                disk.copy_files(self.disk_workspace, self.workspace, self.disk.device)
         finally:
             if self.reuses_disk:
                 disk.give_back(self.disk, self.settings)
