@@ -10,6 +10,7 @@ import glob
 import json
 import os
 import random
+import re
 import resource
 import shlex
 import shutil
@@ -515,6 +516,120 @@ def test_the_run_s_end_lets_go_of_what_lies_under_a_mount_over_a_disk_s_folder(t
     finally:
         _let_go_of(folder)
     assert (host / "precious").read_text() == "the host's"
+
+
+# Loop devices a sample's root command left bound, each printed ({image}: its disk's image): of a file on its disk
+# (which holds the disk with it), of its disk's image, of a file on another such device's file system, of a file in
+# a workspace with no disk, mounted through one on a folder of the host's ({outside}: it holds the device, and the
+# disk); mounted in its workspace through one (mount -o loop: it goes with its mount) and none, the honest twins.
+# Each: (--max_disk_mb, the command).
+MADE_LOOPS = {
+    "none": (64, "true"),
+    "of a file on its disk": (64, "truncate -s 8M f && losetup -f --show f"),
+    "of its disk's image": (64, "losetup -f --show {image}"),
+    "of a file on another's file system": (
+        64,
+        "truncate -s 16M f && mkfs.ext4 -q f && d=$(losetup -f --show f) && echo $d && mkdir m && mount $d m && "
+        "truncate -s 8M m/g && losetup -f --show m/g",
+    ),
+    "of a file with no disk": (0, "truncate -s 8M f && losetup -f --show f"),
+    "mounted on a folder of the host's": (
+        64,
+        "truncate -s 16M f && mkfs.ext4 -q f && mount -o loop f {outside} && findmnt -n -o SOURCE {outside}",
+    ),
+    "mounted in its workspace": (
+        64,
+        "truncate -s 16M f && mkfs.ext4 -q f && mkdir m && mount -o loop f m && findmnt -n -o SOURCE m",
+    ),
+}
+
+
+@pytest.mark.parametrize("made", MADE_LOOPS)
+def test_the_run_s_end_lets_go_of_the_loop_devices_a_root_command_left(tmp_path, made):
+    """A root local command's loop device without autoclear (`losetup -f`) stayed bound past its sample and the
+    run, for the host's life: bound to a file on the sample's disk, it also kept the disk (its file system, its
+    loop device and its image's blocks, the image gone from the temporary folder). The run's end lets go of every
+    loop device bound to a file of the run (in its folders, or on such a device however deep), and the sample's
+    disk goes with them; of no other device: another run's sample in flight keeps its disk and the loop device
+    its command made, and the host's own stays. The honest twins leave none bound."""
+    if not disk.possible():
+        pytest.skip("only the host's root makes loop devices")
+    size, command = MADE_LOOPS[made]
+    settings = make_settings("local", tmp_path / "run", limits=Limits(max_disk_mb=size))
+    another = make_settings("local", tmp_path / "another", limits=Limits(max_disk_mb=64))
+    (tmp_path / "host").write_bytes(bytes(1 << 20))
+    outside = tmp_path / "outside"
+    outside.mkdir()
+
+    async def sample(settings: EnvironmentSettings, command: str) -> tuple:
+        env = await backend_for(settings).open({})
+        image = os.path.join(env.disk.folder, "image") if env.disk else ""
+        done = await env.exec(command.format(image=shlex.quote(image), outside=shlex.quote(str(outside))))
+        devices = done.output.split() + ([_loop_device(os.stat(env.disk.root).st_dev)] if env.disk else [])
+        return env, done, {device: _bound(device) for device in devices}
+
+    async def body() -> tuple:
+        env, done, bound = await sample(settings, command)
+        await env.close()
+        in_flight, _, kept = await sample(another, MADE_LOOPS["of a file on its disk"][1])
+        return done, bound, in_flight, kept
+
+    done, bound, in_flight, kept = sync(body())
+    try:
+        hosts = subprocess.run(["losetup", "-f", "--show", str(tmp_path / "host")], capture_output=True, text=True)
+        kept[hosts.stdout.strip()] = _bound(hosts.stdout.strip())  # the host's own
+        assert done.exit_code == 0 and all(bound.values()) and all(kept.values()), (done, bound, kept)
+        LocalBackend.remove_leftovers(settings)
+        wait_for(lambda: not _still_bound(bound), 5, lambda: f"{_still_bound(bound)} let go of")
+        assert sorted(_still_bound(kept)) == sorted(kept) and not os.path.ismount(outside)
+    finally:
+        sync(in_flight.close())
+        tmpfs.unmount(str(outside))
+        for device in _still_bound(bound) + _still_bound(kept):
+            subprocess.run(["losetup", "-d", device], capture_output=True)
+        LocalBackend.remove_leftovers(settings)
+        LocalBackend.remove_leftovers(another)
+
+
+# Prints the loop device the command leaves bound to a file on its disk, and the disk's, each with its sequence number.
+LEFT_BOUND = (
+    "truncate -s 8M f && d=$(losetup -f --show f) && s=$(findmnt -n -o SOURCE -T . | cut -d[ -f1) && "
+    'for x in $d $s; do echo "$x $(cat /sys/block/${x#/dev/}/diskseq)"; done'
+)
+
+
+def test_a_whole_run_lets_go_of_the_loop_device_its_sample_left_and_of_its_disk(run_here):
+    """The same through a run of batch_runner.py: once it has ended, the loop device its sample's command left
+    bound to a file on the sample's disk is bound no more, and neither is the disk it held."""
+    if not disk.possible():
+        pytest.skip("only the host's root makes loop devices")
+    result = run_here([{"prompt": f"loop [mock command={quote(LEFT_BOUND, safe='')}]"}], *LOCAL_RUN, "--max_disk_mb=64")
+    bound = dict(re.findall(r"(/dev/loop\d+) (\d+)", tool_results(result.trajectories[0])))
+    try:
+        assert result.code == 0 and len(bound) == 2, (result.stderr, bound)
+        wait_for(lambda: not _still_bound(bound), 5, lambda: f"{_still_bound(bound)} let go of")
+    finally:
+        for device in _still_bound(bound):
+            subprocess.run(["losetup", "-d", device], capture_output=True)
+
+
+def _loop_device(number: int) -> str:
+    """The path of the loop device numbered `number` (a file system's st_dev)."""
+    return "/dev/" + os.path.basename(os.readlink(f"/sys/dev/block/{os.major(number)}:{os.minor(number)}"))
+
+
+def _bound(device: str) -> str:
+    """The sequence number the kernel gave the loop device at `device` as it was bound (each binding and letting go
+    takes a new one), "" while it is bound to nothing."""
+    sysfs = f"/sys/block/{os.path.basename(device)}"
+    if not os.path.exists(f"{sysfs}/loop/backing_file"):
+        return ""
+    return Path(sysfs, "diskseq").read_text().strip()
+
+
+def _still_bound(bound: dict[str, str]) -> list[str]:
+    """The loop devices of `bound` still bound as they were then (another test may have bound one since)."""
+    return [device for device, file in bound.items() if _bound(device) == file]
 
 
 @pytest.mark.parametrize("through", ["the folder", "a symlink"])

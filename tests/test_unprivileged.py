@@ -902,18 +902,18 @@ def test_a_local_agent_leaves_the_next_sample_its_whole_disk_and_reserve(attack,
     warning = disk.unenforced(DISK.max_disk_mb, "local", backend_class("local").LIMITS)
     if warning:
         pytest.skip(warning)
-    roots, devices, pins = [], [], tmp_path / "pins"
+    roots, pins = [], tmp_path / "pins"
     pins.mkdir()
+    runs = {run: settings("local", tmp_path / run, limits=DISK) for run in ("attacked", "twin")}
 
     async def samples(first: str, run: str) -> list:  # each in a run of its own: none takes the other's disks
         (tmp_path / run).mkdir()
-        backend, seen = backend_for(settings("local", tmp_path / run, limits=DISK)), []
+        backend, seen = backend_for(runs[run]), []
         for agent in (first, "printf 'echo ran' > run.sh && chmod +x run.sh && ./run.sh; " + FILL.format(where=".")):
             env = await backend.open({})
             try:
                 await env.verification_ahead(True)  # each verified, as the pipeline says: its reserve made
                 roots.append(env.disk.root)
-                devices.append(os.stat(env.disk.root).st_dev)
                 where = {"reserve": os.path.join(env.disk.root, disk.RESERVE), "root": env.disk.root, "pins": pins}
                 seen.append(
                     await env.exec(agent.format(**{key: shlex.quote(str(path)) for key, path in where.items()}))
@@ -929,7 +929,7 @@ def test_a_local_agent_leaves_the_next_sample_its_whole_disk_and_reserve(attack,
         attacked = asyncio.run(samples(RESERVE_ATTACKS[attack], "attacked"))
         twin = asyncio.run(samples("echo hi > x", "twin"))
     finally:
-        _undo(roots, devices, pins)
+        _undo(roots, pins, list(runs.values()))
     assert attacked[0].output == "sealed\n" and "No space left on device" in attacked[1].output, attacked
     assert [(done.output, done.exit_code) for done in (attacked[2], twin[2])] == [("done\n", 0)] * 2, (attacked, twin)
     assert int(attacked[1].output.split()[-1]) >= int(twin[1].output.split()[-1]) - 65536  # the whole disk's room
@@ -937,15 +937,16 @@ def test_a_local_agent_leaves_the_next_sample_its_whole_disk_and_reserve(attack,
     assert len(set(roots)) == len(roots)  # a disk of its own for every local sample
 
 
-def _undo(roots: list[str], devices: list[int], pins: Path) -> None:
-    """What the attacks above left on the host: attributes, loop devices, mounts."""
+def _undo(roots: list[str], pins: Path, runs: list[EnvironmentSettings]) -> None:
+    """What the attacks above left on the host: attributes, mounts, and the loop devices of files on the disks,
+    which each run's end lets go of (remove_leftovers; a device number matched in `losetup -a` may be another
+    test's since, its disk gone and the number taken again)."""
     for root in roots:
         subprocess.run(["chattr", "-R", "-i", "-a", os.path.join(root, disk.RESERVE)], capture_output=True)
-    for line in subprocess.run(["losetup", "-a"], capture_output=True, text=True).stdout.splitlines():
-        if any(re.search(rf"\[0*{device}\]:", line) for device in devices):  # of a file on one of the disks
-            subprocess.run(["losetup", "-d", line.split(":")[0]], capture_output=True)
     for point in [*sorted(map(str, pins.iterdir())), *roots]:
         subprocess.run(["umount", "-l", point], capture_output=True)
+    for run in runs:
+        backend_class("local").remove_leftovers(run)
 
 
 DEEP = "for i in $(seq 1 1200); do mkdir d && cd d || exit; done; echo deep"

@@ -51,11 +51,6 @@ MKFS_OPTIONS = ["-q", "-F", "-m", "0", "-O", "^has_journal,^resize_inode", "-E",
 # hundreds of lines with a run's disks, several times per image (13 ms of CPU each at 200 in flight).
 MOUNT_DATA = b"noinit_itable,discard"
 MS_NOSUID, MS_NODEV, MS_BIND = 2, 4, 4096
-LOOP_SET_FD, LOOP_CLR_FD, LOOP_SET_STATUS64, LOOP_CONFIGURE = 0x4C00, 0x4C01, 0x4C04, 0x4C0A
-LOOP_CTL_GET_FREE = 0x4C82
-LO_FLAGS_AUTOCLEAR = 4  # the loop device is freed when its last mount goes
-LOOP_INFO64 = "5Q4I64s64s32s2Q"  # struct loop_info64: lo_flags is its 9th field
-AUTOCLEAR_INFO = struct.pack(LOOP_INFO64, *[0] * 8, LO_FLAGS_AUTOCLEAR, b"", b"", b"", 0, 0)
 # Room on the disk kept for the verification, in a folder at the disk's root (beside the workspace's and the
 # /tmp folders, in none of them: no sandboxed command sees it) and given back when the verification's first
 # command is about to run: its HOME and a few files fit whatever the agent left. Made with the disk and kept
@@ -401,7 +396,7 @@ def _mount_image(image: str, root: str) -> None:
     """The ext4 `image` mounted at `root` on a free loop device, which goes with the mount (autoclear)."""
     with _opened("/dev/loop-control") as control, _opened(image) as backing:
         for _ in range(100):  # another process may take the free device first: then the next one
-            number = fcntl.ioctl(control, LOOP_CTL_GET_FREE)
+            number = fcntl.ioctl(control, loops.LOOP_CTL_GET_FREE)
             with _opened(f"/dev/loop{number}") as loop:
                 try:
                     _bind(loop, backing)
@@ -414,7 +409,7 @@ def _mount_image(image: str, root: str) -> None:
                     if libc.mount(device, os.fsencode(root), b"ext4", MS_NOSUID | MS_NODEV, MOUNT_DATA) != 0:
                         raise OSError(ctypes.get_errno(), f"mount: {os.strerror(ctypes.get_errno())}")
                 except BaseException:
-                    fcntl.ioctl(loop, LOOP_CLR_FD)
+                    fcntl.ioctl(loop, loops.LOOP_CLR_FD)
                     raise
                 return
     raise OSError("no free loop device")
@@ -424,18 +419,18 @@ def _bind(loop: int, backing: int) -> None:
     """The loop device `loop` bound to the file `backing`, freed when its last user goes (autoclear). In one
     step (LOOP_CONFIGURE, Linux 5.8): bound first and flagged after, a worker killed between the two left the
     device bound to its image for the host's life, no mount to find it by (review 16). Older kernels: two steps."""
-    config = struct.pack("2I", backing, 0) + AUTOCLEAR_INFO + bytes(64)  # struct loop_config: fd, block size, info
+    config = struct.pack("2I", backing, 0) + loops.AUTOCLEAR_INFO + bytes(64)  # loop_config: fd, block size, info
     try:
-        fcntl.ioctl(loop, LOOP_CONFIGURE, config)
+        fcntl.ioctl(loop, loops.LOOP_CONFIGURE, config)
         return
     except OSError as exc:
         if exc.errno not in (errno.EINVAL, errno.ENOTTY):
             raise
-    fcntl.ioctl(loop, LOOP_SET_FD, backing)
+    fcntl.ioctl(loop, loops.LOOP_SET_FD, backing)
     try:
-        fcntl.ioctl(loop, LOOP_SET_STATUS64, AUTOCLEAR_INFO)
+        fcntl.ioctl(loop, loops.LOOP_SET_STATUS64, loops.AUTOCLEAR_INFO)
     except BaseException:
-        fcntl.ioctl(loop, LOOP_CLR_FD)
+        fcntl.ioctl(loop, loops.LOOP_CLR_FD)
         raise
 
 

@@ -19,7 +19,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import cast
 
-from trajforge.environments import OUTPUT_LIMIT, Backend, EnvironmentSettings, ExecResult, disk, liveness, tmpfs
+from trajforge.environments import OUTPUT_LIMIT, Backend, EnvironmentSettings, ExecResult, disk, liveness, loops, tmpfs
 from trajforge.environments.contract import Spawned, timeout_result
 from trajforge.environments.leader import Leader, end_group
 from trajforge.environments.limits import MB, RUNNER, SampleCgroup, confined, host_user
@@ -663,6 +663,7 @@ class LocalBackend(Backend):
                 stay, went = left, len(left) < len(stay)
                 if not went:
                     break
+            loops.let_go(mounted)  # once nothing of the run is mounted where its paths reach (loops.py)
             # The disks' images go in any case (kept workspaces were copied off theirs first); never a folder
             # with something still mounted below it (rmtree would empty that too).
             kept = "disk-*" if settings.keep_workspaces else "*"

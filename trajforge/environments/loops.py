@@ -1,24 +1,83 @@
-"""The loop devices of a run: its samples' disks (disk.py), each bound to an image in the run's temporary
-folders. The kernel names a bound device's file in sysfs, by the path it was opened through (with " (deleted)"
-once it is removed)."""
+"""The loop devices of a run: its samples' disks (disk.py), each bound to an image in the run's temporary folders,
+and those a root local command made and left bound (`losetup -f` sets no autoclear: bound for the host's life), of
+a file in a workspace, of its disk's image, or of a file on such a device. One bound to a file on a sample's disk
+holds the disk too: its file system outlives its unmounting, and with it the disk's loop device and its image's
+blocks, the image gone from the temporary folder. The kernel names a device's file in sysfs by the path it was
+opened through (" (deleted)" once it is removed, relative to its mount once that is let go of): a device is the
+run's when that path lies in the run's folders, or when its file lies on a device of the run's (whatever its path
+then), however deep. No other device is touched: another run's disks, the host's own."""
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
+import struct
+from collections.abc import Iterator
+
+from trajforge.environments import tmpfs
+
+LOOP_SET_FD, LOOP_CLR_FD, LOOP_SET_STATUS64, LOOP_GET_STATUS64, LOOP_CONFIGURE = 0x4C00, 0x4C01, 0x4C04, 0x4C05, 0x4C0A
+LOOP_CTL_GET_FREE = 0x4C82
+LO_FLAGS_AUTOCLEAR = 4  # the loop device is freed when its last mount goes
+LOOP_INFO64 = "5Q4I64s64s32s2Q"  # struct loop_info64: lo_device (its file's device) first, lo_flags the 9th field
+AUTOCLEAR_INFO = struct.pack(LOOP_INFO64, *[0] * 8, LO_FLAGS_AUTOCLEAR, b"", b"", b"", 0, 0)
 
 
-def backing(device: int) -> str | None:
-    """The path of the file the loop device `device` (a device number: a file system's st_dev) is bound to;
-    None when it is no bound loop device."""
+def of_run(device: int, prefix: str) -> bool:
+    """Whether `device` (a file system's st_dev) is a loop device bound to a file whose path starts with `prefix`
+    (the run's folders' common start, through no symlink: a disk's image)."""
+    path = _backing(f"/sys/dev/block/{os.major(device)}:{os.minor(device)}")
+    return path is not None and path.startswith(prefix)
+
+
+def let_go(prefix: str) -> None:
+    """Every loop device of the run whose folders start with `prefix` detached (LOOP_CLR_FD), its mounts outside the
+    run's folders unmounted first (`mount -o loop` on a folder of the host's): at once where nothing uses it any
+    more, else with its last user (the kernel makes it autoclear: a mount no path reaches). Each device is held open
+    from its reading to its detaching, so that it stays bound as read: a device of the run's freed meanwhile and
+    bound again by another (another run's `losetup -f`, which the lowest free number goes to) is never detached in
+    its place."""
+    with contextlib.ExitStack() as held:
+        bound = _bound(held)
+        run = {number for number, (_, path, _) in bound.items() if path.startswith(prefix)}
+        while more := {number for number, (_, _, on) in bound.items() if on in run} - run:  # a file on one of them
+            run |= more
+        tmpfs.unmount_of(run)
+        for number in run:
+            with contextlib.suppress(OSError):
+                fcntl.ioctl(bound[number][0], LOOP_CLR_FD)
+
+
+def _bound(held: contextlib.ExitStack) -> dict[int, tuple[int, str, int]]:
+    """The host's bound loop devices, each opened and held in `held`: by number, its descriptor, the path of its
+    file and the device that file lies on."""
+    found = {}
+    for name in os.listdir("/sys/block"):
+        if not name.startswith("loop") or _backing(f"/sys/block/{name}") is None:  # bound to nothing: not opened
+            continue
+        with contextlib.suppress(OSError):
+            loop = held.enter_context(_opened(f"/dev/{name}"))
+            info = fcntl.ioctl(loop, LOOP_GET_STATUS64, bytes(struct.calcsize(LOOP_INFO64)))  # ENXIO: unbound since
+            path = _backing(f"/sys/block/{name}")
+            if path is not None:
+                found[os.fstat(loop).st_rdev] = (loop, path, struct.unpack_from("Q", info)[0])
+    return found
+
+
+def _backing(device: str) -> str | None:
+    """The path of the file the loop device at `device` (its folder in sysfs) is bound to; None for none."""
     try:
-        with open(f"/sys/dev/block/{os.major(device)}:{os.minor(device)}/loop/backing_file", "rb") as name:
+        with open(f"{device}/loop/backing_file", "rb") as name:
             return os.fsdecode(name.read().removesuffix(b"\n"))
     except OSError:
         return None
 
 
-def of_run(device: int, prefix: str) -> bool:
-    """Whether `device` is a loop device bound to a file whose path starts with `prefix` (the run's folders'
-    common start, through no symlink: a disk's image)."""
-    path = backing(device)
-    return path is not None and path.startswith(prefix)
+@contextlib.contextmanager
+def _opened(device: str) -> Iterator[int]:
+    fd = os.open(device, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        yield fd
+    finally:
+        os.close(fd)

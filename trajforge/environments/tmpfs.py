@@ -5,6 +5,7 @@ namespace; elsewhere /tmp is a plain folder and the run says so at start (limits
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import errno
 import os
@@ -54,6 +55,24 @@ def mounts(*within: str) -> list[tuple[str, str]]:
         lines = table.read().split(b"\n")
     fields = [line.split(b" ") for line in lines if any(needle in line for needle in needles)]
     return [(_unescaped(found[1]), os.fsdecode(found[2])) for found in fields]
+
+
+def unmount_of(devices: set[int]) -> None:
+    """Every mount of a file system of `devices` (device numbers) unmounted lazily, wherever it lies (a loop device
+    of a run's file a root command mounted on a folder of the host's), each through its path only while that
+    reaches a mount of one of them: a folder of the host's mounted over it since stays, and so does what it covers."""
+    with open("/proc/self/mountinfo", "rb") as table:
+        fields = [line.split(b" ") for line in table.read().split(b"\n")]
+    for found in fields:  # the mount's id, its parent's, its device (major:minor), its root, its point, ...
+        numbers = found[2].split(b":") if len(found) > 4 else []
+        if len(numbers) == 2 and os.makedev(*map(int, numbers)) in devices:
+            with contextlib.suppress(OSError):
+                point = os.open(_unescaped(found[4]), os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC)
+                try:
+                    if os.fstat(point).st_dev in devices:  # not what another mounted over it: unmounted as it is
+                        libc.umount2(f"/proc/self/fd/{point}".encode(), MNT_DETACH)
+                finally:
+                    os.close(point)
 
 
 # The bytes the kernel's mangle_path writes as octal escapes in /proc/self/mounts: backslash, space, tab, newline.
