@@ -518,6 +518,49 @@ def test_the_run_s_end_lets_go_of_what_lies_under_a_mount_over_a_disk_s_folder(t
     assert (host / "precious").read_text() == "the host's"
 
 
+# What a root command puts in the folder ({decoy}) it then binds over its workspace more times than the sample's end
+# and the run's end's first round let go of (64 each), a host folder bound in the workspace below them: a link named
+# as the folder that bind lies in, to a host folder ({target}) with a mount of the host's there; nothing, the honest
+# twin (the same binds and covers).
+IN_THE_COVER = {"a link": "ln -s {target} {decoy}/jail && ", "nothing": ""}
+
+
+@pytest.mark.parametrize("cover", IN_THE_COVER)
+def test_the_run_s_end_unmounts_no_host_mount_through_a_link_in_a_cover(tmp_path, cover):
+    """The run's end unmounts the points the mount table lists below the run's folders by their paths, a round's
+    all at once: a point below a cover still there (more covers than one unmount lets go of) was reached through
+    the cover, and through a link the command put in it to a host folder, which unmounted the host's own mount
+    there (a link to /: its /sys, its /proc). A listed point is unmounted only through a path without a link now:
+    the host's mount stays, and the run's go in the rounds after, nothing of them left mounted, its folder gone.
+    The honest twin's go likewise."""
+    host, decoy = _host_and(tmp_path, "decoy")
+    (tmp_path / "target" / "x").mkdir(parents=True)
+    if not tmpfs.mount(str(tmp_path / "target" / "x"), 1, None):
+        pytest.skip("only the host's root mounts")
+    settings = make_settings("local", tmp_path, limits=Limits(max_disk_mb=0))
+    binds = "mkdir -p jail/x && mount --bind {host} jail/x && cd / && for i in $(seq 130); do "
+    binds += "mount --bind {decoy} {workspace} || exit 1; done"
+
+    async def body() -> tuple:
+        env = await backend_for(settings).open({})
+        paths = {"host": host, "decoy": decoy, "target": tmp_path / "target", "workspace": env.workspace}
+        quoted = {name: shlex.quote(str(path)) for name, path in paths.items()}
+        made = await env.exec((IN_THE_COVER[cover] + binds).format(**quoted))
+        await env.close()
+        return made, env.workspace
+
+    made, workspace = sync(body())
+    try:
+        assert made.exit_code == 0, made
+        LocalBackend.remove_leftovers(settings)
+        assert os.path.ismount(tmp_path / "target" / "x")
+        assert not tmpfs.mounted_below(workspace) and not os.path.exists(workspace)
+    finally:
+        _let_go_of(workspace)
+        tmpfs.unmount(str(tmp_path / "target" / "x"))
+    assert (host / "precious").read_text() == "the host's"
+
+
 # Loop devices a sample's root command left bound, each printed ({image}: its disk's image): of a file on its disk
 # (which holds the disk with it), of its disk's image, of a file on another such device's file system, of a file in
 # a workspace with no disk, mounted through one on a folder of the host's ({outside}: it holds the device, and the
@@ -630,6 +673,46 @@ def _bound(device: str) -> str:
 def _still_bound(bound: dict[str, str]) -> list[str]:
     """The loop devices of `bound` still bound as they were then (another test may have bound one since)."""
     return [device for device, file in bound.items() if _bound(device) == file]
+
+
+@pytest.mark.parametrize("link", [False, True], ids=["nothing", "a link"])
+def test_a_mount_over_the_temporary_folder_has_no_host_mount_unmounted_nor_folder_emptied(tmp_path, monkeypatch, link):
+    """A root command's mount over the temporary folder (a folder of the host's bound there, not one of the sample's
+    folders) answers for its workspace's path and what lies below it, hidden: the host folder bound in the
+    workspace stays mounted there, unreached, past the sample and the run (no path of theirs reaches it any more;
+    the run's next start reaches it once the mount over the temporary folder is gone), and no folder of the host's
+    is emptied (their removal goes through the same mount). With a link named as the workspace in the folder
+    mounted there, to a host folder, the sample's end unmounted the host's own mount below that folder (the path of
+    the bind it listed led there): never now, through no path with a link. The host's mount and folder stay."""
+    host, decoy = _host_and(tmp_path, "decoy")
+    temporary, target = tmp_path / "temporary", tmp_path / "target"
+    (target / "jail" / "x").mkdir(parents=True)
+    temporary.mkdir()
+    if not tmpfs.mount(str(target / "jail" / "x"), 1, None):
+        pytest.skip("only the host's root mounts")
+    monkeypatch.setattr(tempfile, "tempdir", str(temporary))
+    settings = make_settings("local", tmp_path, limits=Limits(max_disk_mb=0))
+    linked = "ln -s {target} {decoy}/$(basename $PWD) && " if link else ""
+    command = "mkdir -p jail/x && mount --bind {host} jail/x && " + linked + "mount --bind {decoy} {temporary}"
+
+    async def body() -> tuple:
+        env = await backend_for(settings).open({})
+        paths = {"host": host, "decoy": decoy, "target": target, "temporary": temporary}
+        made = await env.exec(command.format(**{name: shlex.quote(str(path)) for name, path in paths.items()}))
+        await env.close()
+        return made, env.workspace
+
+    made, workspace = sync(body())
+    try:
+        assert made.exit_code == 0, made
+        assert os.path.ismount(target / "jail" / "x")
+        LocalBackend.remove_leftovers(settings)
+        assert os.path.ismount(target / "jail" / "x") and tmpfs.mounted_below(workspace)
+    finally:
+        tmpfs.unmount(str(temporary))
+        _let_go_of(workspace)
+        tmpfs.unmount(str(target / "jail" / "x"))
+    assert (host / "precious").read_text() == "the host's"
 
 
 @pytest.mark.parametrize("through", ["the folder", "a symlink"])

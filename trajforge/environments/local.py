@@ -658,7 +658,7 @@ class LocalBackend(Backend):
             for _ in range(UNMOUNT_ROUNDS):
                 if not stay:
                     break
-                list(pool.map(tmpfs.unmount, sorted(set(stay), key=len)))
+                list(pool.map(tmpfs.unmount_listed, sorted(set(stay), key=len)))
                 left = [point for point, _ in tmpfs.mounted_below(mounted)]
                 stay, went = left, len(left) < len(stay)
                 if not went:

@@ -41,6 +41,19 @@ def unmount(path: str) -> bool:
 MOUNTS_OVER = 64  # mounts on one path unmounted at most (one is ours)
 
 
+def unmount_listed(point: str) -> bool:
+    """`point`, as the mount table names it (through no symlink), unmounted only while its path reaches it through
+    none: a folder above it may lie below a mount a root command put there (a folder of the host's, bound more
+    times than one unmount lets go of), and a link of that folder's name in it had the host's own mount at its
+    target unmounted (a link to /: its /sys). False then, as for a point that stays mounted."""
+    folder = os.path.dirname(point)
+    try:
+        plain = os.path.realpath(folder) == folder
+    except OSError:  # a link a moment ago, not now (the mount over a folder above it unmounted meanwhile)
+        return False
+    return plain and unmount(point)
+
+
 def mounts(*within: str) -> list[tuple[str, str]]:
     """(mount point, file system type) of the mounts of this process's namespace whose line holds one of
     `within` (paths, through no symlink; none: no mount), each point as the kernel wrote it (octal escapes for
@@ -113,5 +126,5 @@ def detach_below(folders: list[str]) -> None:
     inside = tuple(path.rstrip("/") + "/" for path in paths)
     listed = mounts(*paths)
     found = sorted({point for point, _ in listed if point in paths or point.startswith(inside)}, key=len)
-    if not all(unmount(point) for point in found):
+    if not all(unmount_listed(point) for point in found):
         raise OSError(f"cannot unmount what a command mounted at {found[0]}")
