@@ -675,29 +675,47 @@ def _still_bound(bound: dict[str, str]) -> list[str]:
     return [device for device, file in bound.items() if _bound(device) == file]
 
 
-@pytest.mark.parametrize("link", [False, True], ids=["nothing", "a link"])
-def test_a_mount_over_the_temporary_folder_has_no_host_mount_unmounted_nor_folder_emptied(tmp_path, monkeypatch, link):
+# What a root command puts in a folder ({decoy}) it binds over the temporary folder, a host folder bound in its
+# workspace below it: a link named as its workspace or as its disk's folder, to a host folder ({target}) with mounts
+# of the host's below it where the workspace's bind and the disk lie in theirs (jail/x, fs); nothing, the twins.
+# Each: (--max_disk_mb, what the folder holds).
+OVER_THE_TEMPORARY_FOLDER = {
+    "nothing": (0, ""),
+    "nothing, a disk": (64, ""),
+    "a link named as the workspace": (0, "ln -s {target} {decoy}/$(basename {workspace}) && "),
+    "a link named as the disk's folder": (64, "ln -s {target} {decoy}/$(basename {folder}) && "),
+}
+
+
+@pytest.mark.parametrize("holding", OVER_THE_TEMPORARY_FOLDER)
+def test_a_mount_over_the_temporary_folder_has_no_host_mount_unmounted_nor_folder_emptied(
+    tmp_path, monkeypatch, holding
+):
     """A root command's mount over the temporary folder (a folder of the host's bound there, not one of the sample's
     folders) answers for its workspace's path and what lies below it, hidden: the host folder bound in the
-    workspace stays mounted there, unreached, past the sample and the run (no path of theirs reaches it any more;
-    the run's next start reaches it once the mount over the temporary folder is gone), and no folder of the host's
-    is emptied (their removal goes through the same mount). With a link named as the workspace in the folder
-    mounted there, to a host folder, the sample's end unmounted the host's own mount below that folder (the path of
-    the bind it listed led there): never now, through no path with a link. The host's mount and folder stay."""
+    workspace (and the sample's disk) stays mounted there, unreached, past the sample and the run (no path of theirs
+    reaches it any more; the run's next start does once the mount over the temporary folder is gone), and no folder
+    of the host's is emptied (their removal goes through the same mount). With a link named as the workspace in
+    the folder mounted there, to a host folder, the sample's end unmounted the host's own mount below that folder
+    (the path of the bind it listed led there), and with one named as the disk's folder, the one where the disk
+    lies in its folder: never now, through no path with a link. The host's mounts and folder stay."""
     host, decoy = _host_and(tmp_path, "decoy")
     temporary, target = tmp_path / "temporary", tmp_path / "target"
-    (target / "jail" / "x").mkdir(parents=True)
     temporary.mkdir()
-    if not tmpfs.mount(str(target / "jail" / "x"), 1, None):
-        pytest.skip("only the host's root mounts")
+    mounted = [target / "jail" / "x", target / "fs"]
+    for point in mounted:
+        point.mkdir(parents=True)
+        if not tmpfs.mount(str(point), 1, None):
+            pytest.skip("only the host's root mounts")
     monkeypatch.setattr(tempfile, "tempdir", str(temporary))
-    settings = make_settings("local", tmp_path, limits=Limits(max_disk_mb=0))
-    linked = "ln -s {target} {decoy}/$(basename $PWD) && " if link else ""
+    size, linked = OVER_THE_TEMPORARY_FOLDER[holding]
+    settings = make_settings("local", tmp_path, limits=Limits(max_disk_mb=size))
     command = "mkdir -p jail/x && mount --bind {host} jail/x && " + linked + "mount --bind {decoy} {temporary}"
 
     async def body() -> tuple:
         env = await backend_for(settings).open({})
-        paths = {"host": host, "decoy": decoy, "target": target, "temporary": temporary}
+        paths = {"host": host, "decoy": decoy, "target": target, "temporary": temporary, "workspace": env.workspace}
+        paths["folder"] = env.disk.folder if env.disk else ""
         made = await env.exec(command.format(**{name: shlex.quote(str(path)) for name, path in paths.items()}))
         await env.close()
         return made, env.workspace
@@ -705,13 +723,14 @@ def test_a_mount_over_the_temporary_folder_has_no_host_mount_unmounted_nor_folde
     made, workspace = sync(body())
     try:
         assert made.exit_code == 0, made
-        assert os.path.ismount(target / "jail" / "x")
+        assert all(map(os.path.ismount, mounted))
         LocalBackend.remove_leftovers(settings)
-        assert os.path.ismount(target / "jail" / "x") and tmpfs.mounted_below(workspace)
+        assert all(map(os.path.ismount, mounted)) and tmpfs.mounted_below(workspace)
     finally:
         tmpfs.unmount(str(temporary))
-        _let_go_of(workspace)
-        tmpfs.unmount(str(target / "jail" / "x"))
+        LocalBackend.remove_leftovers(settings)
+        for point in mounted:
+            tmpfs.unmount(str(point))
     assert (host / "precious").read_text() == "the host's"
 
 

@@ -148,17 +148,19 @@ class Disk:
         if self.namespace is not None:
             self.namespace.close()
             self.namespace = None
-        if tmpfs.unmount(self.root):  # else removing its folder would empty what is still mounted there
-            _remove_folder(self.folder, self.made)
+        _remove_folder(self.folder, self.made)
 
 
 FOLDER_FILES = (("image", False), ("fs", True), ("tests", True))  # what `take` makes in a disk's folder, is it one
 
 
 def _remove_folder(folder: str, made: tuple[int, int]) -> None:
-    """A disk's folder removed with what `take` made in it, each entry by name (rmdir, unlink), never walked
-    into: a local command (root) reaches the folder too and may have mounted a host folder in it, on its tests'
-    folder or over it whole, which rmtree would have emptied. Whatever else is there, or stays mounted, is left
+    """A disk's folder, once its image is unmounted, removed with what `take` made in it, each entry by name
+    (rmdir, unlink), never walked into: a local command (root) reaches the folder too and may have mounted a host
+    folder in it, on its tests' folder or over it whole, which rmtree would have emptied. Both reach it through
+    its descriptor, after it is checked to be the folder made: through its path, the unmounting went through a
+    folder of the host's a command bound over the temporary folder, and a link of the folder's name in it, and
+    unmounted the host's own mount below the link's target. Whatever else is there, or stays mounted, is left
     for the run's end, which unmounts before it removes (remove_leftovers)."""
     try:
         fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
@@ -166,7 +168,7 @@ def _remove_folder(folder: str, made: tuple[int, int]) -> None:
         return
     try:
         info = os.fstat(fd)
-        if (info.st_dev, info.st_ino) != made:
+        if (info.st_dev, info.st_ino) != made or not tmpfs.unmount(f"/proc/self/fd/{fd}/fs"):
             return
         for name, is_folder in FOLDER_FILES:
             with contextlib.suppress(OSError):
