@@ -16,9 +16,11 @@ import shlex
 import shutil
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from urllib.parse import quote
@@ -654,6 +656,65 @@ def test_a_whole_run_lets_go_of_the_loop_device_its_sample_left_and_of_its_disk(
     finally:
         for device in _still_bound(bound):
             subprocess.run(["losetup", "-d", device], capture_output=True)
+
+
+# What a root command puts at the node of the loop device it leaves bound to a file of its workspace ({host}: a
+# loop device of the host's, bound to a file of the host's): a FIFO (opening it blocked the run's end for good);
+# the host device's node, and its own at the host device's (the host's was detached, as the file its own node's
+# name is bound to in sysfs lies in the run's folders); nothing, the honest twin. Each prints the device it left.
+AT_THE_NODE = {
+    "nothing": "",
+    "a FIFO": " && rm $d && mkfifo -m 600 $d",
+    "the host device's node, swapped": (
+        " && rm $d {host} && mknod -m 600 $d b 7 {number} && mknod -m 600 {host} b 7 ${{d#/dev/loop}}"
+    ),
+}
+
+
+@pytest.mark.parametrize("node", AT_THE_NODE)
+def test_the_run_s_end_opens_no_node_in_dev_but_the_loop_device_it_names(tmp_path, node):
+    """The run's end opens each bound loop device through its node in /dev, which a root local command can replace:
+    with a FIFO the run's end never ended (its open waits for a writer), with another device's node it read that
+    device as the one the node is named after (another loop device's: the host's detached and its mounts unmounted,
+    in the place of the command's; a char device's opened, a watchdog armed). A node that is not the loop device of
+    its name is left as it is (the command's own device then stays bound: it made that so). The twin's device goes."""
+    if not disk.possible():
+        pytest.skip("only the host's root makes loop devices")
+    settings = make_settings("local", tmp_path / "run")
+    (tmp_path / "host").write_bytes(bytes(1 << 20))
+    host = subprocess.run(["losetup", "-f", "--show", str(tmp_path / "host")], capture_output=True, text=True)
+    host = host.stdout.strip()
+    kept = {host: _bound(host)}
+    command = "truncate -s 8M f && d=$(losetup -f --show f) && echo $d" + AT_THE_NODE[node]
+    command = command.format(host=host, number=host.removeprefix("/dev/loop"))
+
+    async def sample() -> tuple:
+        env = await backend_for(settings).open({})
+        done = await env.exec(command)
+        await env.close()
+        return done, {device: _bound(device) for device in done.output.split()}
+
+    done, bound = sync(sample())
+    ending = threading.Thread(target=LocalBackend.remove_leftovers, args=(settings,), daemon=True)
+    try:
+        assert done.exit_code == 0 and len(bound) == 1 and all(bound.values()) and kept[host], (done, bound)
+        ending.start()
+        ending.join(30)
+        assert not ending.is_alive(), "the run's end opened the FIFO"
+        assert _still_bound(kept) == [host]
+        assert _still_bound(bound) == ([] if node == "nothing" else list(bound))
+    finally:
+        for device in [host, *bound]:
+            with contextlib.suppress(OSError):  # a reader waiting on the FIFO let go of
+                os.close(os.open(device, os.O_WRONLY | os.O_NONBLOCK))
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(device)
+            number = int(device.removeprefix("/dev/loop"))
+            os.mknod(device, 0o600 | stat.S_IFBLK, os.makedev(7, number))
+        ending.join(30)
+        for device in _still_bound(bound) + _still_bound(kept):
+            subprocess.run(["losetup", "-d", device], capture_output=True)
+        LocalBackend.remove_leftovers(settings)
 
 
 def _loop_device(number: int) -> str:
