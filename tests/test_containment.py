@@ -717,6 +717,37 @@ def test_the_run_s_end_opens_no_node_in_dev_but_the_loop_device_it_names(tmp_pat
         LocalBackend.remove_leftovers(settings)
 
 
+@pytest.mark.parametrize("swapped", [False, True], ids=["its folder", "a link put in its place meanwhile"])
+def test_a_listed_point_is_unmounted_through_the_folder_looked_at(tmp_path, monkeypatch, swapped):
+    """unmount_listed looks at a point's folder, then unmounts: a process still running at the run's end (a root
+    command that left its cgroup) that put a link to a host folder in the folder's place between the two had the
+    host's own mount at the link's target unmounted. The folder is held from the look to the unmounting, which goes
+    through it (the run's mount, moved aside with its folder, goes); its twin's point is unmounted as ever."""
+    if not tmpfs.possible():
+        pytest.skip("only the host's root mounts")
+    folder, host = tmp_path / "workspace", tmp_path / "host"
+    for path in (folder / "x", host / "x"):
+        path.mkdir(parents=True)
+        assert tmpfs.mount(str(path), 1, None)
+    unmount = tmpfs.unmount
+
+    def racing(path: str) -> bool:
+        if swapped and not folder.is_symlink():
+            folder.rename(tmp_path / "aside")
+            folder.symlink_to(host)
+        return unmount(path)
+
+    monkeypatch.setattr(tmpfs, "unmount", racing)
+    try:
+        assert tmpfs.unmount_listed(str(folder / "x"))
+        assert os.path.ismount(host / "x") and not os.path.ismount(
+            tmp_path / "aside" / "x" if swapped else folder / "x"
+        )
+    finally:
+        for path in (host / "x", tmp_path / "aside" / "x", folder / "x"):
+            unmount(str(path))
+
+
 def _loop_device(number: int) -> str:
     """The path of the loop device numbered `number` (a file system's st_dev)."""
     return "/dev/" + os.path.basename(os.readlink(f"/sys/dev/block/{os.major(number)}:{os.minor(number)}"))

@@ -45,13 +45,20 @@ def unmount_listed(point: str) -> bool:
     """`point`, as the mount table names it (through no symlink), unmounted only while its path reaches it through
     none: a folder above it may lie below a mount a root command put there (a folder of the host's, bound more
     times than one unmount lets go of), and a link of that folder's name in it had the host's own mount at its
-    target unmounted (a link to /: its /sys). False then, as for a point that stays mounted."""
+    target unmounted (a link to /: its /sys). False then, as for a point that stays mounted. The folder is held from
+    its look to the unmounting, which goes through it: a link put in a folder's place meanwhile (by a process that
+    left its cgroup, still running) is not followed."""
     folder = os.path.dirname(point)
     try:
-        plain = os.path.realpath(folder) == folder
-    except OSError:  # a link a moment ago, not now (the mount over a folder above it unmounted meanwhile)
+        held = os.open(folder, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:  # gone, or a link a moment ago and not now (the mount over a folder above it unmounted)
         return False
-    return plain and unmount(point)
+    try:
+        return os.readlink(f"/proc/self/fd/{held}") == folder and unmount(
+            f"/proc/self/fd/{held}/{os.path.basename(point)}"
+        )
+    finally:
+        os.close(held)
 
 
 def mounts(*within: str) -> list[tuple[str, str]]:
