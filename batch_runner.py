@@ -65,13 +65,19 @@ def main(**flags) -> None:
         # a line that says why, is refused at once, no helper started.
         entries, notes = load_entries(config)
         with signal_handlers_kept(), Helpers(config) as started:
-            from trajforge.run.runner import BatchRunner
+            # What the imports make lives as long as the process: no garbage collection need walk it, while
+            # they run (a tenth of their time), in the run or at exit (where walking openai's types would cost
+            # half a second). Frozen once: the tests call main() many times in one process.
+            collecting = gc.isenabled()
+            gc.disable()
+            try:
+                from trajforge.run.runner import BatchRunner
 
-            # What the imports made lives as long as the process: no garbage collection need walk it again,
-            # in the run or at exit (where walking openai's types would cost half a second). Once: the
-            # tests call main() many times in one process.
-            if not gc.get_freeze_count():
-                gc.freeze()
+                if not gc.get_freeze_count():
+                    gc.freeze()
+            finally:
+                if collecting:
+                    gc.enable()
             code = BatchRunner(config, console, started).run(entries, notes)
     except (UsageError, SetupError, FlagError, RegistryError) as exc:
         print(f"error: {exc}", file=sys.stderr)
