@@ -79,7 +79,8 @@ class LocalSite:
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
 
     def __enter__(self) -> LocalSite:
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        # Its loop looks for shutdown() every 50 ms, not serve_forever's 500: a test's own site stops at once.
+        threading.Thread(target=self.server.serve_forever, args=(0.05,), daemon=True).start()
         return self
 
     def __exit__(self, *exc) -> None:
