@@ -226,7 +226,9 @@ def test_an_http_server_is_shared_by_every_sample(run_here, server, tmp_path, ht
 # -- in bwrap --------------------------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
+# Of the session, not the module: xdist hands this module's tests out one by one, and a worker that ran another
+# module's meanwhile copied the SDK again (48 MB, 4 s) for its next test here.
+@pytest.fixture(scope="session")
 def readable_sdk():
     """A folder every uid may read with the SDK for the system's Python (mcp_servers/readable_sdk.py)."""
     if not readable_sdk_copy.system_python_fits():
@@ -313,7 +315,7 @@ def test_what_the_dataset_or_the_agent_writes_in_the_workspace_never_runs_as_the
 # -- in docker -------------------------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def mcp_image(docker_host, readable_sdk) -> str:
     """HARBOR_BASE with the SDK at /opt/mcp-sdk and the libraries its compiled modules load: an image a
     stdio server runs in, built offline once for this SDK."""
