@@ -42,7 +42,6 @@ from trajforge.verification.tree_reader import Unreadable
 
 EXAMPLE = ROOT / "data" / "example_harbor"
 FAKE_REWARD_C = ROOT / "tests" / "fixtures" / "harbor" / "fake_reward.c"
-EVENTS_WAIT = 30  # seconds the engine's events of a build are waited for at most
 
 
 def copy_examples(tmp_path: Path, unique: bool = False) -> Path:
@@ -82,20 +81,19 @@ class Builds:
             for event in self.events:
                 self.tags.append(event["Actor"]["Attributes"].get("name", ""))
 
-    def count(self, expected: int = 0) -> int:
-        """Our images tagged: once `expected` of them came (within EVENTS_WAIT seconds: a loaded engine sends
-        them late), and a second more for any beyond them."""
-        deadline = time.monotonic() + EVENTS_WAIT
-        while self._ours() < expected and time.monotonic() < deadline:
-            time.sleep(0.05)
-        time.sleep(1)
+    def count(self) -> int:
+        """The builds so far, once their events have reached the stream: the engine sends them in order, so all
+        are read once the tag of a mark made now is (a second's sleep took their place before)."""
+        mark = f"batch-runner-test/events-mark:{uuid.uuid4().hex[:12]}"
+        self.client.images.get("batch-runner-test/harbor-base:1").tag(mark)
+        deadline = time.monotonic() + 30
+        while mark not in self.tags and time.monotonic() < deadline:
+            time.sleep(0.01)
+        self.client.images.remove(mark, noprune=True)
         self.events.close()
         self.client.close()
         self.reader.join(10)
-        return self._ours()
-
-    def _ours(self) -> int:
-        return sum(tag in self.ours for tag in list(self.tags))  # other tests build at the same time
+        return sum(tag in self.ours for tag in self.tags)  # other tests build at the same time
 
 
 def samples(run_dir: Path) -> dict[str, list[dict]]:
@@ -134,7 +132,7 @@ def test_a_run_over_the_example_folder_builds_once_per_task_and_resumes_without_
     builds = Builds(tasks)
     done = run_here(tasks, "--n_samples=3", "--distribution=terminal_only", "--environment=auto")
     assert done.code == 0, done.stderr + done.stdout
-    assert builds.count(3) == 3  # one `docker build` per task, not per sample
+    assert builds.count() == 3  # one `docker build` per task, not per sample
     found = samples(done.run_dir)
     assert {name: len(records) for name, records in found.items()} == {
         "hello-file": 3,
@@ -668,7 +666,7 @@ def test_a_changed_base_image_builds_the_task_image_again(docker_host, run_here,
     try:
         builds = Builds(tasks)
         assert run_here(tasks, "--check_tasks", run_name="first").code == 0
-        assert builds.count(1) == 1
+        assert builds.count() == 1
         builds = Builds(tasks)
         assert run_here(tasks, "--check_tasks", run_name="same").code == 0
         assert builds.count() == 0
@@ -678,7 +676,7 @@ def test_a_changed_base_image_builds_the_task_image_again(docker_host, run_here,
         changed[0].tag(base)
         builds = Builds(tasks)
         assert run_here(tasks, "--check_tasks", run_name="changed").code == 0
-        assert builds.count(1) == 1
+        assert builds.count() == 1
     finally:
         client.images.remove(base, force=True, noprune=True)  # its parents may be another build's cache
         client.close()
