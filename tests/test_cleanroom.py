@@ -229,6 +229,39 @@ def test_fifos_sockets_and_outward_links_are_removed_and_inward_ones_kept(kind, 
     assert all(name in note for name in ("pipe", "outward", "up", "sock")) and "inward" not in note
 
 
+# The runner looks at the workspace from the host first and runs no scan for one of plain files and folders
+# alone (local.PLAIN_AT_MOST entries at most): what lies five folders down, or past that many entries, is still
+# found and removed.
+DEEP = "a/b/c/d/e"
+MADE_DEEP = f"mkdir -p {DEEP} && touch a/one a/b/two && cd {DEEP} && "
+HIDDEN = {  # what the agent runs, the names the note must hold, the folder the verify command lists
+    "link_deep": (MADE_DEEP + "ln -s /etc/passwd outward", ["outward"], DEEP),
+    "fifo_deep": (MADE_DEEP + "mkfifo pipe", ["pipe"], DEEP),
+    "git_file_deep": (MADE_DEEP + "printf 'gitdir: /etc\\n' > .git", [".git"], DEEP),
+    "past_the_first_entries": (
+        "mkdir z && i=0; while [ $i -lt 2100 ]; do : > f$i; i=$((i+1)); done; ln -s /etc/passwd z/late",
+        ["late"],
+        "z",
+    ),
+}
+
+
+@pytest.mark.parametrize("where", HIDDEN)
+def test_what_lies_deep_or_past_many_plain_entries_is_removed_before_verification(kind, tmp_path, where):
+    agent, names, folder = HIDDEN[where]
+    done = verify_in(kind, tmp_path, agent, f"ls -A {folder} | tr '\\n' ' '; echo")
+    note, listed = done["output"].splitlines()[0], done["output"].splitlines()[-1]
+    assert note.startswith("[removed before verification") and all(name in note for name in names), done
+    assert listed.split() == [], done
+
+
+def test_a_workspace_of_plain_files_and_folders_is_verified_as_the_agent_left_it(kind, tmp_path):
+    agent = "mkdir -p src/pkg docs && echo right > answer.txt && echo x > src/pkg/mod.py && : > docs/empty"
+    done = verify_in(kind, tmp_path, agent, "grep -qx right answer.txt && ls -A . src/pkg docs | tr '\\n' ' '")
+    assert done["passed"] is True and "removed" not in done["output"], done
+    assert {"answer.txt", "src", "docs", "mod.py", "empty"} <= set(done["output"].split()), done
+
+
 def test_a_reward_range_of_ones_own(tmp_path):
     done = verify_in("local", tmp_path, "true", "echo 7", reward_range=(0.0, 10.0))
     assert done["passed"] is True and done["reward"] == 7.0

@@ -33,7 +33,7 @@ from trajforge.environments.orphans import (
     starting_command,
 )
 from trajforge.environments.shell import CommandEnvironment
-from trajforge.environments.trees import remove_tree
+from trajforge.environments.trees import plain, remove_tree
 from trajforge.errors import SetupError
 from trajforge.tail import CappedOutput
 
@@ -489,6 +489,14 @@ class LocalEnvironment(CommandEnvironment):
     def scan_root(self) -> str:
         return self.workspace
 
+    async def remove_escapes(self) -> str:
+        # Looked at from here first, every process of the agent's gone (enter_clean_room): a workspace of folders
+        # and regular files alone, none named .git, holds nothing the scan would remove or neutralise, and the
+        # scan's command (a clean room's whole sandbox under bwrap) is not run.
+        if await asyncio.to_thread(plain, self.scan_root, PLAIN_AT_MOST):
+            return self.removed_note([])
+        return await super().remove_escapes()
+
     async def end_agent_processes(self) -> None:
         if self.started:  # nothing started since the last time: nothing to end
             await asyncio.to_thread(self._end_processes)
@@ -582,6 +590,7 @@ class LocalEnvironment(CommandEnvironment):
         return unbound
 
 
+PLAIN_AT_MOST = 2_000  # entries of a workspace looked at before the clean room's scan at most: past them, it runs
 LOOKED_AT = 20_000  # entries looked at for a pack folder at most: past them, there may be one
 
 

@@ -375,7 +375,11 @@ class CommandEnvironment(Environment):
             errors = "\n".join(line for line in said if not line.startswith(mark))
             why = (found.error or errors).strip() or f"the scan exited {found.exit_code}"
             raise OSError(f"cannot clean the workspace before verification: {why}")
-        removed = [*self.dropped, *(line[len(mark) :] for line in said if line.startswith(mark))]
+        return self.removed_note([line[len(mark) :] for line in said if line.startswith(mark)])
+
+    def removed_note(self, found: list[str]) -> str:
+        """remove_escapes' note: what fresh_copy left out and what the scan removed (`found`), "" for nothing."""
+        removed = [*self.dropped, *found]
         if not removed:
             return ""
         named = ", ".join(removed[:NOTED]) + (f" and {len(removed) - NOTED} more" if len(removed) > NOTED else "")

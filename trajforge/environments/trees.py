@@ -73,3 +73,26 @@ def below(folder: str) -> Iterator[os.DirEntry]:
             yield entry
             if entry.is_dir(follow_symlinks=False):
                 folders.append(entry.path)
+
+
+def plain(folder: str, most: int) -> bool:
+    """Whether `folder` is a folder (not a link to one) holding folders and regular files alone, none named .git,
+    `most` entries at most in all; False too when one cannot be listed. No link is followed, and each folder is
+    read only as far as needed: one of a million entries is not listed whole to answer."""
+    try:
+        if not stat.S_ISDIR(os.lstat(folder).st_mode):
+            return False
+        folders, seen = [folder], 0
+        while folders:
+            with os.scandir(folders.pop()) as listed:
+                for entry in listed:
+                    seen += 1
+                    if seen > most or entry.name == ".git":
+                        return False
+                    if entry.is_dir(follow_symlinks=False):
+                        folders.append(entry.path)
+                    elif not entry.is_file(follow_symlinks=False):  # a link, FIFO, socket or device
+                        return False
+    except OSError:
+        return False
+    return True
