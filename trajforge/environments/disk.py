@@ -22,7 +22,9 @@ import ctypes
 import errno
 import fcntl
 import functools
+import itertools
 import os
+import random
 import shutil
 import stat
 import struct
@@ -51,6 +53,9 @@ MKFS_OPTIONS = ["-q", "-F", "-m", "0", "-O", "^has_journal,^resize_inode", "-E",
 # hundreds of lines with a run's disks, several times per image (13 ms of CPU each at 200 in flight).
 MOUNT_DATA = b"noinit_itable,discard"
 MS_NOSUID, MS_NODEV, MS_BIND = 2, 4, 4096
+# A loop device another binder took first: waited for, up to BUSY_WAIT doubled at each attempt (at most
+# BUSY_WAIT_MOST), at random, for BIND_TIMEOUT seconds in all (_mount_image).
+BUSY_WAIT, BUSY_WAIT_MOST, BIND_TIMEOUT = 0.001, 0.05, 30.0
 # Room on the disk kept for the verification, in a folder at the disk's root (beside the workspace's and the
 # /tmp folders, in none of them: no sandboxed command sees it) and given back when the verification's first
 # command is about to run: its HOME and a few files fit whatever the agent left. Made with the disk and kept
@@ -395,15 +400,27 @@ def _mkfs(image: str, size: int) -> None:
 
 
 def _mount_image(image: str, root: str) -> None:
-    """The ext4 `image` mounted at `root` on a free loop device, which goes with the mount (autoclear)."""
+    """The ext4 `image` mounted at `root` on a free loop device, which goes with the mount (autoclear).
+
+    The kernel names the lowest unbound device free, also while another thread or process is binding it:
+    binding writes the backing file's dirty pages out first, the device claimed and still unbound, and every
+    other binder is told EBUSY meanwhile. So the image's pages are written out here, before (the binding then
+    takes microseconds), and a binder told EBUSY waits a random while, longer each time, before it asks for
+    the free device again: 100 attempts at once were used up in one binding's write-out (3 processes of 16
+    threads each making disks: a few disks in 1000 failed, "no free loop device")."""
     with _opened("/dev/loop-control") as control, _opened(image) as backing:
-        for _ in range(100):  # another process may take the free device first: then the next one
+        os.fsync(backing)
+        deadline = time.monotonic() + BIND_TIMEOUT
+        for attempt in itertools.count():
+            if attempt and time.monotonic() > deadline:
+                break
             number = fcntl.ioctl(control, loops.LOOP_CTL_GET_FREE)
             with _opened(f"/dev/loop{number}") as loop:
                 try:
                     _bind(loop, backing)
                 except OSError as exc:
                     if exc.errno == errno.EBUSY:
+                        time.sleep(random.uniform(0, min(BUSY_WAIT * 2**attempt, BUSY_WAIT_MOST)))
                         continue
                     raise
                 try:
@@ -414,7 +431,7 @@ def _mount_image(image: str, root: str) -> None:
                     fcntl.ioctl(loop, loops.LOOP_CLR_FD)
                     raise
                 return
-    raise OSError("no free loop device")
+    raise OSError(f"no free loop device within {BIND_TIMEOUT:g} s")
 
 
 def _bind(loop: int, backing: int) -> None:
