@@ -493,9 +493,15 @@ class LocalEnvironment(CommandEnvironment):
         # Looked at from here first, every process of the agent's gone (enter_clean_room): a workspace of folders
         # and regular files alone, none named .git, holds nothing the scan would remove or neutralise, and the
         # scan's command (a clean room's whole sandbox under bwrap) is not run.
-        if await asyncio.to_thread(plain, self.scan_root, PLAIN_AT_MOST):
+        if await asyncio.to_thread(self._plain):
             return self.removed_note([])
         return await super().remove_escapes()
+
+    def _plain(self) -> bool:
+        """Blocking. The sample's processes ended once more first, as after the scan's command (end_leftovers):
+        what outlived the first ending (a fork storm past the cgroup's rounds of kills) does not outlive this."""
+        self._end_processes()
+        return plain(self.scan_root, PLAIN_AT_MOST)
 
     async def end_agent_processes(self) -> None:
         if self.started:  # nothing started since the last time: nothing to end
