@@ -13,6 +13,7 @@ from urllib.parse import quote
 import pytest
 from conftest import source
 from test_environments import _available
+from test_sandbox import bwrap  # noqa: F401  (the fixture)
 
 from trajforge.environments import EnvironmentSettings, backend_for
 from trajforge.flags.values import verifier_spec
@@ -260,6 +261,34 @@ def test_a_workspace_of_plain_files_and_folders_is_verified_as_the_agent_left_it
     done = verify_in(kind, tmp_path, agent, "grep -qx right answer.txt && ls -A . src/pkg docs | tr '\\n' ' '")
     assert done["passed"] is True and "removed" not in done["output"], done
     assert {"answer.txt", "src", "docs", "mod.py", "empty"} <= set(done["output"].split()), done
+
+
+# Review 36: code the verify command runs as the agent can write a repository into the clean room's /tmp, which
+# holds the workspace; git, run after it in a workspace that is no repository, looked up from there and obeyed
+# that repository's config (a clean filter, run as the verifier). It looks no further than the workspace now
+# (GIT_CEILING_DIRECTORIES, local's too: its workspace's parent is the host's /tmp).
+PLANT_ABOVE = (
+    '$AS_AGENT sh -c \'cd "${WORKSPACE%/*}" && git init -q . && git config filter.x.clean "id -u > planted; cat"'
+    ' && echo "* filter=x" > .gitattributes\' >/dev/null 2>&1; '
+)
+
+
+@pytest.mark.parametrize("repository", ["none", "the agent's"])
+def test_git_in_the_clean_room_reads_no_repository_above_the_workspace(bwrap, tmp_path, repository):  # noqa: F811
+    # bwrap's alone: local's workspace lies in the host's /tmp, where the test would plant the repository.
+    kind = "bwrap"
+    agent = "echo work > answer.txt" + ("; git init -q . && git add answer.txt" if repository != "none" else "")
+    verify = (
+        "export WORKSPACE=$PWD; " + PLANT_ABOVE + "git status --porcelain 2>&1 | head -3; git add -A 2>&1 | head -3; "
+        'ls "${WORKSPACE%/*}/planted" 2>/dev/null || echo no-filter-ran'
+    )
+    done = verify_in(kind, tmp_path, agent, verify)
+    lines = done["output"].splitlines()
+    assert lines[-1] == "no-filter-ran", done
+    if repository == "none":
+        assert any("not a git repository" in line for line in lines), done
+    else:
+        assert "A  answer.txt" in lines, done
 
 
 def test_a_reward_range_of_ones_own(tmp_path):

@@ -334,6 +334,7 @@ class BwrapEnvironment(LocalEnvironment):
         if self.verify_tmp:  # a sample's verifications share it (each makes its own HOME there)
             return
         self.verify_tmp = await asyncio.to_thread(self._verify_folder)
+        self.env = {**self.env, **self.git_ceiling()}
         if self.userns is not None:  # a /tmp for both uids (sticky); the verifier's HOME in it is its own
             await asyncio.to_thread(_give, userns.VERIFIER_HOST_UID, self.verify_tmp)
             await asyncio.to_thread(os.chmod, self.verify_tmp, 0o1777)

@@ -522,7 +522,13 @@ class LocalEnvironment(CommandEnvironment):
         # The clean room's HOME is made below TMPDIR: here a fresh folder outside the workspace.
         if not self.verify_tmp:  # each verification's HOME is a fresh folder in it (shell.CLEAN_SHELL)
             self.verify_tmp = await asyncio.to_thread(self._verify_folder)
-        self.env = {**self.env, "TMPDIR": self.verify_tmp}
+        self.env = {**self.env, "TMPDIR": self.verify_tmp, **self.git_ceiling()}
+
+    def git_ceiling(self) -> dict[str, str]:
+        """Git in the clean room looks for a repository no higher than the workspace: its parent (the host's
+        /tmp, bwrap's clean room /tmp) is no folder the clean room neutralised, and code the verify command runs
+        as the agent may write a repository there whose config git would obey (a filter run as the verifier)."""
+        return {"GIT_CEILING_DIRECTORIES": os.path.dirname(self.workspace)}
 
     async def add_tests(self, files: dict[str, bytes]) -> None:
         # The folder is made only now, after every process of the agent is gone: none could have watched for it.
