@@ -22,7 +22,6 @@ import ctypes
 import errno
 import fcntl
 import functools
-import itertools
 import os
 import random
 import shutil
@@ -410,28 +409,30 @@ def _mount_image(image: str, root: str) -> None:
     threads each making disks: a few disks in 1000 failed, "no free loop device")."""
     with _opened("/dev/loop-control") as control, _opened(image) as backing:
         os.fsync(backing)
-        deadline = time.monotonic() + BIND_TIMEOUT
-        for attempt in itertools.count():
-            if attempt and time.monotonic() > deadline:
-                break
+        deadline, wait = time.monotonic() + BIND_TIMEOUT, BUSY_WAIT
+        while True:
             number = fcntl.ioctl(control, loops.LOOP_CTL_GET_FREE)
             with _opened(f"/dev/loop{number}") as loop:
                 try:
                     _bind(loop, backing)
                 except OSError as exc:
-                    if exc.errno == errno.EBUSY:
-                        time.sleep(random.uniform(0, min(BUSY_WAIT * 2**attempt, BUSY_WAIT_MOST)))
-                        continue
-                    raise
-                try:
-                    device = f"/dev/loop{number}".encode()
-                    if libc.mount(device, os.fsencode(root), b"ext4", MS_NOSUID | MS_NODEV, MOUNT_DATA) != 0:
-                        raise OSError(ctypes.get_errno(), f"mount: {os.strerror(ctypes.get_errno())}")
-                except BaseException:
-                    fcntl.ioctl(loop, loops.LOOP_CLR_FD)
-                    raise
-                return
-    raise OSError(f"no free loop device within {BIND_TIMEOUT:g} s")
+                    if exc.errno != errno.EBUSY:
+                        raise
+                else:
+                    try:
+                        device = f"/dev/loop{number}".encode()
+                        if libc.mount(device, os.fsencode(root), b"ext4", MS_NOSUID | MS_NODEV, MOUNT_DATA) != 0:
+                            raise OSError(ctypes.get_errno(), f"mount: {os.strerror(ctypes.get_errno())}")
+                    except BaseException:
+                        fcntl.ioctl(loop, loops.LOOP_CLR_FD)
+                        raise
+                    return
+            if time.monotonic() > deadline:
+                raise OSError(f"no free loop device within {BIND_TIMEOUT:g} s")
+            # With the device closed; the bound doubled as a float each time (BUSY_WAIT * 2**attempt was no float
+            # past 1,023 attempts, about 25 s of such waits: OverflowError left take(), not this OSError).
+            time.sleep(random.uniform(0, wait))
+            wait = min(2 * wait, BUSY_WAIT_MOST)
 
 
 def _bind(loop: int, backing: int) -> None:
