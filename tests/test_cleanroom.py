@@ -175,9 +175,9 @@ def test_every_attack_fails_and_every_honest_solution_passes(run_here, kind):
     assert verdicts["fair reward"]["passed"] is True and verdicts["fair reward"]["reward"] == 1.0
 
 
-def verify_in(kind: str, tmp_path, agent: str, verify: str, setup: str = "", **settings) -> dict:
+def verify_in(kind: str, tmp_path, agent: str, verify: str, setup: str = "", cwd: str = "", **settings) -> dict:
     env_settings = EnvironmentSettings(kind=kind, run_dir=str(tmp_path), command_timeout=20)
-    entry = {"prompt": "p", "verify": verify}
+    entry = {"prompt": "p", "verify": verify, **({"cwd": cwd} if cwd else {})}
 
     async def body():
         env = await backend_for(env_settings).open(entry)
@@ -289,6 +289,15 @@ def test_git_in_the_clean_room_reads_no_repository_above_the_workspace(bwrap, tm
         assert any("not a git repository" in line for line in lines), done
     else:
         assert "A  answer.txt" in lines, done
+
+
+def test_git_in_a_subfolder_of_the_agent_s_repository_finds_it_in_the_clean_room(kind, tmp_path):
+    # The honest twin of the ceiling above from a task's cwd below the workspace: the repository at the
+    # workspace's root is found (the ceiling is the workspace's parent, not the cwd's).
+    agent = f"cd .. && git init -q . && echo pristine > sub/check.txt && git add -A && {COMMIT} -qm base"
+    verify = "git rev-parse --show-prefix && git diff --no-ext-diff --no-textconv -- check.txt; echo 0"
+    done = verify_in(kind, tmp_path, agent + " && echo tampered > sub/check.txt", verify, cwd="sub")
+    assert done["output"].startswith("sub/\n") and "+tampered" in done["output"], done
 
 
 def test_a_reward_range_of_ones_own(tmp_path):
