@@ -54,7 +54,7 @@ MOUNT_DATA = b"noinit_itable,discard"
 MS_NOSUID, MS_NODEV, MS_BIND = 2, 4, 4096
 # A loop device another binder took first: waited for, up to BUSY_WAIT doubled at each attempt (at most
 # BUSY_WAIT_MOST), at random, for BIND_TIMEOUT seconds in all (_mount_image).
-BUSY_WAIT, BUSY_WAIT_MOST, BIND_TIMEOUT = 0.001, 0.05, 30.0
+BUSY_WAIT, BUSY_WAIT_MOST, BIND_TIMEOUT = 0.001, 0.05, 10.0
 # Room on the disk kept for the verification, in a folder at the disk's root (beside the workspace's and the
 # /tmp folders, in none of them: no sandboxed command sees it) and given back when the verification's first
 # command is about to run: its HOME and a few files fit whatever the agent left. Made with the disk and kept
