@@ -34,10 +34,11 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--concurrency", type=int, default=100)
     parser.add_argument("--batch-size", type=int, default=100)
+    parser.add_argument("--turns", type=int, default=1, help="tool turns a sample (throughput.py's)")
     args = parser.parse_args()
     sizes = sorted(int(size) for size in args.sizes.split(","))
     print(f"load before: {os.getloadavg()}  ({os.cpu_count()} cores)", flush=True)
-    server, base_url = start_server(args.latency_ms / 1000)
+    server, base_url = start_server(args.latency_ms / 1000, args.turns)
     results: dict[str, dict[int, dict]] = {}
     try:
         for name in args.workloads.split(","):
