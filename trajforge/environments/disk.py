@@ -53,8 +53,9 @@ MKFS_OPTIONS = ["-q", "-F", "-m", "0", "-O", "^has_journal,^resize_inode", "-E",
 MOUNT_DATA = b"noinit_itable,discard"
 MS_NOSUID, MS_NODEV, MS_BIND = 2, 4, 4096
 # A loop device another binder took first: waited for, up to BUSY_WAIT doubled at each attempt (at most
-# BUSY_WAIT_MOST), at random, for BIND_TIMEOUT seconds in all (_mount_image).
-BUSY_WAIT, BUSY_WAIT_MOST, BIND_TIMEOUT = 0.001, 0.05, 10.0
+# BUSY_WAIT_MOST), at random, until both BIND_ATTEMPTS attempts and BIND_TIMEOUT seconds have gone by
+# (_mount_image): where each ioctl is slow (a traced worker, a host under load) a few attempts fill the time.
+BUSY_WAIT, BUSY_WAIT_MOST, BIND_TIMEOUT, BIND_ATTEMPTS = 0.001, 0.05, 10.0, 100
 # Room on the disk kept for the verification, in a folder at the disk's root (beside the workspace's and the
 # /tmp folders, in none of them: no sandboxed command sees it) and given back when the verification's first
 # command is about to run: its HOME and a few files fit whatever the agent left. Made with the disk and kept
@@ -409,8 +410,9 @@ def _mount_image(image: str, root: str) -> None:
     threads each making disks: a few disks in 1000 failed, "no free loop device")."""
     with _opened("/dev/loop-control") as control, _opened(image) as backing:
         os.fsync(backing)
-        deadline, wait = time.monotonic() + BIND_TIMEOUT, BUSY_WAIT
+        deadline, wait, attempts = time.monotonic() + BIND_TIMEOUT, BUSY_WAIT, 0
         while True:
+            attempts += 1
             number = fcntl.ioctl(control, loops.LOOP_CTL_GET_FREE)
             with _opened(f"/dev/loop{number}") as loop:
                 try:
@@ -427,8 +429,8 @@ def _mount_image(image: str, root: str) -> None:
                         fcntl.ioctl(loop, loops.LOOP_CLR_FD)
                         raise
                     return
-            if time.monotonic() > deadline:
-                raise OSError(f"no free loop device within {BIND_TIMEOUT:g} s")
+            if attempts >= BIND_ATTEMPTS and time.monotonic() > deadline:
+                raise OSError(f"no free loop device in {attempts} attempts and {BIND_TIMEOUT:g} s")
             # With the device closed; the bound doubled as a float each time (BUSY_WAIT * 2**attempt was no float
             # past 1,023 attempts, about 25 s of such waits: OverflowError left take(), not this OSError).
             time.sleep(random.uniform(0, wait))
