@@ -656,7 +656,7 @@ def test_a_worker_runs_mkfs_once_and_its_further_disks_are_bounded_empty_copies(
 # A worker taking one disk once a line comes on its stdin (it says "ready" first); argv[2] "give back": it gives
 # the disk back and ends.
 TAKES_A_DISK = """
-import sys
+import os, sys
 from trajforge.environments import EnvironmentSettings, disk
 from trajforge.environments.limits import Limits
 from trajforge.environments.local import workspace_prefix
@@ -664,7 +664,9 @@ settings = EnvironmentSettings(kind="bwrap", run_dir=sys.argv[1], limits=Limits(
 print("ready", flush=True)
 sys.stdin.readline()
 taken = disk.take(settings, workspace_prefix(settings))
-if sys.argv[2] == "give back":
+if sys.argv[2] == "list":
+    print(" ".join(sorted(os.listdir(taken.root))), flush=True)
+if sys.argv[2] != "keep":
     disk.give_back(taken, settings)
 """
 
@@ -747,6 +749,50 @@ def test_a_loop_device_another_binder_holds_a_while_is_waited_for_not_a_failed_s
     finally:
         worker.kill()
         worker.communicate()
+        backend_class("bwrap").remove_leftovers(run)
+
+
+@pytest.mark.parametrize("swapped", [True, False])
+def test_a_loop_device_node_swapped_after_binding_mounts_the_sample_s_image_not_what_the_node_is_now(swapped, tmp_path):
+    """A root local command may put another node at /dev/loopN (its mount namespace is the host's). The disk was
+    mounted through that path after the binding, so a node swapped meanwhile mounted another device as the
+    sample's disk: here another loop device's, holding a file `elsewhere` (it could be the host's own disk).
+    It is mounted through the descriptor of the device as bound now, its node checked against sysfs when
+    opened. The worker runs in a mount namespace of its own, strace delaying its mount by 3 s, and the node
+    is covered there meanwhile; the twin's node is left as it is."""
+    if not disk.possible() or not shutil.which("strace") or not shutil.which("unshare"):
+        pytest.skip("needs the host's root, mkfs.ext4, loop devices, strace and unshare")
+    other, content = tmp_path / "other.img", tmp_path / "content"
+    content.mkdir()
+    (content / "elsewhere").write_text("another device\n")
+    subprocess.run(["mkfs.ext4", "-q", "-d", content, other, "4M"], check=True, capture_output=True)
+    device = subprocess.run(["losetup", "-f", "--show", other], check=True, capture_output=True, text=True)
+    other_loop = device.stdout.strip()
+    run = EnvironmentSettings(kind="bwrap", run_dir=str(tmp_path / "run"), limits=Limits(max_disk_mb=16))
+    prefix = os.path.join(tempfile.gettempdir(), workspace_prefix(run))
+    args = ["unshare", "-m", "--propagation", "private", sys.executable, "-c", TAKES_A_DISK, run.run_dir, "list"]
+    worker = subprocess.Popen(args, cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    delay = ["strace", "-o", "/dev/null", "-e", "trace=mount", "-e", "inject=mount:delay_enter=3000000"]
+    tracer = subprocess.Popen([*delay, "-p", str(worker.pid)], stderr=subprocess.DEVNULL)
+    try:
+        assert worker.stdout.readline() == "ready\n"
+        wait_for(lambda: _traced(worker.pid), 30, "strace attached")
+        worker.stdin.write("take\n")
+        worker.stdin.flush()
+        wait_for(lambda: _loop_devices_of(prefix), 30, "the worker's loop device")
+        if swapped:  # in the worker's namespace alone: a node of the other device's bound over /dev/loopN
+            node, target = tmp_path / "nodes", f"/dev/{_loop_devices_of(prefix)[0]}"
+            node.mkdir()
+            cover = f"mount -t tmpfs none {node} && mknod {node}/loop b 7 {os.minor(os.stat(other_loop).st_rdev)}"
+            cover += f" && mount --bind {node}/loop {target}"
+            subprocess.run(["nsenter", "-t", str(worker.pid), "-m", "sh", "-c", cover], check=True)
+        listed = worker.communicate(timeout=60)[0]
+        assert worker.returncode == 0 and listed.split() == ["lost+found"], listed
+    finally:
+        worker.kill()
+        worker.communicate()
+        tracer.wait(timeout=30)
+        subprocess.run(["losetup", "-d", other_loop], capture_output=True)
         backend_class("bwrap").remove_leftovers(run)
 
 

@@ -407,14 +407,16 @@ def _mount_image(image: str, root: str) -> None:
     other binder is told EBUSY meanwhile. So the image's pages are written out here, before (the binding then
     takes microseconds), and a binder told EBUSY waits a random while, longer each time, before it asks for
     the free device again: 100 attempts at once were used up in one binding's write-out (3 processes of 16
-    threads each making disks: a few disks in 1000 failed, "no free loop device")."""
-    with _opened("/dev/loop-control") as control, _opened(image) as backing:
+    threads each making disks: a few disks in 1000 failed, "no free loop device"). The nodes are checked as
+    opened (loops.opened) and the device is mounted through its descriptor: a root local command may put
+    another device's node at /dev/loopN meanwhile, and that device was mounted as the sample's disk."""
+    with loops.opened("loop-control", os.O_RDWR) as control, _opened(image) as backing:
         os.fsync(backing)
         deadline, wait, attempts = time.monotonic() + BIND_TIMEOUT, BUSY_WAIT, 0
         while True:
             attempts += 1
             number = fcntl.ioctl(control, loops.LOOP_CTL_GET_FREE)
-            with _opened(f"/dev/loop{number}") as loop:
+            with loops.opened(f"loop{number}", os.O_RDWR) as loop:
                 try:
                     _bind(loop, backing)
                 except OSError as exc:
@@ -422,7 +424,7 @@ def _mount_image(image: str, root: str) -> None:
                         raise
                 else:
                     try:
-                        device = f"/dev/loop{number}".encode()
+                        device = f"/proc/self/fd/{loop}".encode()  # the device checked, not what its path is now
                         if libc.mount(device, os.fsencode(root), b"ext4", MS_NOSUID | MS_NODEV, MOUNT_DATA) != 0:
                             raise OSError(ctypes.get_errno(), f"mount: {os.strerror(ctypes.get_errno())}")
                     except BaseException:

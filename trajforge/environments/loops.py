@@ -59,7 +59,7 @@ def _bound(held: contextlib.ExitStack) -> dict[int, tuple[int, str, int]]:
         if not name.startswith("loop") or _backing(f"/sys/block/{name}") is None:  # bound to nothing: not opened
             continue
         with contextlib.suppress(OSError):
-            loop = held.enter_context(_opened(name))
+            loop = held.enter_context(opened(name))
             info = fcntl.ioctl(loop, LOOP_GET_STATUS64, bytes(struct.calcsize(LOOP_INFO64)))  # ENXIO: unbound since
             path = _backing(f"/sys/block/{name}")
             if path is not None:
@@ -77,19 +77,20 @@ def _backing(device: str) -> str | None:
 
 
 @contextlib.contextmanager
-def _opened(name: str) -> Iterator[int]:
-    """The loop device `name` opened through its node in /dev once that is checked to be it, the node as looked at
-    (a root command may put another there: a FIFO, whose opening waits for a writer for good; another device's,
-    which opening arms, as a watchdog's, or which was read and detached as this one, another loop device's).
-    OSError for any other node."""
+def opened(name: str, flags: int = os.O_RDONLY) -> Iterator[int]:
+    """The loop device `name` (or the loop devices' control, "loop-control") opened with `flags` through its node in
+    /dev once that is checked to be it, the node as looked at (a root command may put another there: a FIFO, whose
+    opening waits for a writer for good; another device's, which opening arms, as a watchdog's, or which was read
+    and detached or bound as this one, another loop device's). OSError for any other node."""
+    sysfs, kind = ("/sys/class/misc", stat.S_ISCHR) if name == "loop-control" else ("/sys/block", stat.S_ISBLK)
     node = os.open(f"/dev/{name}", os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC)
     try:
         info = os.fstat(node)
-        with open(f"/sys/block/{name}/dev", "rb") as number:
+        with open(f"{sysfs}/{name}/dev", "rb") as number:
             major, minor = map(int, number.read().split(b":"))
-        if not stat.S_ISBLK(info.st_mode) or info.st_rdev != os.makedev(major, minor):
-            raise OSError(errno.ENODEV, f"/dev/{name} is not that loop device")
-        fd = os.open(f"/proc/self/fd/{node}", os.O_RDONLY | os.O_CLOEXEC)
+        if not kind(info.st_mode) or info.st_rdev != os.makedev(major, minor):
+            raise OSError(errno.ENODEV, f"/dev/{name} is not that device")
+        fd = os.open(f"/proc/self/fd/{node}", flags | os.O_CLOEXEC)
     finally:
         os.close(node)
     try:
