@@ -202,14 +202,17 @@ class BwrapEnvironment(LocalEnvironment):
         """The mount namespace of the sample's disk slot, where its commands' bwrap starts (none: the host's)."""
         return self.disk.namespace if self.disk is not None else None
 
-    def confined(self, argv: list[str], joins: tuple[str, ...] = (), as_runner: bool = False) -> list[str]:
+    def confined(self, argv: list[str], joins: tuple[str, ...] = (), two_uids: int | None = None) -> list[str]:
         """bwrap itself in the sample's cgroup and limits, in the namespaces of `joins` and the sample's
         network (joined as root: bwrap then keeps it, --share-net), and (a root runner's) as the host's
-        nobody, or `as_runner` (root: to join the worker's two-uid namespace)."""
+        nobody, or as root with the two-uid user namespace this process keeps at `two_uids` open at
+        userns.OPENED_AT, which bwrap joins (it must be root to)."""
         if self.network is not None:
             joins = (*joins, self.network.join())
-        uid = None if as_runner else self.host_uid
-        return confined(argv, self.settings.limits, self.cgroup.paths, uid, joins)
+        if two_uids is not None:
+            opens = ((userns.OPENED_AT, two_uids),)
+            return confined(argv, self.settings.limits, self.cgroup.paths, None, joins, opens)
+        return confined(argv, self.settings.limits, self.cgroup.paths, self.host_uid, joins)
 
     def _joins(self) -> tuple[str, ...]:
         """The namespaces a command's chain enters before bwrap: the slot's mounts, an agent command's loopback."""
@@ -239,17 +242,15 @@ class BwrapEnvironment(LocalEnvironment):
         joins = self._joins()
         binds = self._binds()
         tests = ((self.tests_host, SANDBOX_TESTS),) if self.tests_host else ()  # read-only: no one edits them
-        namespace = self.userns  # the verification's: two uids where there are
-        two_uids = namespace is not None
+        two_uids = self.userns is not None  # the verification's: two uids where there are
         with seccomp.filter_fd() as rules:
-            who = tuple(userns.identity(namespace, verifier=True)) if namespace is not None else ()
+            who = tuple(userns.identity(userns.OPENED_AT, verifier=True)) if two_uids else ()
             lc_all = self.env.get("LC_ALL")
             sandboxed = bwrap_argv(self.settings, binds, self.cwd, argv, tests, who, rules, lc_all)
             # In the two-uid namespace bwrap itself maps the command to its host uid: it must be root to join.
-            limited = self.confined(sandboxed, joins, two_uids)
-            fds: tuple[int, ...] = (rules,) if namespace is None else (rules, namespace)
+            limited = self.confined(sandboxed, joins, self.userns)
             chain = chain_env(self.env)
-            done = await run_process(limited, self.workspace, chain, timeout, stdin, limit, fds, self.clean)
+            done = await run_process(limited, self.workspace, chain, timeout, stdin, limit, (rules,), self.clean)
         if two_uids:  # its sandbox outlives bwrap (the uid change cleared --die-with-parent): end what is left
             await self.end_leftovers()
         # bwrap's PID-namespace init outlives bwrap and, re-parented to this worker, stays a zombie that counts

@@ -234,12 +234,19 @@ def mapped(uid: int) -> bool:
 
 
 def confined(
-    argv: list[str], limits: Limits, cgroups: list[str], uid: int | None = None, joins: tuple[str, ...] = ()
+    argv: list[str],
+    limits: Limits,
+    cgroups: list[str],
+    uid: int | None = None,
+    joins: tuple[str, ...] = (),
+    opens: tuple[tuple[int, int], ...] = (),
 ) -> list[str]:
     """argv behind the steps its own process takes before it runs: join the sample's cgroups, take the
-    file size rlimit, then one nsenter that joins the namespaces of `joins` (its options: holder.join,
-    the slot's mount namespace and the sample's network) as root and, with `uid`, becomes that user
-    (no supplementary group, that gid, that uid: setgroups, setgid, setuid). The steps are in the exec
+    file size rlimit, open each descriptor `fd` this process keeps open (close-on-exec) at `at` (below 10)
+    for argv, for each (at, fd) of `opens` (through this process's /proc, as nsenter joins: holder.join),
+    then one nsenter that joins the namespaces of `joins` (its options: holder.join, the slot's mount
+    namespace and the sample's network) as root and, with `uid`, becomes that user (no supplementary
+    group, that gid, that uid: setgroups, setgid, setuid). The steps are in the exec
     chain of the spawned process, never a preexec_fn: one of those makes CPython fork() the whole (big,
     threaded) worker for every command instead of vfork()ing it. A command that cannot join its cgroup
     does not run (exit 125): out of it, nothing would bound or end it.
@@ -252,6 +259,7 @@ def confined(
     steps = [f"{{ echo 0 >{shlex.quote(path)}/cgroup.procs; }} 2>/dev/null || {JOIN_FAILED}" for path in cgroups]
     if limits.max_file_size_mb:  # in 512-byte blocks: POSIX sh (dash, bash as sh, busybox)
         steps.append(f"ulimit -f {limits.max_file_size_mb * MB // 512}")
+    steps += [f"exec {at}</proc/{os.getpid()}/fd/{fd}" for at, fd in opens]  # dash: one digit
     if uid is not None:  # nsenter clears the supplementary groups with --setgid
         joins = (*joins, f"--setgid={uid}", f"--setuid={uid}")
     if joins:

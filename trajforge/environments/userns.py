@@ -3,7 +3,7 @@
 A hidden test has to run the model's code and then decide; as one uid, that code could read the
 test's expected values in $TESTS_DIR or take the test's descriptors. So a root runner gives every bwrap
 command of a worker one user namespace with two uids mapped (made once per worker process, kept by a
-descriptor; bwrap joins it with `--userns FD`):
+descriptor; bwrap joins it with `--userns FD`, FD the one OPENED_AT a command's chain opens it at):
 
 - the agent, uid 1000 inside (AGENT_UID), `nobody` on the host, no capability: every command of the
   model, and whatever the verification starts behind `$AS_AGENT`;
@@ -44,6 +44,9 @@ from trajforge.environments.programs import program
 AGENT_UID = 1000
 VERIFIER_UID = 1001
 VERIFIER_HOST_UID = 65533  # next to nobody: no account of the host owns files as it
+# Where a command's exec chain opens the namespace for bwrap (limits.confined): below 10, so that the clean
+# room's shell (dash) closes it before the command runs, as it closes every descriptor it names (shell.py).
+OPENED_AT = 9
 VERIFIER_CAPS = ("CAP_SETUID", "CAP_SETGID", "CAP_DAC_OVERRIDE", "CAP_FOWNER")
 SETPRIV = program("setpriv")
 # What a verification puts before a command to run it as the agent: no capability left, a /tmp HOME
