@@ -211,12 +211,19 @@ def test_no_argv_and_no_pid_1_shows_the_verify_command(kind, tmp_path):
 
 def test_the_clean_room_has_a_fresh_home_and_the_system_path(kind, tmp_path):
     agent = "echo planted > ~/.profile; pwd > where"
-    verify = 'test ! -e "$HOME/.profile"; echo "$HOME $PATH $PYTHONNOUSERSITE $PYTHONSAFEPATH"; cat where'
+    # Made by the runner where it can (local, bwrap), else by mktemp: empty, the command's uid's, 0700, and not
+    # the shell's $1 (no argument reaches the command).
+    verify = (
+        'test ! -e "$HOME/.profile" && test -z "$(ls -A "$HOME")" && touch "$HOME/mine"; '
+        'echo "$HOME $PATH $PYTHONNOUSERSITE $PYTHONSAFEPATH $# $(stat -c %a.%u "$HOME").$(id -u)"; cat where'
+    )
     done = verify_in(kind, tmp_path, agent, verify)
-    home, path, nousersite, safepath, workspace = done["output"].split()
+    home, path, nousersite, safepath, arguments, owner, workspace = done["output"].split()
     assert done["passed"] is True, done
     assert not home.startswith(workspace) and path == "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-    assert (nousersite, safepath) == ("1", "1")
+    assert (nousersite, safepath, arguments) == ("1", "1", "0")
+    mode, uid, own = owner.split(".")
+    assert (mode, uid) == ("700", own), done
 
 
 def test_fifos_sockets_and_outward_links_are_removed_and_inward_ones_kept(kind, tmp_path):

@@ -347,6 +347,13 @@ class BwrapEnvironment(LocalEnvironment):
         elif self.host_uid is not None:
             await asyncio.to_thread(_give, self.host_uid, self.verify_tmp)
 
+    def _clean_home(self) -> str:
+        home = super()._clean_home()
+        uid = userns.VERIFIER_HOST_UID if self.userns is not None else self.host_uid
+        if home and uid is not None:  # the clean room's uid's, as its mktemp made it (root alone renames it)
+            os.lchown(home, uid, uid)
+        return home and os.path.join(SANDBOX_TMP, os.path.basename(home))
+
     async def add_tests(self, files: dict[str, bytes]) -> None:
         await super().add_tests(files)
         if self.userns is not None:  # the verifier's alone: the agent's uid cannot even list them

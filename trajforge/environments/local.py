@@ -524,6 +524,17 @@ class LocalEnvironment(CommandEnvironment):
             self.verify_tmp = await asyncio.to_thread(self._verify_folder)
         self.env = {**self.env, "TMPDIR": self.verify_tmp, **self.git_ceiling()}
 
+    async def clean_home(self) -> str:
+        return await asyncio.to_thread(self._clean_home)
+
+    def _clean_home(self) -> str:
+        """Blocking. A new folder in the clean room's TMPDIR (mode 0700, as mktemp makes it); "" where none can be
+        made (a full disk: the command's mktemp fails alike, exit 125)."""
+        try:
+            return tempfile.mkdtemp(dir=self.verify_tmp) if self.verify_tmp else ""
+        except OSError:
+            return ""
+
     def git_ceiling(self) -> dict[str, str]:
         """Git in the clean room looks for a repository no higher than the workspace: its parent (the host's
         /tmp, bwrap's clean room /tmp) is no folder the clean room neutralised, and code the verify command runs
