@@ -637,8 +637,10 @@ def test_the_run_s_end_lets_go_of_the_loop_devices_a_root_command_left(tmp_path,
 
 
 # Prints the loop device the command leaves bound to a file on its disk, and the disk's, each with its sequence number.
+# The disk by its number: the mount table names it by the descriptor it was mounted through (/proc/self/fd/N).
 LEFT_BOUND = (
-    "truncate -s 8M f && d=$(losetup -f --show f) && s=$(findmnt -n -o SOURCE -T . | cut -d[ -f1) && "
+    "truncate -s 8M f && d=$(losetup -f --show f) && "
+    "s=/dev/$(basename $(readlink /sys/dev/block/$(stat -c %Hd:%Ld .))) && "
     'for x in $d $s; do echo "$x $(cat /sys/block/${x#/dev/}/diskseq)"; done'
 )
 
