@@ -752,14 +752,16 @@ def test_a_loop_device_another_binder_holds_a_while_is_waited_for_not_a_failed_s
         backend_class("bwrap").remove_leftovers(run)
 
 
-@pytest.mark.parametrize("swapped", [True, False])
-def test_a_loop_device_node_swapped_after_binding_mounts_the_sample_s_image_not_what_the_node_is_now(swapped, tmp_path):
+@pytest.mark.parametrize("cover", ["node", "descriptors", None])
+def test_a_loop_device_node_swapped_after_binding_mounts_the_sample_s_image_not_what_the_node_is_now(cover, tmp_path):
     """A root local command may put another node at /dev/loopN (its mount namespace is the host's). The disk was
     mounted through that path after the binding, so a node swapped meanwhile mounted another device as the
     sample's disk: here another loop device's, holding a file `elsewhere` (it could be the host's own disk).
     It is mounted through the descriptor of the device as bound now, its node checked against sysfs when
-    opened. The worker runs in a mount namespace of its own, strace delaying its mount by 3 s, and the node
-    is covered there meanwhile; the twin's node is left as it is."""
+    opened. That descriptor's path lies in /proc, which such a command may mount over as well (the worker's
+    /proc/PID/fd, each link to the other device's node): the device mounted is checked to be the one bound, and
+    the disk fails. The worker runs in a mount namespace of its own, strace delaying its mount by 3 s, and the
+    node or its descriptors are covered there meanwhile; the twin's are left as they are."""
     if not disk.possible() or not shutil.which("strace") or not shutil.which("unshare"):
         pytest.skip("needs the host's root, mkfs.ext4, loop devices, strace and unshare")
     other, content = tmp_path / "other.img", tmp_path / "content"
@@ -771,7 +773,9 @@ def test_a_loop_device_node_swapped_after_binding_mounts_the_sample_s_image_not_
     run = EnvironmentSettings(kind="bwrap", run_dir=str(tmp_path / "run"), limits=Limits(max_disk_mb=16))
     prefix = os.path.join(tempfile.gettempdir(), workspace_prefix(run))
     args = ["unshare", "-m", "--propagation", "private", sys.executable, "-c", TAKES_A_DISK, run.run_dir, "list"]
-    worker = subprocess.Popen(args, cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    worker = subprocess.Popen(
+        args, cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     delay = ["strace", "-o", "/dev/null", "-e", "trace=mount", "-e", "inject=mount:delay_enter=3000000"]
     tracer = subprocess.Popen([*delay, "-p", str(worker.pid)], stderr=subprocess.DEVNULL)
     try:
@@ -780,19 +784,112 @@ def test_a_loop_device_node_swapped_after_binding_mounts_the_sample_s_image_not_
         worker.stdin.write("take\n")
         worker.stdin.flush()
         wait_for(lambda: _loop_devices_of(prefix), 30, "the worker's loop device")
-        if swapped:  # in the worker's namespace alone: a node of the other device's bound over /dev/loopN
-            node, target = tmp_path / "nodes", f"/dev/{_loop_devices_of(prefix)[0]}"
-            node.mkdir()
-            cover = f"mount -t tmpfs none {node} && mknod {node}/loop b 7 {os.minor(os.stat(other_loop).st_rdev)}"
-            cover += f" && mount --bind {node}/loop {target}"
-            subprocess.run(["nsenter", "-t", str(worker.pid), "-m", "sh", "-c", cover], check=True)
-        listed = worker.communicate(timeout=60)[0]
-        assert worker.returncode == 0 and listed.split() == ["lost+found"], listed
+        nodes = tmp_path / "nodes"
+        nodes.mkdir()
+        covers = {  # in the worker's namespace alone: the other device's node bound over /dev/loopN, or linked to
+            "node": f"mknod {nodes}/loop b 7 {os.minor(os.stat(other_loop).st_rdev)}"
+            f" && mount --bind {nodes}/loop /dev/{_loop_devices_of(prefix)[0]}",
+            "descriptors": f"for fd in $(seq 0 99); do ln -s {other_loop} {nodes}/$fd; done"
+            f" && mount --bind {nodes} /proc/{worker.pid}/fd",
+        }
+        if cover:
+            cover_it = f"mount -t tmpfs none {nodes} && {covers[cover]}"
+            subprocess.run(["nsenter", "-t", str(worker.pid), "-m", "sh", "-c", cover_it], check=True)
+        listed, failed = worker.communicate(timeout=60)
+        if cover == "descriptors":
+            assert worker.returncode and "not the disk's" in failed and not listed, (listed, failed)
+        else:
+            assert worker.returncode == 0 and listed.split() == ["lost+found"], (listed, failed)
     finally:
         worker.kill()
         worker.communicate()
         tracer.wait(timeout=30)
         subprocess.run(["losetup", "-d", other_loop], capture_output=True)
+        backend_class("bwrap").remove_leftovers(run)
+
+
+# A worker opening the loop device argv[1] (loops.opened) once a line comes on its stdin (it says "ready" first): it
+# prints the device number it has open, or why it was refused.
+OPENS_A_LOOP = """
+import os, sys
+from trajforge.environments import loops
+print("ready", flush=True)
+sys.stdin.readline()
+try:
+    with loops.opened(sys.argv[1]) as fd:
+        print(os.fstat(fd).st_rdev, flush=True)
+except OSError as exc:
+    print("refused:", exc, flush=True)
+"""
+
+
+@pytest.mark.parametrize("covered", [True, False])
+def test_a_loop_device_s_node_opened_again_through_covered_descriptors_is_refused(covered, tmp_path):
+    """loops.opened checks a node through a descriptor of it (O_PATH) and opens it again through /proc/self/fd: a
+    root local command may mount a folder of links over the runner's /proc/PID/fd (its mount namespace is the
+    host's), each to another device's node, which was opened and used in the node's place (detached at a run's
+    end, say). It is refused; the twin, its descriptors left as they are, opens the device asked for. The worker
+    runs in a mount namespace of its own, where the folder is mounted."""
+    if not disk.possible() or not shutil.which("unshare"):
+        pytest.skip("needs the host's root, loop devices and unshare")
+    devices = []
+    try:
+        for name in ("asked", "other"):
+            subprocess.run(["truncate", "-s", "1M", tmp_path / name], check=True)
+            bound = subprocess.run(["losetup", "-f", "--show", tmp_path / name], capture_output=True, text=True)
+            devices.append(bound.stdout.strip())
+        asked, other = devices
+        args = [
+            "unshare",
+            "-m",
+            "--propagation",
+            "private",
+            sys.executable,
+            "-c",
+            OPENS_A_LOOP,
+            os.path.basename(asked),
+        ]
+        worker = subprocess.Popen(args, cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        assert worker.stdout.readline() == "ready\n"
+        if covered:
+            links = tmp_path / "links"
+            links.mkdir()
+            cover = f"mount -t tmpfs none {links} && for fd in $(seq 0 99); do ln -s {other} {links}/$fd; done"
+            cover += f" && mount --bind {links} /proc/{worker.pid}/fd"
+            subprocess.run(["nsenter", "-t", str(worker.pid), "-m", "sh", "-c", cover], check=True)
+        said = worker.communicate("open\n", timeout=60)[0]
+        if covered:
+            assert said.startswith("refused:") and "opened as another file" in said, said
+        else:
+            assert said == f"{os.stat(asked).st_rdev}\n", said
+    finally:
+        for device in devices:
+            subprocess.run(["losetup", "-d", device], capture_output=True)
+
+
+@pytest.mark.parametrize("cover", ["fifo", "sysfs"])
+def test_the_loop_control_s_node_is_checked_by_the_kernel_s_fixed_number_not_by_sysfs(cover, tmp_path):
+    """The loop control's node is checked before it is opened: a FIFO a root local command put at
+    /dev/loop-control (whose opening waits for a writer for good) fails the disk. It is checked by the number the
+    kernel fixes for it, not sysfs's, which names it only once the loop module is loaded, which that opening does
+    (a host where it was not yet had every disk fail): the twin, /sys/class/misc covered, has its disk. Each in a
+    mount namespace of its own."""
+    if not disk.possible() or not shutil.which("unshare"):
+        pytest.skip("needs the host's root, mkfs.ext4, loop devices and unshare")
+    run = EnvironmentSettings(kind="bwrap", run_dir=str(tmp_path / "run"), limits=Limits(max_disk_mb=16))
+    covers = {
+        "fifo": f"mkfifo {tmp_path}/fifo && mount --bind {tmp_path}/fifo /dev/loop-control",
+        "sysfs": "mount -t tmpfs none /sys/class/misc",
+    }
+    take = f'{covers[cover]} && exec "$0" -c "$1" "$2" list'
+    args = ["unshare", "-m", "--propagation", "private", "sh", "-c", take, sys.executable, TAKES_A_DISK, run.run_dir]
+    try:
+        done = subprocess.run(args, cwd=ROOT, input="take\n", capture_output=True, text=True, timeout=60)
+        if cover == "fifo":
+            assert done.returncode and "/dev/loop-control is not that device" in done.stderr, done
+        else:
+            assert done.returncode == 0 and done.stdout.split() == ["ready", "lost+found"], done
+    finally:
         backend_class("bwrap").remove_leftovers(run)
 
 

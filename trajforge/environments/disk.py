@@ -11,7 +11,7 @@ its image bind-mounted on the workspace's usual path (the same path on every run
 needs). Under bwrap a worker keeps an image per slot: at a sample's end the folder is emptied and the image
 given back, or dropped when it cannot be emptied. Under local, whose commands reach the disk's root, its
 image and the host's mounts, a sample's image goes with it. Mounting
-needs root in the host's mount namespace, mkfs.ext4 and loop devices; elsewhere the run says at start
+needs root in the host's mount namespace, mkfs.ext4, loop devices and sysfs; elsewhere the run says at start
 that the bound is not enforced (limits.unenforced)."""
 
 from __future__ import annotations
@@ -71,8 +71,9 @@ RESERVE_BLOCKS = "0"  # the file that holds the blocks
 
 @functools.cache
 def possible() -> bool:
-    """Root of the host, mkfs.ext4 and loop devices."""
-    return tmpfs.possible() and MKFS is not None and os.path.exists("/dev/loop-control")
+    """Root of the host, mkfs.ext4 and loop devices, and sysfs (loops.opened checks a device's node by its number
+    there: with no sysfs mounted, every disk failed)."""
+    return tmpfs.possible() and MKFS is not None and os.path.exists("/dev/loop-control") and os.path.isdir("/sys/block")
 
 
 @dataclass
@@ -276,7 +277,7 @@ def unenforced(size_mb: int, kind: str, enforcer: str) -> str | None:
     if enforcer == RUNNER and not possible():
         return (
             f"--max_disk_mb not enforced by --environment={kind}: its disk image needs the host's root, "
-            "mkfs.ext4 (e2fsprogs) and loop devices"
+            "mkfs.ext4 (e2fsprogs), loop devices and sysfs"
         )
     if enforcer != RUNNER:
         return f"--max_disk_mb not enforced by --environment={kind}: a sample's files are bounded by its own storage"
@@ -409,7 +410,10 @@ def _mount_image(image: str, root: str) -> None:
     the free device again: 100 attempts at once were used up in one binding's write-out (3 processes of 16
     threads each making disks: a few disks in 1000 failed, "no free loop device"). The nodes are checked as
     opened (loops.opened) and the device is mounted through its descriptor: a root local command may put
-    another device's node at /dev/loopN meanwhile, and that device was mounted as the sample's disk."""
+    another device's node at /dev/loopN meanwhile, and that device was mounted as the sample's disk. That
+    descriptor is named by a path too, which such a command may cover as well (a folder of links mounted
+    over the worker's /proc/PID/fd): what is mounted at `root` is checked to be the device bound, else the
+    disk fails (its mount goes with it, take)."""
     with loops.opened("loop-control", os.O_RDWR) as control, _opened(image) as backing:
         os.fsync(backing)
         deadline, wait, attempts = time.monotonic() + BIND_TIMEOUT, BUSY_WAIT, 0
@@ -427,6 +431,8 @@ def _mount_image(image: str, root: str) -> None:
                         device = f"/proc/self/fd/{loop}".encode()  # the device checked, not what its path is now
                         if libc.mount(device, os.fsencode(root), b"ext4", MS_NOSUID | MS_NODEV, MOUNT_DATA) != 0:
                             raise OSError(ctypes.get_errno(), f"mount: {os.strerror(ctypes.get_errno())}")
+                        if os.lstat(root).st_dev != os.fstat(loop).st_rdev:  # its path led elsewhere: dropped (take)
+                            raise OSError(errno.ENODEV, "mount: the device mounted there is not the disk's")
                     except BaseException:
                         fcntl.ioctl(loop, loops.LOOP_CLR_FD)
                         raise

@@ -21,6 +21,9 @@ from trajforge.environments import tmpfs
 
 LOOP_SET_FD, LOOP_CLR_FD, LOOP_SET_STATUS64, LOOP_GET_STATUS64, LOOP_CONFIGURE = 0x4C00, 0x4C01, 0x4C04, 0x4C05, 0x4C0A
 LOOP_CTL_GET_FREE = 0x4C82
+# The loop control's number, fixed in the kernel (MISC_MAJOR, LOOP_CTRL_MINOR): sysfs names it only once the loop
+# module is loaded, which the control's opening does (a host where it was not yet: every disk failed).
+CONTROL = os.makedev(10, 237)
 LO_FLAGS_AUTOCLEAR = 4  # the loop device is freed when its last mount goes
 LOOP_INFO64 = "5Q4I64s64s32s2Q"  # struct loop_info64: lo_device (its file's device) first, lo_flags the 9th field
 AUTOCLEAR_INFO = struct.pack(LOOP_INFO64, *[0] * 8, LO_FLAGS_AUTOCLEAR, b"", b"", b"", 0, 0)
@@ -81,19 +84,27 @@ def opened(name: str, flags: int = os.O_RDONLY) -> Iterator[int]:
     """The loop device `name` (or the loop devices' control, "loop-control") opened with `flags` through its node in
     /dev once that is checked to be it, the node as looked at (a root command may put another there: a FIFO, whose
     opening waits for a writer for good; another device's, which opening arms, as a watchdog's, or which was read
-    and detached or bound as this one, another loop device's). OSError for any other node."""
-    sysfs, kind = ("/sys/class/misc", stat.S_ISCHR) if name == "loop-control" else ("/sys/block", stat.S_ISBLK)
+    and detached or bound as this one, another loop device's). OSError for any other node, also when the node is
+    opened as another file: the node is opened again through /proc/self/fd, where such a command may have mounted
+    a folder of links (to another device's node: its opening is not undone, its use is)."""
     node = os.open(f"/dev/{name}", os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC)
     try:
         info = os.fstat(node)
-        with open(f"{sysfs}/{name}/dev", "rb") as number:
-            major, minor = map(int, number.read().split(b":"))
-        if not kind(info.st_mode) or info.st_rdev != os.makedev(major, minor):
+        if name == "loop-control":
+            right = stat.S_ISCHR(info.st_mode) and info.st_rdev == CONTROL
+        else:  # its minor depends on the module's max_part: as sysfs has it
+            with open(f"/sys/block/{name}/dev", "rb") as number:
+                major, minor = map(int, number.read().split(b":"))
+            right = stat.S_ISBLK(info.st_mode) and info.st_rdev == os.makedev(major, minor)
+        if not right:
             raise OSError(errno.ENODEV, f"/dev/{name} is not that device")
         fd = os.open(f"/proc/self/fd/{node}", flags | os.O_CLOEXEC)
     finally:
         os.close(node)
     try:
+        reopened = os.fstat(fd)
+        if (reopened.st_dev, reopened.st_ino) != (info.st_dev, info.st_ino):  # a folder of links over /proc/PID/fd
+            raise OSError(errno.ENODEV, f"/dev/{name} was opened as another file")
         yield fd
     finally:
         os.close(fd)
