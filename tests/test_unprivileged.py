@@ -531,6 +531,46 @@ def test_a_verification_s_processes_leave_a_new_worker_its_two_uids(bwrap, tmp_p
     assert beside == "42\ndenied\n", beside
 
 
+# A worker with descriptors 3 to 9 taken before it opens a sample (no disk), what it opens lying above; argv[2]
+# "free": 9 is closed before the verification's command argv[3], whose filter pipe then takes it.
+FEW_DESCRIPTORS = """
+import asyncio, json, os, sys
+while os.open("/dev/null", os.O_RDONLY) < 9:
+    pass
+from trajforge import plugins
+from trajforge.environments import EnvironmentSettings, backend_for
+from trajforge.environments.limits import Limits
+settings = EnvironmentSettings(kind="bwrap", command_timeout=20.0, run_dir=sys.argv[1], limits=Limits(max_disk_mb=0))
+async def main():
+    plugins.load()
+    env = await backend_for(settings).open({})
+    try:
+        await env.enter_clean_room()
+        await env.add_tests({"expected.txt": b"42\\n"})
+        if sys.argv[2] == "free":
+            os.close(9)
+        return (await env.exec(sys.argv[3])).output
+    finally:
+        await env.close()
+print(json.dumps(asyncio.run(main())), flush=True)
+"""
+
+
+@pytest.mark.parametrize("nine", ["free", "taken"])
+@pytest.mark.skipif(not userns.possible(), reason="only a root runner gives the verification a namespace of its own")
+def test_a_verification_runs_whatever_descriptor_its_filter_pipe_takes(bwrap, tmp_path, nine):  # noqa: F811
+    """(review 40) A verification's command chain opens the worker's two-uid namespace at descriptor 9 for bwrap
+    (userns.OPENED_AT); bwrap's seccomp filter is passed at the pipe's own number, the lowest free one. In a
+    worker with few open (the environment API in a program of its own, no disk: the first verification) that
+    was 9: the namespace took its place, bwrap read the namespace as its filter ("Can't read seccomp data")
+    and every verification failed. The twin, 9 taken, passes as ever."""
+    look = "cat $TESTS_DIR/expected.txt; $AS_AGENT cat /tests/expected.txt 2>/dev/null || echo denied"
+    argv = [sys.executable, "-c", FEW_DESCRIPTORS, str(tmp_path), nine, look]
+    done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert json.loads(done.stdout) == "42\ndenied\n", done.stdout
+
+
 # -- disk -----------------------------------------------------------------------------------------
 DISK = Limits(max_disk_mb=16)  # and 1,024 inodes
 FILL = "head -c 40000000 /dev/zero > {where}/big; wc -c < {where}/big"

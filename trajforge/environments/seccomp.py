@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import fcntl
 import functools
 import json
 import os
@@ -80,16 +81,24 @@ def _read_all(fd: int) -> bytes:
     return b"".join(chunks)
 
 
+# The lowest descriptor the filter is passed at: a command's chain opens its own at 3-9 (limits.confined: the
+# two-uid namespace at userns.OPENED_AT), over the filter's where it lay there (bwrap then read the namespace).
+PASSED_FROM = 10
+
+
 @contextlib.contextmanager
 def filter_fd() -> Iterator[int]:
     """A descriptor to read the filter from, for one bwrap (which reads it to its end): a pipe of its own
-    per command, so commands started at once never share a read offset."""
+    per command, so commands started at once never share a read offset; at PASSED_FROM or above."""
     read, write = os.pipe()
     try:
         try:
             os.write(write, bpf())
         finally:
             os.close(write)
+        if read < PASSED_FROM:  # a worker with few open (the environment API in a small program of its own)
+            low, read = read, fcntl.fcntl(read, fcntl.F_DUPFD_CLOEXEC, PASSED_FROM)
+            os.close(low)
         yield read
     finally:
         os.close(read)
