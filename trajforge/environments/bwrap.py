@@ -350,7 +350,7 @@ class BwrapEnvironment(LocalEnvironment):
     def _clean_home(self) -> str:
         home = super()._clean_home()
         uid = userns.VERIFIER_HOST_UID if self.userns is not None else self.host_uid
-        if home and uid is not None:  # the clean room's uid's, as its mktemp made it (root alone renames it)
+        if home and uid is not None:  # the clean room's uid's, as its mktemp made it (no agent uid renames it)
             os.lchown(home, uid, uid)
         return home and os.path.join(SANDBOX_TMP, os.path.basename(home))
 
