@@ -16,17 +16,15 @@ import shlex
 import shutil
 import signal
 import socket
-import stat
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 from urllib.parse import quote
 
 import pytest
-from conftest import Runner, released, source, tool_results, wait_for
+from conftest import ROOT, Runner, released, source, tool_results, wait_for
 from test_environments import _available, make_settings, sync
 
 from trajforge.environments import EnvironmentSettings, ExecResult, backend_for, disk, liveness, tmpfs
@@ -673,15 +671,51 @@ AT_THE_NODE = {
 }
 
 
+# The sample and the run's end of test_the_run_s_end_opens_no_node_in_dev_but_the_loop_device_it_names, in a mount
+# namespace and a /dev of their own: the command's nodes are put in that /dev alone (put in the host's, other tests'
+# loop devices were opened, bound and detached through them meanwhile, and failed at random). Prints the command's
+# result, then whether the run's end ended.
+NODE_RUN = """
+import asyncio, json, sys, threading
+from trajforge import plugins
+from trajforge.environments import EnvironmentSettings, backend_for
+from trajforge.environments.local import LocalBackend
+plugins.load()
+settings = EnvironmentSettings(kind="local", command_timeout=10.0, run_name="contract", run_dir=sys.argv[1])
+async def sample():
+    env = await backend_for(settings).open({})
+    done = await env.exec(sys.argv[2])
+    await env.close()
+    return done
+done = asyncio.run(sample())
+print(json.dumps([done.exit_code, done.output]), flush=True)
+ending = threading.Thread(target=LocalBackend.remove_leftovers, args=(settings,), daemon=True)
+ending.start()
+ending.join(30)
+print(json.dumps(not ending.is_alive()), flush=True)
+"""
+# A /dev of its own ($1, a folder): the host's few nodes a run uses, the loop control and 256 loop devices' nodes.
+OWN_DEV = (
+    'mount -t tmpfs -o mode=755 none "$1" && cp -a /dev/null /dev/zero /dev/full /dev/urandom /dev/random "$1"/ && '
+    'mknod -m 600 "$1/loop-control" c 10 237 && n=0 && while [ $n -lt 256 ]; do '
+    'mknod -m 600 "$1/loop$n" b 7 $n || exit; n=$((n + 1)); done && ln -s /proc/self/fd "$1/fd" && '
+    'mount --move "$1" /dev && shift && exec "$@"'
+)
+
+
 @pytest.mark.parametrize("node", AT_THE_NODE)
 def test_the_run_s_end_opens_no_node_in_dev_but_the_loop_device_it_names(tmp_path, node):
     """The run's end opens each bound loop device through its node in /dev, which a root local command can replace:
     with a FIFO the run's end never ended (its open waits for a writer), with another device's node it read that
     device as the one the node is named after (another loop device's: the host's detached and its mounts unmounted,
     in the place of the command's; a char device's opened, a watchdog armed). A node that is not the loop device of
-    its name is left as it is (the command's own device then stays bound: it made that so). The twin's device goes."""
-    if not disk.possible():
+    its name is left as it is (the command's own device then stays bound: it made that so). The twin's device goes.
+    The sample and the run's end run in a mount namespace and a /dev of their own (NODE_RUN)."""
+    if not disk.possible() or not shutil.which("unshare"):
         pytest.skip("only the host's root makes loop devices")
+    with contextlib.suppress(OSError), open("/sys/module/loop/parameters/max_part") as parts:
+        if parts.read().strip() not in ("", "0"):
+            pytest.skip("loop devices with partitions: a device's minor is not its number")
     settings = make_settings("local", tmp_path / "run")
     (tmp_path / "host").write_bytes(bytes(1 << 20))
     host = subprocess.run(["losetup", "-f", "--show", str(tmp_path / "host")], capture_output=True, text=True)
@@ -689,31 +723,21 @@ def test_the_run_s_end_opens_no_node_in_dev_but_the_loop_device_it_names(tmp_pat
     kept = {host: _bound(host)}
     command = "truncate -s 8M f && d=$(losetup -f --show f) && echo $d" + AT_THE_NODE[node]
     command = command.format(host=host, number=host.removeprefix("/dev/loop"))
-
-    async def sample() -> tuple:
-        env = await backend_for(settings).open({})
-        done = await env.exec(command)
-        await env.close()
-        return done, {device: _bound(device) for device in done.output.split()}
-
-    done, bound = sync(sample())
-    ending = threading.Thread(target=LocalBackend.remove_leftovers, args=(settings,), daemon=True)
+    (tmp_path / "dev").mkdir()
+    own = ["unshare", "-m", "--propagation", "private", "sh", "-c", OWN_DEV, "sh", str(tmp_path / "dev")]
+    argv = [*own, sys.executable, "-c", NODE_RUN, settings.run_dir, command]
+    ran = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    bound: dict[str, str] = {}
     try:
-        assert done.exit_code == 0 and len(bound) == 1 and all(bound.values()) and kept[host], (done, bound)
-        ending.start()
-        ending.join(30)
-        assert not ending.is_alive(), "the run's end opened the FIFO"
+        exit_code, output = json.loads(ran.stdout.readline() or "[null, null]")
+        bound = {device: _bound(device) for device in (output or "").split()}
+        assert exit_code == 0 and len(bound) == 1 and all(bound.values()) and kept[host], (exit_code, output, bound)
+        assert json.loads(ran.stdout.readline() or "false"), "the run's end opened the FIFO"
         assert _still_bound(kept) == [host]
         assert _still_bound(bound) == ([] if node == "nothing" else list(bound))
     finally:
-        for device in [host, *bound]:
-            with contextlib.suppress(OSError):  # a reader waiting on the FIFO let go of
-                os.close(os.open(device, os.O_WRONLY | os.O_NONBLOCK))
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(device)
-            number = int(device.removeprefix("/dev/loop"))
-            os.mknod(device, 0o600 | stat.S_IFBLK, os.makedev(7, number))
-        ending.join(30)
+        ran.kill()
+        ran.wait()
         for device in _still_bound(bound) + _still_bound(kept):
             subprocess.run(["losetup", "-d", device], capture_output=True)
         LocalBackend.remove_leftovers(settings)
