@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
 import glob
 import json
 import os
@@ -27,7 +28,7 @@ import pytest
 from conftest import ROOT, Runner, released, source, tool_results, wait_for
 from test_environments import _available, make_settings, sync
 
-from trajforge.environments import EnvironmentSettings, ExecResult, backend_for, disk, liveness, tmpfs
+from trajforge.environments import EnvironmentSettings, ExecResult, backend_for, disk, liveness, loops, tmpfs
 from trajforge.environments.limits import RUNNER, Limits, confined, unenforced
 from trajforge.environments.local import (
     ROOT_LOCAL_VERIFIED,
@@ -628,8 +629,7 @@ def test_the_run_s_end_lets_go_of_the_loop_devices_a_root_command_left(tmp_path,
     finally:
         sync(in_flight.close())
         tmpfs.unmount(str(outside))
-        for device in _still_bound(bound) + _still_bound(kept):
-            subprocess.run(["losetup", "-d", device], capture_output=True)
+        _detach_as_bound(bound | kept)
         LocalBackend.remove_leftovers(settings)
         LocalBackend.remove_leftovers(another)
 
@@ -654,8 +654,7 @@ def test_a_whole_run_lets_go_of_the_loop_device_its_sample_left_and_of_its_disk(
         assert result.code == 0 and len(bound) == 2, (result.stderr, bound)
         wait_for(lambda: not _still_bound(bound), 5, lambda: f"{_still_bound(bound)} let go of")
     finally:
-        for device in _still_bound(bound):
-            subprocess.run(["losetup", "-d", device], capture_output=True)
+        _detach_as_bound(bound)
 
 
 # What a root command puts at the node of the loop device it leaves bound to a file of its workspace ({host}: a
@@ -738,8 +737,7 @@ def test_the_run_s_end_opens_no_node_in_dev_but_the_loop_device_it_names(tmp_pat
     finally:
         ran.kill()
         ran.wait()
-        for device in _still_bound(bound) + _still_bound(kept):
-            subprocess.run(["losetup", "-d", device], capture_output=True)
+        _detach_as_bound(bound | kept)
         LocalBackend.remove_leftovers(settings)
 
 
@@ -791,6 +789,20 @@ def _bound(device: str) -> str:
 def _still_bound(bound: dict[str, str]) -> list[str]:
     """The loop devices of `bound` still bound as they were then (another test may have bound one since)."""
     return [device for device, file in bound.items() if _bound(device) == file]
+
+
+def _detach_as_bound(bound: dict[str, str]) -> None:
+    """The loop devices of `bound` still bound as they were then detached, each held open from its check to its
+    detaching: `losetup -d` after a check detached another test's device bound there meanwhile (detaching one of
+    these had freed another, a disk whose file system a file of the first lay on, and its number was taken)."""
+    for device, sequence in bound.items():
+        with contextlib.suppress(OSError):
+            held = os.open(device, os.O_RDONLY | os.O_CLOEXEC)
+            try:
+                if _bound(device) == sequence:  # held open: it stays bound so until the detaching, at its closing
+                    fcntl.ioctl(held, loops.LOOP_CLR_FD)
+            finally:
+                os.close(held)
 
 
 # What a root command puts in a folder ({decoy}) it binds over the temporary folder, a host folder bound in its
