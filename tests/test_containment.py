@@ -673,14 +673,19 @@ AT_THE_NODE = {
 # The sample and the run's end of test_the_run_s_end_opens_no_node_in_dev_but_the_loop_device_it_names, in a mount
 # namespace and a /dev of their own: the command's nodes are put in that /dev alone (put in the host's, other tests'
 # loop devices were opened, bound and detached through them meanwhile, and failed at random). Prints the command's
-# result, then whether the run's end ended.
+# result, then whether the run's end ended. No disk: the command's file lies in the run's folders by its path (on a
+# disk unmounted it is named from the disk's root, and the run's end found the device through its file's device,
+# the node's swap unseen: the host's was kept without the node check too).
 NODE_RUN = """
 import asyncio, json, sys, threading
 from trajforge import plugins
 from trajforge.environments import EnvironmentSettings, backend_for
+from trajforge.environments.limits import Limits
 from trajforge.environments.local import LocalBackend
 plugins.load()
-settings = EnvironmentSettings(kind="local", command_timeout=10.0, run_name="contract", run_dir=sys.argv[1])
+settings = EnvironmentSettings(
+    kind="local", command_timeout=10.0, run_name="contract", run_dir=sys.argv[1], limits=Limits(max_disk_mb=0)
+)
 async def sample():
     env = await backend_for(settings).open({})
     done = await env.exec(sys.argv[2])
