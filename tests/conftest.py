@@ -23,6 +23,7 @@ from leftovers import remove_leftovers, summary
 
 from trajectory import record_usage, tool_stats
 from trajforge import journal, plugins
+from trajforge.environments import loops
 from trajforge.errors import UsageError
 from trajforge.journal.sample import OWN_KEYS, Sample, now
 from trajforge.mock.server import MockServer
@@ -194,6 +195,29 @@ def wait_for(
         if now > deadline:
             pytest.fail(f"gave up waiting for {what() if callable(what) else what} after {timeout} s")
         time.sleep(min(max(0.01, 4 * (now - started)), 0.5))
+
+
+def loop_sequence(device: str) -> str:
+    """The sequence number the kernel gave the loop device at `device` as it was bound (each binding and letting go
+    takes a new one), "" while it is bound to nothing."""
+    sysfs = f"/sys/block/{os.path.basename(device)}"
+    if not os.path.exists(f"{sysfs}/loop/backing_file"):
+        return ""
+    return Path(sysfs, "diskseq").read_text().strip()
+
+
+def detach_as_bound(bound: dict[str, str]) -> None:
+    """The loop devices of `bound` still bound as they were then detached, each held open from its check to its
+    detaching: `losetup -d` after a check detached another test's device bound there meanwhile (detaching one of
+    these had freed another, a disk whose file system a file of the first lay on, and its number was taken)."""
+    for device, sequence in bound.items():
+        with contextlib.suppress(OSError):
+            held = os.open(device, os.O_RDONLY | os.O_CLOEXEC)
+            try:  # held open: it stays bound so until the detaching, at its closing
+                if loop_sequence(device) == sequence:
+                    fcntl.ioctl(held, loops.LOOP_CLR_FD)
+            finally:
+                os.close(held)
 
 
 def run_cli(args: list[str]) -> tuple[int, str, str]:

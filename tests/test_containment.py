@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import fcntl
 import glob
 import json
 import os
@@ -25,10 +24,10 @@ from pathlib import Path
 from urllib.parse import quote
 
 import pytest
-from conftest import ROOT, Runner, released, source, tool_results, wait_for
+from conftest import ROOT, Runner, detach_as_bound, loop_sequence, released, source, tool_results, wait_for
 from test_environments import _available, make_settings, sync
 
-from trajforge.environments import EnvironmentSettings, ExecResult, backend_for, disk, liveness, loops, tmpfs
+from trajforge.environments import EnvironmentSettings, ExecResult, backend_for, disk, liveness, tmpfs
 from trajforge.environments.limits import RUNNER, Limits, confined, unenforced
 from trajforge.environments.local import (
     ROOT_LOCAL_VERIFIED,
@@ -610,7 +609,7 @@ def test_the_run_s_end_lets_go_of_the_loop_devices_a_root_command_left(tmp_path,
         image = os.path.join(env.disk.folder, "image") if env.disk else ""
         done = await env.exec(command.format(image=shlex.quote(image), outside=shlex.quote(str(outside))))
         devices = done.output.split() + ([_loop_device(os.stat(env.disk.root).st_dev)] if env.disk else [])
-        return env, done, {device: _bound(device) for device in devices}
+        return env, done, {device: loop_sequence(device) for device in devices}
 
     async def body() -> tuple:
         env, done, bound = await sample(settings, command)
@@ -621,7 +620,7 @@ def test_the_run_s_end_lets_go_of_the_loop_devices_a_root_command_left(tmp_path,
     done, bound, in_flight, kept = sync(body())
     try:
         hosts = subprocess.run(["losetup", "-f", "--show", str(tmp_path / "host")], capture_output=True, text=True)
-        kept[hosts.stdout.strip()] = _bound(hosts.stdout.strip())  # the host's own
+        kept[hosts.stdout.strip()] = loop_sequence(hosts.stdout.strip())  # the host's own
         assert done.exit_code == 0 and all(bound.values()) and all(kept.values()), (done, bound, kept)
         LocalBackend.remove_leftovers(settings)
         wait_for(lambda: not _still_bound(bound), 5, lambda: f"{_still_bound(bound)} let go of")
@@ -629,7 +628,7 @@ def test_the_run_s_end_lets_go_of_the_loop_devices_a_root_command_left(tmp_path,
     finally:
         sync(in_flight.close())
         tmpfs.unmount(str(outside))
-        _detach_as_bound(bound | kept)
+        detach_as_bound(bound | kept)
         LocalBackend.remove_leftovers(settings)
         LocalBackend.remove_leftovers(another)
 
@@ -654,7 +653,7 @@ def test_a_whole_run_lets_go_of_the_loop_device_its_sample_left_and_of_its_disk(
         assert result.code == 0 and len(bound) == 2, (result.stderr, bound)
         wait_for(lambda: not _still_bound(bound), 5, lambda: f"{_still_bound(bound)} let go of")
     finally:
-        _detach_as_bound(bound)
+        detach_as_bound(bound)
 
 
 # What a root command puts at the node of the loop device it leaves bound to a file of its workspace ({host}: a
@@ -724,7 +723,7 @@ def test_the_run_s_end_opens_no_node_in_dev_but_the_loop_device_it_names(tmp_pat
     (tmp_path / "host").write_bytes(bytes(1 << 20))
     host = subprocess.run(["losetup", "-f", "--show", str(tmp_path / "host")], capture_output=True, text=True)
     host = host.stdout.strip()
-    kept = {host: _bound(host)}
+    kept = {host: loop_sequence(host)}
     command = "truncate -s 8M f && d=$(losetup -f --show f) && echo $d" + AT_THE_NODE[node]
     command = command.format(host=host, number=host.removeprefix("/dev/loop"))
     (tmp_path / "dev").mkdir()
@@ -734,7 +733,7 @@ def test_the_run_s_end_opens_no_node_in_dev_but_the_loop_device_it_names(tmp_pat
     bound: dict[str, str] = {}
     try:
         exit_code, output = json.loads(ran.stdout.readline() or "[null, null]")
-        bound = {device: _bound(device) for device in (output or "").split()}
+        bound = {device: loop_sequence(device) for device in (output or "").split()}
         assert exit_code == 0 and len(bound) == 1 and all(bound.values()) and kept[host], (exit_code, output, bound)
         assert json.loads(ran.stdout.readline() or "false"), "the run's end opened the FIFO"
         assert _still_bound(kept) == [host]
@@ -742,7 +741,7 @@ def test_the_run_s_end_opens_no_node_in_dev_but_the_loop_device_it_names(tmp_pat
     finally:
         ran.kill()
         ran.wait()
-        _detach_as_bound(bound | kept)
+        detach_as_bound(bound | kept)
         LocalBackend.remove_leftovers(settings)
 
 
@@ -782,32 +781,9 @@ def _loop_device(number: int) -> str:
     return "/dev/" + os.path.basename(os.readlink(f"/sys/dev/block/{os.major(number)}:{os.minor(number)}"))
 
 
-def _bound(device: str) -> str:
-    """The sequence number the kernel gave the loop device at `device` as it was bound (each binding and letting go
-    takes a new one), "" while it is bound to nothing."""
-    sysfs = f"/sys/block/{os.path.basename(device)}"
-    if not os.path.exists(f"{sysfs}/loop/backing_file"):
-        return ""
-    return Path(sysfs, "diskseq").read_text().strip()
-
-
 def _still_bound(bound: dict[str, str]) -> list[str]:
     """The loop devices of `bound` still bound as they were then (another test may have bound one since)."""
-    return [device for device, file in bound.items() if _bound(device) == file]
-
-
-def _detach_as_bound(bound: dict[str, str]) -> None:
-    """The loop devices of `bound` still bound as they were then detached, each held open from its check to its
-    detaching: `losetup -d` after a check detached another test's device bound there meanwhile (detaching one of
-    these had freed another, a disk whose file system a file of the first lay on, and its number was taken)."""
-    for device, sequence in bound.items():
-        with contextlib.suppress(OSError):
-            held = os.open(device, os.O_RDONLY | os.O_CLOEXEC)
-            try:
-                if _bound(device) == sequence:  # held open: it stays bound so until the detaching, at its closing
-                    fcntl.ioctl(held, loops.LOOP_CLR_FD)
-            finally:
-                os.close(held)
+    return [device for device, file in bound.items() if loop_sequence(device) == file]
 
 
 # What a root command puts in a folder ({decoy}) it binds over the temporary folder, a host folder bound in its

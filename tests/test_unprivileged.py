@@ -27,7 +27,7 @@ from pathlib import Path
 from urllib.parse import quote
 
 import pytest
-from conftest import ROOT, Runner, source, tool_results, wait_for, write_dataset
+from conftest import ROOT, Runner, detach_as_bound, loop_sequence, source, tool_results, wait_for, write_dataset
 from test_environments import _available
 from test_sandbox import bwrap, settings  # noqa: F401  (the fixture)
 from test_task_folders import deepest_readable
@@ -758,9 +758,7 @@ def test_a_worker_killed_while_it_mounts_a_disk_leaves_no_loop_device(how, tmp_p
         worker.kill()
         worker.communicate()
         tracer.wait(timeout=30)
-        for device in _loop_devices_of(prefix):
-            subprocess.run(["losetup", "-d", f"/dev/{device}"], capture_output=True)
-        backend_class("bwrap").remove_leftovers(run)
+        backend_class("bwrap").remove_leftovers(run)  # its images' devices, each held from its check (loops.let_go)
 
 
 def test_a_loop_device_another_binder_holds_a_while_is_waited_for_not_a_failed_sample(tmp_path):
@@ -810,6 +808,7 @@ def test_a_loop_device_node_swapped_after_binding_mounts_the_sample_s_image_not_
     subprocess.run(["mkfs.ext4", "-q", "-d", content, other, "4M"], check=True, capture_output=True)
     device = subprocess.run(["losetup", "-f", "--show", other], check=True, capture_output=True, text=True)
     other_loop = device.stdout.strip()
+    bound = {other_loop: loop_sequence(other_loop)}
     run = EnvironmentSettings(kind="bwrap", run_dir=str(tmp_path / "run"), limits=Limits(max_disk_mb=16))
     prefix = os.path.join(tempfile.gettempdir(), workspace_prefix(run))
     args = ["unshare", "-m", "--propagation", "private", sys.executable, "-c", TAKES_A_DISK, run.run_dir, "list"]
@@ -844,7 +843,7 @@ def test_a_loop_device_node_swapped_after_binding_mounts_the_sample_s_image_not_
         worker.kill()
         worker.communicate()
         tracer.wait(timeout=30)
-        subprocess.run(["losetup", "-d", other_loop], capture_output=True)
+        detach_as_bound(bound)
         backend_class("bwrap").remove_leftovers(run)
 
 
@@ -872,12 +871,12 @@ def test_a_loop_device_s_node_opened_again_through_covered_descriptors_is_refuse
     runs in a mount namespace of its own, where the folder is mounted."""
     if not disk.possible() or not shutil.which("unshare"):
         pytest.skip("needs the host's root, loop devices and unshare")
-    devices = []
+    devices: dict[str, str] = {}
     try:
         for name in ("asked", "other"):
             subprocess.run(["truncate", "-s", "1M", tmp_path / name], check=True)
             bound = subprocess.run(["losetup", "-f", "--show", tmp_path / name], capture_output=True, text=True)
-            devices.append(bound.stdout.strip())
+            devices[bound.stdout.strip()] = loop_sequence(bound.stdout.strip())
         asked, other = devices
         args = [
             "unshare",
@@ -903,8 +902,7 @@ def test_a_loop_device_s_node_opened_again_through_covered_descriptors_is_refuse
         else:
             assert said == f"{os.stat(asked).st_rdev}\n", said
     finally:
-        for device in devices:
-            subprocess.run(["losetup", "-d", device], capture_output=True)
+        detach_as_bound(devices)
 
 
 @pytest.mark.parametrize("cover", ["fifo", "sysfs"])
