@@ -457,18 +457,22 @@ def test_the_model_s_code_a_verification_runs_takes_no_kernel_quota_of_the_host_
 
 
 # A worker started anew (a Ray task's process, a restarted worker) under RLIMIT_NPROC argv[3] (soft:hard): its
-# first verification runs argv[2]; prints its output, or the error the verification met.
-NEW_WORKER = """
-import asyncio, json, sys
+# first verification runs argv[2]; prints its output, or the error the verification met. AT_START runs first,
+# BEFORE_COMMAND before that command; LIMITS are the sample's.
+WORKER = """
+import asyncio, json, os, sys
+AT_START
 from trajforge import plugins
 from trajforge.environments import EnvironmentSettings, backend_for
-settings = EnvironmentSettings(kind="bwrap", command_timeout=20.0, run_dir=sys.argv[1])
+from trajforge.environments.limits import Limits
+settings = EnvironmentSettings(kind="bwrap", command_timeout=20.0, run_dir=sys.argv[1], limits=LIMITS)
 async def main():
     plugins.load()
     env = await backend_for(settings).open({})
     try:
         await env.enter_clean_room()
         await env.add_tests({"expected.txt": b"42\\n"})
+        BEFORE_COMMAND
         return (await env.exec(sys.argv[2])).output
     except OSError as exc:
         return f"error: {exc}"
@@ -476,6 +480,7 @@ async def main():
         await env.close()
 print(json.dumps(asyncio.run(main())), flush=True)
 """
+NEW_WORKER = WORKER.replace("AT_START", "").replace("LIMITS", "Limits()").replace("BEFORE_COMMAND", "")
 HELD_MARK = "62.71828"  # a sleep no other test runs: the held processes, as the host counts them
 
 
@@ -531,29 +536,13 @@ def test_a_verification_s_processes_leave_a_new_worker_its_two_uids(bwrap, tmp_p
     assert beside == "42\ndenied\n", beside
 
 
-# A worker with descriptors 3 to 9 taken before it opens a sample (no disk), what it opens lying above; argv[2]
-# "free": 9 is closed before the verification's command argv[3], whose filter pipe then takes it.
-FEW_DESCRIPTORS = """
-import asyncio, json, os, sys
-while os.open("/dev/null", os.O_RDONLY) < 9:
-    pass
-from trajforge import plugins
-from trajforge.environments import EnvironmentSettings, backend_for
-from trajforge.environments.limits import Limits
-settings = EnvironmentSettings(kind="bwrap", command_timeout=20.0, run_dir=sys.argv[1], limits=Limits(max_disk_mb=0))
-async def main():
-    plugins.load()
-    env = await backend_for(settings).open({})
-    try:
-        await env.enter_clean_room()
-        await env.add_tests({"expected.txt": b"42\\n"})
-        if sys.argv[2] == "free":
-            os.close(9)
-        return (await env.exec(sys.argv[3])).output
-    finally:
-        await env.close()
-print(json.dumps(asyncio.run(main())), flush=True)
-"""
+# A worker with descriptors 3 to 9 taken before it opens a sample (no disk), what it opens lying above; argv[3]
+# "free": 9 is closed before the verification's command argv[2], whose filter pipe then takes it.
+FEW_DESCRIPTORS = (
+    WORKER.replace("AT_START", 'while os.open("/dev/null", os.O_RDONLY) < 9:\n    pass')
+    .replace("LIMITS", "Limits(max_disk_mb=0)")
+    .replace("BEFORE_COMMAND", 'if sys.argv[3] == "free":\n            os.close(9)')
+)
 
 
 @pytest.mark.parametrize("nine", ["free", "taken"])
@@ -565,7 +554,7 @@ def test_a_verification_runs_whatever_descriptor_its_filter_pipe_takes(bwrap, tm
     was 9: the namespace took its place, bwrap read the namespace as its filter ("Can't read seccomp data")
     and every verification failed. The twin, 9 taken, passes as ever."""
     look = "cat $TESTS_DIR/expected.txt; $AS_AGENT cat /tests/expected.txt 2>/dev/null || echo denied"
-    argv = [sys.executable, "-c", FEW_DESCRIPTORS, str(tmp_path), nine, look]
+    argv = [sys.executable, "-c", FEW_DESCRIPTORS, str(tmp_path), look, nine]
     done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-3000:]
     assert json.loads(done.stdout) == "42\ndenied\n", done.stdout
