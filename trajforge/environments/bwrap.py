@@ -202,15 +202,15 @@ class BwrapEnvironment(LocalEnvironment):
         """The mount namespace of the sample's disk slot, where its commands' bwrap starts (none: the host's)."""
         return self.disk.namespace if self.disk is not None else None
 
-    def confined(self, argv: list[str], joins: tuple[str, ...] = (), two_uids: int | None = None) -> list[str]:
+    def confined(self, argv: list[str], joins: tuple[str, ...] = (), userns_fd: int | None = None) -> list[str]:
         """bwrap itself in the sample's cgroup and limits, in the namespaces of `joins` and the sample's
         network (joined as root: bwrap then keeps it, --share-net), and (a root runner's) as the host's
-        nobody, or as root with the two-uid user namespace this process keeps at `two_uids` open at
+        nobody, or as root with the two-uid user namespace this process keeps at `userns_fd` open at
         userns.OPENED_AT, which bwrap joins (it must be root to)."""
         if self.network is not None:
             joins = (*joins, self.network.join())
-        if two_uids is not None:
-            opens = ((userns.OPENED_AT, two_uids),)
+        if userns_fd is not None:
+            opens = ((userns.OPENED_AT, userns_fd),)
             return confined(argv, self.settings.limits, self.cgroup.paths, None, joins, opens)
         return confined(argv, self.settings.limits, self.cgroup.paths, self.host_uid, joins)
 
@@ -244,7 +244,7 @@ class BwrapEnvironment(LocalEnvironment):
         tests = ((self.tests_host, SANDBOX_TESTS),) if self.tests_host else ()  # read-only: no one edits them
         two_uids = self.userns is not None  # the verification's: two uids where there are
         with seccomp.filter_fd() as rules:
-            who = tuple(userns.identity(userns.OPENED_AT, verifier=True)) if two_uids else ()
+            who = tuple(userns.identity(verifier=True)) if two_uids else ()
             lc_all = self.env.get("LC_ALL")
             sandboxed = bwrap_argv(self.settings, binds, self.cwd, argv, tests, who, rules, lc_all)
             # In the two-uid namespace bwrap itself maps the command to its host uid: it must be root to join.

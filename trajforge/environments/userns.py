@@ -116,11 +116,12 @@ def _make() -> int | None:
         helper.wait()
 
 
-def identity(fd: int, verifier: bool) -> list[str]:
-    """bwrap's arguments for a command as the agent or (`verifier`) as the verification, in namespace `fd`."""
+def identity(verifier: bool) -> list[str]:
+    """bwrap's arguments for a command as the agent or (`verifier`) as the verification, in the namespace its
+    chain opened at OPENED_AT."""
     uid = VERIFIER_UID if verifier else AGENT_UID
     caps = [arg for cap in VERIFIER_CAPS for arg in ("--cap-add", cap)] if verifier else []
-    return ["--userns", str(fd), "--uid", str(uid), "--gid", str(uid), "--cap-drop", "ALL", *caps]
+    return ["--userns", str(OPENED_AT), "--uid", str(uid), "--gid", str(uid), "--cap-drop", "ALL", *caps]
 
 
 def one_uid_warning(kind: str) -> str:
