@@ -851,12 +851,13 @@ except OSError as exc:
 """
 
 
-@pytest.mark.parametrize("covered", [True, False])
+@pytest.mark.parametrize("covered", ["device", "fifo", ""])
 def test_a_loop_device_s_node_opened_again_through_covered_descriptors_is_refused(covered, tmp_path):
     """loops.opened checks a node through a descriptor of it (O_PATH) and opens it again through /proc/self/fd: a
     root local command may mount a folder of links over the runner's /proc/PID/fd (its mount namespace is the
     host's), each to another device's node, which was opened and used in the node's place (detached at a run's
-    end, say). It is refused; the twin, its descriptors left as they are, opens the device asked for. The worker
+    end, say), or to a FIFO, whose opening waited for a writer for good (the run's end never ended: review 42). It
+    is refused; the twin, its descriptors left as they are, opens the device asked for. The worker
     runs in a mount namespace of its own, where the folder is mounted."""
     if not disk.possible() or not shutil.which("unshare"):
         pytest.skip("needs the host's root, loop devices and unshare")
@@ -882,7 +883,9 @@ def test_a_loop_device_s_node_opened_again_through_covered_descriptors_is_refuse
         if covered:
             links = tmp_path / "links"
             links.mkdir()
-            cover = f"mount -t tmpfs none {links} && for fd in $(seq 0 99); do ln -s {other} {links}/$fd; done"
+            target = other if covered == "device" else tmp_path / "fifo"
+            os.mkfifo(tmp_path / "fifo")
+            cover = f"mount -t tmpfs none {links} && for fd in $(seq 0 99); do ln -s {target} {links}/$fd; done"
             cover += f" && mount --bind {links} /proc/{worker.pid}/fd"
             subprocess.run(["nsenter", "-t", str(worker.pid), "-m", "sh", "-c", cover], check=True)
         said = worker.communicate("open\n", timeout=60)[0]
